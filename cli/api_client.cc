@@ -1,0 +1,182 @@
+#include "cli/api_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "proto/api.grpc.pb.h"
+
+namespace det::cli {
+namespace {
+
+constexpr int kDefaultPort = 8080;
+
+}  // namespace
+
+absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master) {
+  absl::string_view rest = absl::StripAsciiWhitespace(master);
+  const absl::string_view original = rest;
+  if (!absl::ConsumePrefix(&rest, "http://")) absl::ConsumePrefix(&rest, "https://");
+  while (absl::ConsumeSuffix(&rest, "/")) {
+  }
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid master address '", original, "': ", why));
+  };
+  if (rest.empty()) return bad("no host");
+  if (rest.find('/') != absl::string_view::npos) return bad("unexpected path");
+
+  absl::string_view host = rest;
+  absl::string_view port;
+  if (rest.front() == '[') {  // [IPv6]:port
+    size_t close = rest.find(']');
+    if (close == absl::string_view::npos) return bad("unclosed '['");
+    host = rest.substr(0, close + 1);
+    absl::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("expected ':' after ']'");
+      port = after.substr(1);
+      if (port.empty()) return bad("empty port");
+    }
+  } else if (std::count(rest.begin(), rest.end(), ':') > 1) {  // bare IPv6
+    return absl::StrCat("[", rest, "]:", kDefaultPort);
+  } else if (size_t colon = rest.rfind(':'); colon != absl::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (port.empty()) return bad("empty port");
+  }
+  if (host.empty() || host == "[]") return bad("no host");
+  int port_number = kDefaultPort;
+  if (!port.empty() && (!absl::SimpleAtoi(port, &port_number) || port_number <= 0 ||
+                        port_number > 65535)) {
+    return bad(absl::StrCat("bad port '", port, "'"));
+  }
+  return absl::StrCat(host, ":", port_number);
+}
+
+struct ApiClient::Rpc {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Api::Stub> stub;
+};
+
+namespace {
+
+// Calls `method` of the stub with a deadline `timeout` from now and turns a failure into
+// a Status for the user.
+template <typename Request, typename Response>
+absl::StatusOr<Response> Call(
+    v1::Api::Stub& stub,
+    grpc::Status (v1::Api::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    absl::string_view method_name, const Request& request, absl::Duration timeout,
+    const std::string& address) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Response response;
+  grpc::Status status = (stub.*method)(&context, request, &response);
+  if (status.ok()) return response;
+  const std::string& detail = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the master at ", address, ": ", detail));
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::DeadlineExceededError(
+          absl::StrCat("the master at ", address, " did not answer ", method_name,
+                       " within ", absl::FormatDuration(timeout)));
+    default:
+      return absl::Status(
+          static_cast<absl::StatusCode>(status.error_code()),
+          detail.empty() ? absl::StrCat(method_name, " failed with gRPC code ",
+                                        static_cast<int>(status.error_code()))
+                         : detail);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view master,
+                                                             ApiClientOptions options) {
+  absl::StatusOr<std::string> address = ParseMasterAddress(master);
+  if (!address.ok()) return address.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  auto rpc = std::make_unique<Rpc>();
+  rpc->channel =
+      grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args);
+  rpc->stub = v1::Api::NewStub(rpc->channel);
+  return std::unique_ptr<ApiClient>(
+      new ApiClient(*std::move(address), options, std::move(rpc)));
+}
+
+ApiClient::ApiClient(std::string address, ApiClientOptions options,
+                     std::unique_ptr<Rpc> rpc)
+    : address_(std::move(address)), options_(options), rpc_(std::move(rpc)) {}
+
+ApiClient::~ApiClient() = default;
+
+absl::StatusOr<v1::GetMasterInfoResponse> ApiClient::GetMasterInfo() {
+  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterInfo, "GetMasterInfo",
+              v1::GetMasterInfoRequest(), options_.deadline, address_);
+}
+
+absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperiment(
+    const v1::CreateExperimentRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::CreateExperiment, "CreateExperiment", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListExperimentsResponse> ApiClient::ListExperiments(
+    const v1::ListExperimentsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListExperiments, "ListExperiments", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetExperimentResponse> ApiClient::GetExperiment(int64_t id) {
+  v1::GetExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetExperiment, "GetExperiment", request,
+              options_.deadline, address_);
+}
+
+absl::Status ApiClient::KillExperiment(int64_t id) {
+  v1::KillExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::KillExperiment, "KillExperiment", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::GetTrialResponse> ApiClient::GetTrial(int64_t id) {
+  v1::GetTrialRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetTrial, "GetTrial", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetTrialMetricsResponse> ApiClient::GetTrialMetrics(
+    const v1::GetTrialMetricsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::GetTrialMetrics, "GetTrialMetrics", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetTrialLogsResponse> ApiClient::GetTrialLogs(
+    const v1::GetTrialLogsRequest& request) {
+  absl::Duration timeout =
+      options_.deadline + absl::Milliseconds(std::max(0, request.wait_ms()));
+  return Call(*rpc_->stub, &v1::Api::Stub::GetTrialLogs, "GetTrialLogs", request, timeout,
+              address_);
+}
+
+absl::StatusOr<v1::ListAgentsResponse> ApiClient::ListAgents() {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListAgents, "ListAgents",
+              v1::ListAgentsRequest(), options_.deadline, address_);
+}
+
+}  // namespace det::cli

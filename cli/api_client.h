@@ -1,0 +1,73 @@
+// The det CLI's client of the master's user API (det.v1.Api). The only part of the CLI
+// that talks gRPC: every call carries a deadline, and failures come back as
+// absl::Status with a message fit to show the user.
+#ifndef DET_CLI_API_CLIENT_H_
+#define DET_CLI_API_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/api.pb.h"
+
+namespace det::cli {
+
+// "host:port" for a master given as "http://host:port", "host:port" or "host" (port
+// 8080); a trailing '/' is ignored. InvalidArgument when it names no host or a bad
+// port.
+absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master);
+
+struct ApiClientOptions {
+  // Deadline of each call; long polls get their wait on top of it. Default: 30 s.
+  absl::Duration deadline = absl::Seconds(30);
+  // Largest message sent or received. Default: 128 MiB.
+  int max_message_bytes = 128 << 20;
+};
+
+// Thread-compatible (one caller at a time). Errors: UNAVAILABLE reads "cannot reach
+// the master at HOST:PORT: <detail>", DEADLINE_EXCEEDED names the address and the
+// deadline; any other code keeps the master's message.
+class ApiClient {
+ public:
+  // Fails only when `master` cannot be parsed (see ParseMasterAddress); connecting
+  // happens on the first call.
+  static absl::StatusOr<std::unique_ptr<ApiClient>> Create(
+      absl::string_view master, ApiClientOptions options = {});
+  ~ApiClient();
+
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // host:port the client talks to.
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<v1::GetMasterInfoResponse> GetMasterInfo();
+  absl::StatusOr<v1::CreateExperimentResponse> CreateExperiment(
+      const v1::CreateExperimentRequest& request);
+  absl::StatusOr<v1::ListExperimentsResponse> ListExperiments(
+      const v1::ListExperimentsRequest& request);
+  absl::StatusOr<v1::GetExperimentResponse> GetExperiment(int64_t id);
+  absl::Status KillExperiment(int64_t id);
+  absl::StatusOr<v1::GetTrialResponse> GetTrial(int64_t id);
+  absl::StatusOr<v1::GetTrialMetricsResponse> GetTrialMetrics(
+      const v1::GetTrialMetricsRequest& request);
+  // Deadline: request.wait_ms() plus the usual deadline.
+  absl::StatusOr<v1::GetTrialLogsResponse> GetTrialLogs(
+      const v1::GetTrialLogsRequest& request);
+  absl::StatusOr<v1::ListAgentsResponse> ListAgents();
+
+ private:
+  struct Rpc;  // The gRPC channel and stub; defined in api_client.cc.
+
+  ApiClient(std::string address, ApiClientOptions options, std::unique_ptr<Rpc> rpc);
+
+  std::string address_;
+  ApiClientOptions options_;
+  std::unique_ptr<Rpc> rpc_;
+};
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_API_CLIENT_H_

@@ -1,0 +1,53 @@
+// State shared by the det CLI's commands during one run: where to write, which master
+// to talk to, and the seams for time.
+#ifndef DET_CLI_CLI_CONTEXT_H_
+#define DET_CLI_CLI_CONTEXT_H_
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/api_client.h"
+
+namespace det::cli {
+
+// One per RunDet() call; single-threaded. Commands write results to `out` and
+// diagnostics to `err`; neither is owned.
+struct CliContext {
+  CliContext(std::ostream& out_stream, std::ostream& err_stream)
+      : out(out_stream), err(err_stream) {}
+
+  // The client for `master`, created on first use and kept. Fails on a bad address.
+  absl::StatusOr<ApiClient*> Api() {
+    if (api_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(master);
+      if (!client.ok()) return client.status();
+      api_ = *std::move(client);
+    }
+    return api_.get();
+  }
+
+  std::ostream& out;
+  std::ostream& err;
+  // -m/--master or $DET_MASTER.
+  std::string master = "localhost:8080";
+  // --json of the command being run.
+  bool json = false;
+  // The command chosen on the command line; set while parsing, run after.
+  std::function<absl::Status()> action;
+  // Time seams (polling loops, deadlines). Default: the real clock.
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+  std::function<void(absl::Duration)> sleep = [](absl::Duration d) { absl::SleepFor(d); };
+
+ private:
+  std::unique_ptr<ApiClient> api_;
+};
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_CLI_CONTEXT_H_

@@ -1,0 +1,46 @@
+// The det CLI's command groups. Each Register* function adds its group of subcommands to
+// `app`; a subcommand's callback only stores its work in `ctx.action`, which RunDet()
+// runs once parsing succeeded. REQUIRES: `ctx` outlives `app`'s use.
+#ifndef DET_CLI_COMMANDS_H_
+#define DET_CLI_COMMANDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cli/api_client.h"
+#include "cli/cli_context.h"
+#include "proto/types.pb.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace det::cli {
+
+void RegisterExperimentCommands(CLI::App& app, CliContext& ctx);
+void RegisterTrialCommands(CLI::App& app, CliContext& ctx);
+void RegisterAgentCommands(CLI::App& app, CliContext& ctx);
+void RegisterMasterCommands(CLI::App& app, CliContext& ctx);
+void RegisterDeployCommands(CLI::App& app, CliContext& ctx);
+
+// Where a reader of one trial's logs stands.
+struct TrialLogCursor {
+  int64_t trial_id = 0;
+  std::optional<int32_t> rank;
+  int64_t after_id = 0;
+  // The master said every line of the ended trial has been returned.
+  bool done = false;
+};
+
+// Fetches one page of the trial's logs after the cursor (waiting up to `wait_ms` for the
+// first line when > 0), passes each line to `emit` and advances the cursor. Returns the
+// number of lines.
+absl::StatusOr<int> FetchTrialLogs(ApiClient& api, TrialLogCursor& cursor, int wait_ms,
+                                   const std::function<void(const v1::LogLine&)>& emit);
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_COMMANDS_H_

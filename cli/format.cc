@@ -1,0 +1,270 @@
+#include "cli/format.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace det::cli {
+namespace {
+
+// Display width: UTF-8 code points (continuation bytes do not count).
+size_t Width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+void RTrimAndNewline(std::string& line, std::ostream& out) {
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  out << line << '\n';
+}
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+}  // namespace
+
+Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::Render(std::ostream& out) const {
+  std::vector<size_t> widths(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    widths[c] = Width(headers_[c]);
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], Width(row[c]));
+  }
+  auto render_row = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c > 0) line += " |";
+      line += ' ';
+      line += cells[c];
+      line.append(widths[c] - Width(cells[c]), ' ');
+    }
+    RTrimAndNewline(line, out);
+  };
+  render_row(headers_);
+  std::string sep;
+  for (size_t c = 0; c < widths.size(); ++c) {
+    if (c > 0) sep += '+';
+    sep.append(widths[c] + 2, '-');
+  }
+  out << sep << '\n';
+  for (const auto& row : rows_) render_row(row);
+}
+
+void RenderKeyValues(const KeyValues& fields, std::ostream& out) {
+  size_t width = 0;
+  for (const auto& [key, value] : fields) width = std::max(width, Width(key) + 1);
+  for (const auto& [key, value] : fields) {
+    std::string line = key + ":";
+    line.append(width - Width(key) - 1 + 1, ' ');
+    line += value;
+    RTrimAndNewline(line, out);
+  }
+}
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot convert ", message.GetTypeName(),
+                                            " to JSON: ", status.ToString()));
+  }
+  if (!json.empty() && json.back() == '\n') json.pop_back();
+  return json;
+}
+
+std::string StateName(v1::State state) {
+  std::string name = v1::State_Name(state);
+  constexpr absl::string_view kPrefix = "STATE_";
+  if (absl::string_view(name).substr(0, kPrefix.size()) == kPrefix) {
+    name = name.substr(kPrefix.size());
+  }
+  return name.empty() ? absl::StrCat("STATE(", static_cast<int>(state), ")") : name;
+}
+
+bool IsTerminal(v1::State state) {
+  return state == v1::STATE_COMPLETED || state == v1::STATE_CANCELED ||
+         state == v1::STATE_ERROR;
+}
+
+std::string FormatTimeMs(int64_t ms) {
+  if (ms == 0) return "";
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(ms),
+                          absl::UTCTimeZone());
+}
+
+std::string FormatMetric(double value) { return absl::StrFormat("%.6g", value); }
+
+std::string FormatPercent(double fraction) {
+  return absl::StrFormat("%.1f%%", fraction * 100.0);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatLogLine(const v1::LogLine& line) {
+  absl::string_view message = line.message();
+  while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) {
+    message.remove_suffix(1);
+  }
+  if (line.stream() == "agent") return absl::StrCat("[agent] ", message);
+  if (line.stream() == "stderr") {
+    return absl::StrCat("[rank ", line.rank(), "] [stderr] ", message);
+  }
+  return absl::StrCat("[rank ", line.rank(), "] ", message);
+}
+
+Table ExperimentsTable(
+    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments) {
+  Table table({"ID", "Name", "State", "Progress", "Trials", "Start Time", "End Time"});
+  for (const v1::Experiment& e : experiments) {
+    table.AddRow({absl::StrCat(e.id()), e.name(), StateName(e.state()),
+                  FormatPercent(e.progress()), absl::StrCat(e.num_trials()),
+                  FormatTimeMs(e.start_time_ms()), FormatTimeMs(e.end_time_ms())});
+  }
+  return table;
+}
+
+KeyValues ExperimentFields(const v1::Experiment& e) {
+  KeyValues fields = {
+      {"ID", absl::StrCat(e.id())},
+      {"Name", e.name()},
+  };
+  if (!e.description().empty()) fields.emplace_back("Description", e.description());
+  fields.emplace_back("State", StateName(e.state()));
+  if (!e.owner().empty()) fields.emplace_back("Owner", e.owner());
+  fields.emplace_back("Searcher", e.searcher());
+  fields.emplace_back("Trials", absl::StrCat(e.num_trials()));
+  fields.emplace_back("Progress", FormatPercent(e.progress()));
+  fields.emplace_back("Seed", absl::StrCat(e.experiment_seed()));
+  fields.emplace_back("Start Time", FormatTimeMs(e.start_time_ms()));
+  fields.emplace_back("End Time", FormatTimeMs(e.end_time_ms()));
+  if (!e.error().empty()) fields.emplace_back("Error", e.error());
+  for (const std::string& w : e.warnings()) fields.emplace_back("Warning", w);
+  return fields;
+}
+
+Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials) {
+  bool any_pending = false;
+  std::set<std::string> metric_names;
+  for (const v1::Trial& t : trials) {
+    if (!t.pending_reason().empty()) any_pending = true;
+    for (const auto& [name, summary] : t.validation_summary()) metric_names.insert(name);
+  }
+  std::vector<std::string> headers = {"Trial ID", "State", "Restarts", "Batches"};
+  if (any_pending) headers.push_back("Pending Reason");
+  headers.insert(headers.end(), metric_names.begin(), metric_names.end());
+  Table table(std::move(headers));
+  for (const v1::Trial& t : trials) {
+    std::vector<std::string> row = {absl::StrCat(t.id()), StateName(t.state()),
+                                    absl::StrCat(t.restarts()),
+                                    absl::StrCat(t.total_batches())};
+    if (any_pending) row.push_back(t.pending_reason());
+    for (const std::string& name : metric_names) {
+      auto it = t.validation_summary().find(name);
+      row.push_back(it == t.validation_summary().end() ? ""
+                                                        : FormatMetric(it->second.last()));
+    }
+    table.AddRow(std::move(row));
+  }
+  return table;
+}
+
+KeyValues TrialFields(const v1::Trial& t) {
+  KeyValues fields = {
+      {"Trial ID", absl::StrCat(t.id())},
+      {"Experiment ID", absl::StrCat(t.experiment_id())},
+      {"State", StateName(t.state())},
+  };
+  if (!t.pending_reason().empty()) fields.emplace_back("Pending Reason", t.pending_reason());
+  fields.emplace_back("Seed", absl::StrCat(t.seed()));
+  fields.emplace_back("Hyperparameters", t.hparams_json());
+  fields.emplace_back("Restarts", absl::StrCat(t.restarts()));
+  fields.emplace_back("Run ID", absl::StrCat(t.run_id()));
+  fields.emplace_back("Batches", absl::StrCat(t.total_batches()));
+  fields.emplace_back("Start Time", FormatTimeMs(t.start_time_ms()));
+  fields.emplace_back("End Time", FormatTimeMs(t.end_time_ms()));
+  if (t.has_allocation() && !t.allocation().id().empty()) {
+    const v1::Allocation& a = t.allocation();
+    fields.emplace_back("Allocation", absl::StrCat(a.id(), " (", StateName(a.state()), ", ",
+                                                   a.slots(), " slots)"));
+    for (const v1::RankPlacement& r : a.ranks()) {
+      fields.emplace_back(absl::StrCat("  Rank ", r.rank()),
+                          absl::StrCat(r.agent_id(), " local rank ", r.local_rank(),
+                                       " slots [", absl::StrJoin(r.slot_ids(), ", "),
+                                       "]"));
+    }
+    if (!a.exit_reason().empty()) fields.emplace_back("Exit Reason", a.exit_reason());
+  }
+  if (!t.error().empty()) fields.emplace_back("Error", t.error());
+  return fields;
+}
+
+Table TrialMetricsTable(const v1::Trial& t) {
+  Table table({"Group", "Metric", "Min", "Max", "Last", "Count"});
+  auto add_group = [&](const std::string& group,
+                       const google::protobuf::Map<std::string, v1::MetricSummary>& map) {
+    std::map<std::string, v1::MetricSummary> sorted(map.begin(), map.end());
+    for (const auto& [name, s] : sorted) {
+      table.AddRow({group, name, FormatMetric(s.min()), FormatMetric(s.max()),
+                    FormatMetric(s.last()), absl::StrCat(s.count())});
+    }
+  };
+  add_group("training", t.training_summary());
+  add_group("validation", t.validation_summary());
+  return table;
+}
+
+Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents) {
+  Table table({"ID", "Hostname", "Slots", "Used", "Connected", "Enabled", "Pool"});
+  for (const v1::Agent& a : agents) {
+    int used = 0;
+    for (const v1::Slot& s : a.slots()) {
+      if (!s.allocation_id().empty()) ++used;
+    }
+    table.AddRow({a.id(), a.hostname(), absl::StrCat(a.slots_size()), absl::StrCat(used),
+                  YesNo(a.connected()), YesNo(a.enabled()), a.resource_pool()});
+  }
+  return table;
+}
+
+KeyValues MasterInfoFields(const v1::GetMasterInfoResponse& info,
+                           const std::string& master_address) {
+  return {
+      {"Master", master_address},
+      {"Version", info.version()},
+      {"Cluster ID", info.cluster_id()},
+      {"Cluster Name", info.cluster_name()},
+      {"Start Time", FormatTimeMs(info.start_time_ms())},
+      {"Database", info.database()},
+      {"Scheduler", info.scheduler()},
+  };
+}
+
+}  // namespace det::cli

@@ -1,0 +1,93 @@
+// Output of the det CLI: aligned tables and key/value blocks for people, JSON for
+// scripts. Pure functions of the protobuf messages; nothing here does I/O besides
+// writing to the stream it is given.
+#ifndef DET_CLI_FORMAT_H_
+#define DET_CLI_FORMAT_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/repeated_ptr_field.h"
+#include "proto/api.pb.h"
+#include "proto/types.pb.h"
+
+namespace det::cli {
+
+// A table of text cells with a header row. Rendered as
+//
+//    ID | Name  | State
+//   ----+-------+--------
+//    1  | mnist | ACTIVE
+//
+// every column as wide as its widest cell (counted in UTF-8 code points).
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers);
+
+  // REQUIRES: cells.size() == number of headers.
+  void AddRow(std::vector<std::string> cells);
+
+  size_t num_rows() const { return rows_.size(); }
+
+  // Writes the header, a separator line and the rows, each line ending in '\n' and
+  // without trailing spaces.
+  void Render(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Ordered "Key: value" lines; keys are padded so that the values line up.
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+void RenderKeyValues(const KeyValues& fields, std::ostream& out);
+
+// The message as JSON with the proto field names, every primitive field printed (also
+// at its default value). `pretty`: indented over several lines; otherwise one line.
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
+                                   bool pretty = true);
+
+// "ACTIVE" for STATE_ACTIVE, and so on.
+std::string StateName(v1::State state);
+// COMPLETED, CANCELED and ERROR.
+bool IsTerminal(v1::State state);
+// Milliseconds since the epoch as "2024-01-02T15:04:05Z" (UTC); "" for 0.
+std::string FormatTimeMs(int64_t ms);
+// A metric value with up to 6 significant digits.
+std::string FormatMetric(double value);
+// A 0..1 fraction as "42.5%".
+std::string FormatPercent(double fraction);
+// A byte count as "1.5 MiB".
+std::string FormatBytes(uint64_t bytes);
+
+// "[rank 0] message", "[rank 1] [stderr] message", "[agent] message" (no newline).
+std::string FormatLogLine(const v1::LogLine& line);
+
+// ID, Name, State, Progress, Trials, Start Time, End Time.
+Table ExperimentsTable(
+    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments);
+KeyValues ExperimentFields(const v1::Experiment& experiment);
+
+// Trial ID, State, Restarts, Batches, Pending Reason (only when some trial has one),
+// then one column per validation metric with its latest value.
+Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials);
+KeyValues TrialFields(const v1::Trial& trial);
+// Group, Metric, Min, Max, Last, Count of the trial's training and validation
+// summaries.
+Table TrialMetricsTable(const v1::Trial& trial);
+
+// ID, Hostname, Slots, Used, Connected, Enabled, Pool.
+Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents);
+
+// `master_address` is the host:port the CLI talked to.
+KeyValues MasterInfoFields(const v1::GetMasterInfoResponse& info,
+                           const std::string& master_address);
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_FORMAT_H_

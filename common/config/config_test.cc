@@ -1,0 +1,174 @@
+#include <dirent.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "common/config/daemon_config.h"
+#include "common/config/experiment_config.h"
+#include "common/config/yaml_reader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status ParseError(const std::string& yaml) {
+  return ParseExperimentConfig(yaml, "exp.yaml", 7).status();
+}
+
+constexpr char kMinimal[] = R"(entrypoint: train
+searcher:
+  name: single
+  metric: loss
+  max_length:
+    batches: 10
+)";
+
+TEST(ExperimentConfig, FillsDefaultsAndChoosesSeed) {
+  auto parsed = ParseExperimentConfig(kMinimal, "exp.yaml", 1234);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.resources.slots_per_trial, 1);
+  EXPECT_EQ(parsed->config.resources.priority, 42);
+  EXPECT_EQ(parsed->config.max_restarts, 5);
+  EXPECT_EQ(parsed->config.experiment_seed, 1234);
+  EXPECT_EQ(parsed->config.entrypoint, std::vector<std::string>{"train"});
+  EXPECT_THAT(parsed->effective_yaml, HasSubstr("experiment_seed: 1234"));
+  EXPECT_THAT(parsed->effective_yaml, HasSubstr("slots_per_trial: 1"));
+  // The effective config parses back to the same values.
+  auto again = ParseExperimentConfig(parsed->effective_yaml, "effective", 99);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->config.experiment_seed, 1234);
+  EXPECT_EQ(again->effective_yaml, parsed->effective_yaml);
+}
+
+TEST(ExperimentConfig, WrongTypeNamesLineFieldAndValue) {
+  std::string yaml = std::string(kMinimal) + "resources:\n  slots_per_trial: eight\n";
+  absl::Status st = ParseError(yaml);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(st.message()),
+            "exp.yaml:8: resources.slots_per_trial: expected an integer >= 0, got \"eight\"");
+}
+
+TEST(ExperimentConfig, UnknownKeySuggestsTheClosest) {
+  absl::Status st = ParseError(std::string(kMinimal) + "max_restart: 3\n");
+  EXPECT_THAT(st.message(), HasSubstr("exp.yaml:7: max_restart: unknown key (did you mean 'max_restarts'?)"));
+  st = ParseError(std::string(kMinimal) + "resources:\n  slot_per_trial: 2\n");
+  EXPECT_THAT(st.message(), HasSubstr("resources.slot_per_trial: unknown key (did you mean 'slots_per_trial'?)"));
+}
+
+TEST(ExperimentConfig, MalformedYamlNamesTheLine) {
+  absl::Status st = ParseError("entrypoint: train\nsearcher: [unclosed\n  name: x\n");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("exp.yaml:"));
+  EXPECT_THAT(st.message(), HasSubstr("malformed YAML"));
+}
+
+TEST(ExperimentConfig, RequiredAndRangeErrors) {
+  EXPECT_THAT(ParseError("searcher: {name: single, metric: m, max_length: {batches: 1}}\n").message(),
+              HasSubstr("entrypoint: is required"));
+  EXPECT_THAT(ParseError("entrypoint: x\n").message(), HasSubstr("searcher: is required"));
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "resources: {priority: 100}\n").message(),
+              HasSubstr("resources.priority: expected an integer in [1, 99], got \"100\""));
+  EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: single, metric: m, max_length: {batches: 1, epochs: 2}}\n").message(),
+              HasSubstr("searcher.max_length: expected exactly one of 'batches' or 'epochs'"));
+  EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: adaptive, metric: m, max_length: {batches: 1}}\n").message(),
+              HasSubstr("searcher.name: expected single or random"));
+}
+
+TEST(ExperimentConfig, EpochsNeedRecordsPerEpoch) {
+  EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: single, metric: m, max_length: {epochs: 1}}\n").message(),
+              HasSubstr("records_per_epoch"));
+}
+
+TEST(ExperimentConfig, IndivisibleBatchIsAWarning) {
+  auto parsed = ParseExperimentConfig(
+      std::string(kMinimal) + "hyperparameters: {global_batch_size: 100}\nresources: {slots_per_trial: 8}\n",
+      "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->warnings.size(), 1u);
+  EXPECT_THAT(parsed->warnings[0], HasSubstr("12 records per batch (96 per global batch; 4 dropped)"));
+}
+
+TEST(Hyperparameters, SamplingIsDeterministicAndInRange) {
+  auto parsed = ParseExperimentConfig(std::string(kMinimal) + R"(hyperparameters:
+  lr: {type: log, minval: -4, maxval: -1}
+  layers: {type: int, minval: 1, maxval: 3}
+  act: {type: categorical, vals: [relu, tanh]}
+  name: fixed
+)", "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& hps = parsed->config.hyperparameters;
+  EXPECT_EQ(SampleHyperparameters(hps, 5), SampleHyperparameters(hps, 5));
+  EXPECT_NE(SampleHyperparameters(hps, 5), SampleHyperparameters(hps, 6));
+  EXPECT_THAT(SampleHyperparameters(hps, 5), HasSubstr("\"name\":\"fixed\""));
+  EXPECT_EQ(TrialSeed(7, 0), TrialSeed(7, 0));
+  EXPECT_NE(TrialSeed(7, 0), TrialSeed(7, 1));
+  EXPECT_LE(TrialSeed(7, 1), 2147483647u);
+}
+
+TEST(DaemonConfig, MasterDefaultsAndErrors) {
+  auto c = ParseMasterConfig("data_dir: /tmp/x\n", "master.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->db_path, "/tmp/x/det.db");
+  EXPECT_EQ(c->agent_timeout, absl::Seconds(30));
+  EXPECT_THAT(ParseMasterConfig("agent_timeout: soon\n", "master.yaml").status().message(),
+              HasSubstr("master.yaml:1: agent_timeout: expected a duration"));
+  EXPECT_THAT(ParseMasterConfig("scheduler: {fitting_policy: random}\n", "m.yaml").status().message(),
+              HasSubstr("scheduler.fitting_policy: expected best_fit or worst_fit"));
+  EXPECT_EQ(LoadMasterConfig("/nonexistent/master.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(DaemonConfig, AgentNeedsMaster) {
+  EXPECT_THAT(ParseAgentConfig("slots: 2\n", "agent.yaml").status().message(),
+              HasSubstr("master: is required"));
+  auto c = ParseAgentConfig("master: h:1\nslots: 3\nworker_path: [/a, /b]\n", "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slots, 3);
+  EXPECT_EQ(c->worker_path.size(), 2u);
+  EXPECT_FALSE(c->agent_id.empty());
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void ListYaml(const std::string& dir, std::vector<std::string>* out) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = dir + "/" + name;
+    if (e->d_type == DT_DIR) ListYaml(path, out);
+    if (absl::EndsWith(name, ".yaml")) out->push_back(path);
+  }
+  closedir(d);
+}
+
+TEST(ShippedConfigs, EveryOneIsValid) {
+  std::vector<std::string> files;
+  ListYaml("configs", &files);
+  ASSERT_GE(files.size(), 4u);
+  for (const auto& f : files) {
+    SCOPED_TRACE(f);
+    absl::Status st;
+    if (absl::EndsWith(f, "/master.yaml")) {
+      st = LoadMasterConfig(f).status();
+    } else if (absl::EndsWith(f, "/agent.yaml")) {
+      st = LoadAgentConfig(f).status();
+    } else {
+      st = ParseExperimentConfig(Slurp(f), f, 1).status();
+    }
+    EXPECT_TRUE(st.ok()) << st;
+  }
+}
+
+}  // namespace
+}  // namespace det::config

@@ -1,0 +1,99 @@
+#include "common/config/daemon_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/yaml_reader.h"
+
+namespace det::config {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file '", path, "' does not exist or cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string SecretFromEnv() {
+  const char* s = std::getenv("DET_CLUSTER_SECRET");
+  return s ? s : "";
+}
+
+}  // namespace
+
+absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::string_view filename) {
+  auto node = ParseYaml(text, filename);
+  if (!node.ok()) return node.status();
+  MasterConfig c;
+  c.cluster_secret = SecretFromEnv();
+  ObjectReader r(*node, "", std::string(filename));
+  r.String("grpc_listen", &c.grpc_listen);
+  r.String("data_dir", &c.data_dir);
+  r.String("db_path", &c.db_path);
+  r.String("address_file", &c.address_file);
+  r.String("cluster_name", &c.cluster_name);
+  r.String("cluster_secret", &c.cluster_secret);
+  r.Object("scheduler", [&](ObjectReader& s) {
+    s.String("fitting_policy", &c.scheduler_fit);
+    if (s.ok() && c.scheduler_fit != "best_fit" && c.scheduler_fit != "worst_fit") {
+      s.Fail("fitting_policy",
+             absl::StrCat("expected best_fit or worst_fit, got \"", c.scheduler_fit, "\""));
+    }
+  });
+  r.Duration("agent_timeout", &c.agent_timeout);
+  r.Duration("agent_reconnect_wait", &c.agent_reconnect_wait);
+  r.String("log_level", &c.log_level);
+  absl::Status st = r.Finish();
+  if (!st.ok()) return st;
+  if (c.db_path.empty()) c.db_path = c.data_dir + "/det.db";
+  return c;
+}
+
+absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::string_view filename) {
+  auto node = ParseYaml(text, filename);
+  if (!node.ok()) return node.status();
+  AgentConfig c;
+  c.cluster_secret = SecretFromEnv();
+  ObjectReader r(*node, "", std::string(filename));
+  r.String("master", &c.master, /*required=*/true);
+  r.String("agent_id", &c.agent_id);
+  r.String("slot_type", &c.slot_type);
+  if (r.ok() && c.slot_type != "cpu" && c.slot_type != "auto" && c.slot_type != "cuda") {
+    r.Fail("slot_type", absl::StrCat("expected cpu, cuda or auto, got \"", c.slot_type, "\""));
+  }
+  r.Int("slots", &c.slots, 0, 4096);
+  r.String("resource_pool", &c.resource_pool);
+  r.String("work_dir", &c.work_dir);
+  r.StringList("worker_path", &c.worker_path, /*allow_scalar=*/true);
+  r.String("cluster_secret", &c.cluster_secret);
+  r.Duration("heartbeat_interval", &c.heartbeat_interval);
+  r.Duration("kill_grace", &c.kill_grace);
+  r.String("log_level", &c.log_level);
+  absl::Status st = r.Finish();
+  if (!st.ok()) return st;
+  if (c.agent_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    c.agent_id = host;
+  }
+  return c;
+}
+
+absl::StatusOr<MasterConfig> LoadMasterConfig(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseMasterConfig(*text, path);
+}
+
+absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseAgentConfig(*text, path);
+}
+
+}  // namespace det::config

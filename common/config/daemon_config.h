@@ -1,0 +1,65 @@
+// master.yaml and agent.yaml: the daemons' startup configuration.
+#ifndef DET_COMMON_CONFIG_DAEMON_CONFIG_H_
+#define DET_COMMON_CONFIG_DAEMON_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace det::config {
+
+struct MasterConfig {
+  // host:port of the gRPC API (users, agents, workers). Port 0 picks a free port.
+  std::string grpc_listen = "0.0.0.0:8080";
+  // Directory for the database and uploaded model contexts; created if missing.
+  std::string data_dir = "/var/lib/det";
+  // SQLite file. Default: DATA_DIR/det.db.
+  std::string db_path;
+  // When set, the master writes its bound gRPC address here once it serves.
+  std::string address_file;
+  std::string cluster_name = "det";
+  // Agents must present this secret to join (empty: any agent may join).
+  std::string cluster_secret;
+  // "best_fit" (default) or "worst_fit".
+  std::string scheduler_fit = "best_fit";
+  // An agent silent for this long is declared lost and its trials are rescheduled.
+  absl::Duration agent_timeout = absl::Seconds(30);
+  // After a master restart, how long agents have to come back before their trials are
+  // declared lost.
+  absl::Duration agent_reconnect_wait = absl::Seconds(60);
+  std::string log_level = "info";
+};
+
+struct AgentConfig {
+  // host:port of the master's gRPC API.
+  std::string master = "127.0.0.1:8080";
+  // Default: the host name.
+  std::string agent_id;
+  // "cpu" (or "auto": GPUs when found, else CPU slots).
+  std::string slot_type = "auto";
+  // Number of CPU slots when the agent offers CPU slots.
+  int slots = 1;
+  std::string resource_pool = "default";
+  // Per-allocation working directories live here. Created if missing.
+  std::string work_dir = "/tmp/det-agent";
+  // Directories searched (before PATH) for entrypoint programs.
+  std::vector<std::string> worker_path;
+  std::string cluster_secret;
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  // SIGTERM to SIGKILL when killing workers.
+  absl::Duration kill_grace = absl::Seconds(10);
+  std::string log_level = "info";
+};
+
+// Reads a config file; missing keys keep their defaults. The cluster secret may also come
+// from the DET_CLUSTER_SECRET environment variable (the file wins).
+absl::StatusOr<MasterConfig> LoadMasterConfig(const std::string& path);
+absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
+absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::string_view filename);
+absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::string_view filename);
+
+}  // namespace det::config
+
+#endif  // DET_COMMON_CONFIG_DAEMON_CONFIG_H_

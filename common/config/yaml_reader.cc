@@ -1,0 +1,339 @@
+#include "common/config/yaml_reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace det::config {
+namespace {
+
+int Line(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
+
+std::string Quote(const YAML::Node& node) {
+  if (node.IsScalar()) return absl::StrCat("\"", node.Scalar(), "\"");
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  return "nothing";
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+void JsonEscape(const std::string& s, std::string* out) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out->append(buf);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void ToJson(const YAML::Node& node, std::string* out) {
+  if (node.IsMap()) {
+    out->push_back('{');
+    bool first = true;
+    for (const auto& kv : node) {
+      if (!first) out->push_back(',');
+      first = false;
+      JsonEscape(kv.first.Scalar(), out);
+      out->push_back(':');
+      ToJson(kv.second, out);
+    }
+    out->push_back('}');
+  } else if (node.IsSequence()) {
+    out->push_back('[');
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (i) out->push_back(',');
+      ToJson(node[i], out);
+    }
+    out->push_back(']');
+  } else if (node.IsScalar()) {
+    const std::string& s = node.Scalar();
+    int64_t i;
+    double d;
+    if (node.Tag() != "!" && absl::SimpleAtoi(s, &i)) {
+      absl::StrAppend(out, i);
+    } else if (node.Tag() != "!" && absl::SimpleAtod(s, &d) && std::isfinite(d) &&
+               s.find_first_of("0123456789") != std::string::npos) {
+      std::ostringstream os;
+      os.precision(17);
+      os << d;
+      out->append(os.str());
+    } else if (node.Tag() != "!" && (s == "true" || s == "false")) {
+      out->append(s);
+    } else {
+      JsonEscape(s, out);
+    }
+  } else {
+    out->append("null");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename) {
+  try {
+    YAML::Node node = YAML::Load(std::string(text));
+    if (!node.IsDefined() || node.IsNull()) return YAML::Node(YAML::NodeType::Map);
+    return node;
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(filename, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));
+  }
+}
+
+absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file '", path, "' does not exist or cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseYaml(ss.str(), path);
+}
+
+std::string EmitYaml(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << node;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string YamlToJson(const YAML::Node& node) {
+  std::string out;
+  ToJson(node, &out);
+  return out;
+}
+
+std::string DidYouMean(absl::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    size_t d = EditDistance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+ObjectReader::ObjectReader(const YAML::Node& node, std::string path, std::string filename)
+    : ObjectReader(node, std::move(path), std::move(filename),
+                   std::make_shared<absl::Status>()) {}
+
+ObjectReader::ObjectReader(const YAML::Node& node, std::string path, std::string filename,
+                           std::shared_ptr<absl::Status> status)
+    : node_(node), path_(std::move(path)), filename_(std::move(filename)),
+      status_(std::move(status)) {
+  if (!node_.IsMap() && !(node_.IsNull() && path_.empty())) {
+    Error("", absl::StrCat("expected a mapping, got ", Quote(node_)));
+  }
+}
+
+std::string ObjectReader::PathOf(const std::string& key) const {
+  if (key.empty()) return path_.empty() ? "(top level)" : path_;
+  return path_.empty() ? key : absl::StrCat(path_, ".", key);
+}
+
+std::string ObjectReader::Where(const std::string& key) const {
+  int line = Line(node_);
+  if (!key.empty() && node_.IsMap() && node_[key]) line = Line(node_[key]);
+  return line > 0 ? absl::StrCat(filename_, ":", line, ": ") : absl::StrCat(filename_, ": ");
+}
+
+void ObjectReader::Error(const std::string& key, const std::string& message) {
+  if (!status_->ok()) return;
+  *status_ = absl::InvalidArgumentError(absl::StrCat(Where(key), PathOf(key), ": ", message));
+}
+
+void ObjectReader::Fail(const std::string& key, const std::string& message) {
+  Error(key, message);
+}
+
+bool ObjectReader::Has(const std::string& key) const {
+  return node_.IsMap() && node_[key] && !node_[key].IsNull();
+}
+
+const YAML::Node* ObjectReader::Scalar(const std::string& key, const char* expected,
+                                       YAML::Node* holder, bool required) {
+  known_.insert(key);
+  if (!Has(key)) {
+    if (required) Error(key, absl::StrCat("is required (", expected, ")"));
+    return nullptr;
+  }
+  *holder = node_[key];
+  if (!holder->IsScalar()) {
+    Error(key, absl::StrCat("expected ", expected, ", got ", Quote(*holder)));
+    return nullptr;
+  }
+  return holder;
+}
+
+void ObjectReader::String(const std::string& key, std::string* out, bool required) {
+  YAML::Node n;
+  if (auto* v = Scalar(key, "a string", &n, required)) *out = v->Scalar();
+}
+
+void ObjectReader::Int(const std::string& key, int64_t* out, int64_t min, int64_t max,
+                       bool required) {
+  std::string expected =
+      min == std::numeric_limits<int64_t>::min() || min <= std::numeric_limits<int>::min()
+          ? "an integer"
+          : (max >= std::numeric_limits<int>::max() ? absl::StrCat("an integer >= ", min)
+                                                    : absl::StrCat("an integer in [", min, ", ", max, "]"));
+  YAML::Node n;
+  auto* v = Scalar(key, expected.c_str(), &n, required);
+  if (!v) return;
+  int64_t value;
+  if (!absl::SimpleAtoi(v->Scalar(), &value) || value < min || value > max) {
+    Error(key, absl::StrCat("expected ", expected, ", got ", Quote(*v)));
+    return;
+  }
+  *out = value;
+}
+
+void ObjectReader::Int(const std::string& key, int* out, int64_t min, int64_t max, bool required) {
+  int64_t value = *out;
+  Int(key, &value, min, max, required);
+  *out = static_cast<int>(value);
+}
+
+void ObjectReader::Double(const std::string& key, double* out, bool required) {
+  YAML::Node n;
+  auto* v = Scalar(key, "a number", &n, required);
+  if (!v) return;
+  double value;
+  if (!absl::SimpleAtod(v->Scalar(), &value) || !std::isfinite(value)) {
+    Error(key, absl::StrCat("expected a number, got ", Quote(*v)));
+    return;
+  }
+  *out = value;
+}
+
+void ObjectReader::Bool(const std::string& key, bool* out) {
+  YAML::Node n;
+  auto* v = Scalar(key, "true or false", &n, false);
+  if (!v) return;
+  std::string s = absl::AsciiStrToLower(v->Scalar());
+  if (s == "true" || s == "yes" || s == "on") {
+    *out = true;
+  } else if (s == "false" || s == "no" || s == "off") {
+    *out = false;
+  } else {
+    Error(key, absl::StrCat("expected true or false, got ", Quote(*v)));
+  }
+}
+
+void ObjectReader::Duration(const std::string& key, absl::Duration* out) {
+  YAML::Node n;
+  auto* v = Scalar(key, "a duration such as 30s, 5m or 1h", &n, false);
+  if (!v) return;
+  std::string s = v->Scalar();
+  double seconds;
+  if (absl::SimpleAtod(s, &seconds) && seconds >= 0) {
+    *out = absl::Seconds(seconds);
+    return;
+  }
+  absl::Duration d;
+  if (!absl::ParseDuration(s, &d) || d < absl::ZeroDuration()) {
+    Error(key, absl::StrCat("expected a duration such as 30s, 5m or 1h, got ", Quote(*v)));
+    return;
+  }
+  *out = d;
+}
+
+void ObjectReader::StringList(const std::string& key, std::vector<std::string>* out,
+                              bool allow_scalar, bool required) {
+  known_.insert(key);
+  if (!Has(key)) {
+    if (required) Error(key, "is required (a list of strings)");
+    return;
+  }
+  const YAML::Node n = node_[key];
+  if (n.IsScalar() && allow_scalar) {
+    *out = absl::StrSplit(n.Scalar(), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    return;
+  }
+  if (!n.IsSequence()) {
+    Error(key, absl::StrCat("expected a list of strings, got ", Quote(n)));
+    return;
+  }
+  std::vector<std::string> items;
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (!n[i].IsScalar()) {
+      Error(key, absl::StrCat("item ", i, ": expected a string, got ", Quote(n[i])));
+      return;
+    }
+    items.push_back(n[i].Scalar());
+  }
+  *out = std::move(items);
+}
+
+void ObjectReader::Object(const std::string& key, const std::function<void(ObjectReader&)>& read,
+                          bool required) {
+  known_.insert(key);
+  if (!Has(key)) {
+    if (required) Error(key, "is required");
+    return;
+  }
+  ObjectReader child(node_[key], PathOf(key), filename_, status_);
+  if (!status_->ok()) return;
+  read(child);
+  child.Finish().IgnoreError();  // Recorded in the shared status.
+}
+
+void ObjectReader::Any(const std::string& key, YAML::Node* out) {
+  known_.insert(key);
+  if (node_.IsMap() && node_[key]) *out = node_[key];
+}
+
+void ObjectReader::Known(const std::string& key) { known_.insert(key); }
+
+absl::Status ObjectReader::Finish() {
+  if (status_->ok() && node_.IsMap()) {
+    for (const auto& kv : node_) {
+      std::string key = kv.first.Scalar();
+      if (known_.count(key)) continue;
+      std::vector<std::string> candidates(known_.begin(), known_.end());
+      std::string suggestion = DidYouMean(key, candidates);
+      std::string message = "unknown key";
+      if (!suggestion.empty()) absl::StrAppend(&message, " (did you mean '", suggestion, "'?)");
+      Error(key, message);
+      break;
+    }
+  }
+  return *status_;
+}
+
+}  // namespace det::config
