@@ -90,6 +90,14 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
   return json;
 }
 
+absl::Status WriteJson(const google::protobuf::Message& message, std::ostream& out,
+                       bool pretty) {
+  absl::StatusOr<std::string> json = ToJson(message, pretty);
+  if (!json.ok()) return json.status();
+  out << *json << '\n';
+  return absl::OkStatus();
+}
+
 std::string StateName(v1::State state) {
   std::string name = v1::State_Name(state);
   constexpr absl::string_view kPrefix = "STATE_";

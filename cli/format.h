@@ -52,6 +52,10 @@ void RenderKeyValues(const KeyValues& fields, std::ostream& out);
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
                                    bool pretty = true);
 
+// ToJson(message, pretty) and a newline, written to `out`.
+absl::Status WriteJson(const google::protobuf::Message& message, std::ostream& out,
+                       bool pretty = true);
+
 // "ACTIVE" for STATE_ACTIVE, and so on.
 std::string StateName(v1::State state);
 // COMPLETED, CANCELED and ERROR.

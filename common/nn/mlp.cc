@@ -355,7 +355,7 @@ absl::StatusOr<Mlp> Mlp::Deserialize(std::string_view blob) {
       return absl::DataLossError(
           absl::StrFormat("corrupt Mlp blob: layer size %d at index %d", size, l));
     }
-    if (l > 0) params += (uint64_t{options.layer_sizes.back()} + 1) * size;
+    if (l > 0) params += (static_cast<uint64_t>(options.layer_sizes.back()) + 1) * size;
     options.layer_sizes.push_back(static_cast<int>(size));
   }
   // Parameter count, momentum, weight decay, parameters, velocity, checksum.

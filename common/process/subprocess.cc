@@ -90,7 +90,7 @@ absl::StatusOr<Pipe> MakePipe() {
 }
 
 absl::StatusOr<ScopedFd> OpenForChild(const std::string& path, int flags, mode_t mode,
-                                      std::string_view what, const std::string& program) {
+                                      const char* what, const std::string& program) {
   ScopedFd fd(open(path.c_str(), flags | O_CLOEXEC, mode));
   if (fd.get() < 0) {
     return absl::ErrnoToStatus(
@@ -181,7 +181,7 @@ void PlanProgram(const SpawnOptions& options, ExecPlan& plan) {
   while (true) {
     size_t colon = rest.find(':');
     std::string_view dir = rest.substr(0, colon);
-    plan.candidates.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", program));
+    plan.candidates.push_back(absl::StrCat(dir.empty() ? "." : std::string(dir), "/", program));
     if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
   }

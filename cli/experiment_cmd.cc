@@ -1,0 +1,193 @@
+// det experiment|e create|list|describe|config|kill
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/experiment_files.h"
+#include "cli/format.h"
+#include "common/status/status_macros.h"
+
+namespace det::cli {
+namespace {
+
+constexpr char kJsonHelp[] = "print machine-readable JSON";
+// Experiments per ListExperiments page.
+constexpr int kListPage = 200;
+// Long poll of one trial's logs while following an experiment.
+constexpr int kFollowWaitMs = 2000;
+// Pause between polls while an experiment has no unfinished trial to wait on.
+constexpr absl::Duration kFollowIdle = absl::Seconds(1);
+
+struct CreateOptions {
+  std::string config;
+  std::string context_dir;
+  bool follow = false;
+};
+
+// Writes "[trial ID] <log line>" to ctx.out.
+std::function<void(const v1::LogLine&)> PrintTrialLine(CliContext& ctx, int64_t trial_id) {
+  return [&ctx, trial_id](const v1::LogLine& line) {
+    ctx.out << "[trial " << trial_id << "] " << FormatLogLine(line) << '\n';
+  };
+}
+
+// Prints the experiment's trials' log lines as they appear until the experiment ends,
+// then a summary. Error when it ended in ERROR or CANCELED.
+absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id) {
+  std::map<int64_t, TrialLogCursor> cursors;
+  v1::GetExperimentResponse latest;
+  while (true) {
+    ASSIGN_OR_RETURN(latest, api.GetExperiment(id));
+    const bool ended = IsTerminal(latest.experiment().state());
+    int printed = 0;
+    TrialLogCursor* unfinished = nullptr;
+    for (const v1::Trial& trial : latest.trials()) {
+      TrialLogCursor& cursor = cursors[trial.id()];
+      cursor.trial_id = trial.id();
+      while (!cursor.done) {
+        ASSIGN_OR_RETURN(int n, FetchTrialLogs(api, cursor, /*wait_ms=*/0,
+                                               PrintTrialLine(ctx, trial.id())));
+        printed += n;
+        if (n == 0) break;
+      }
+      if (!cursor.done && unfinished == nullptr) unfinished = &cursor;
+    }
+    ctx.out.flush();
+    if (ended) break;
+    if (printed > 0) continue;
+    if (unfinished != nullptr) {
+      RETURN_IF_ERROR(FetchTrialLogs(api, *unfinished, kFollowWaitMs,
+                                     PrintTrialLine(ctx, unfinished->trial_id))
+                          .status());
+    } else {
+      ctx.sleep(kFollowIdle);
+    }
+  }
+
+  const v1::Experiment& experiment = latest.experiment();
+  ctx.out << "\nExperiment " << id << " ended: " << StateName(experiment.state()) << '\n';
+  if (latest.trials_size() > 0) TrialsTable(latest.trials()).Render(ctx.out);
+  if (experiment.state() == v1::STATE_COMPLETED) return absl::OkStatus();
+  std::string reason = absl::StrCat("experiment ", id, " ended in ",
+                                    StateName(experiment.state()));
+  if (!experiment.error().empty()) absl::StrAppend(&reason, ": ", experiment.error());
+  return absl::AbortedError(reason);
+}
+
+absl::Status Create(CliContext& ctx, const CreateOptions& options) {
+  ASSIGN_OR_RETURN(std::string config_yaml, ReadConfigFile(options.config));
+  v1::CreateExperimentRequest request;
+  request.set_config_yaml(std::move(config_yaml));
+  request.set_config_path(options.config);
+  if (!options.context_dir.empty()) {
+    ASSIGN_OR_RETURN(std::vector<v1::ContextFile> files,
+                     ReadContextDir(options.context_dir));
+    for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
+  }
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperiment(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  const int64_t id = response.experiment().id();
+  ctx.out << "Created experiment " << id << '\n';
+  for (const std::string& warning : response.warnings()) {
+    ctx.out << "Warning: " << warning << '\n';
+  }
+  if (!options.follow) return absl::OkStatus();
+  return FollowExperiment(ctx, *api, id);
+}
+
+absl::Status List(CliContext& ctx) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::ListExperimentsResponse all;
+  for (int offset = 0;;) {
+    v1::ListExperimentsRequest request;
+    request.set_limit(kListPage);
+    request.set_offset(offset);
+    ASSIGN_OR_RETURN(v1::ListExperimentsResponse page, api->ListExperiments(request));
+    all.set_total(page.total());
+    for (v1::Experiment& e : *page.mutable_experiments()) {
+      *all.add_experiments() = std::move(e);
+    }
+    offset += page.experiments_size();
+    // A page other than full means the last one (or a master ignoring `limit`).
+    if (page.experiments_size() != kListPage ||
+        (page.total() > 0 && all.experiments_size() >= page.total())) {
+      break;
+    }
+  }
+  if (ctx.json) return WriteJson(all, ctx.out);
+  ExperimentsTable(all.experiments()).Render(ctx.out);
+  return absl::OkStatus();
+}
+
+absl::Status Describe(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetExperimentResponse response, api->GetExperiment(id));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  RenderKeyValues(ExperimentFields(response.experiment()), ctx.out);
+  ctx.out << "\nTrials:\n";
+  TrialsTable(response.trials()).Render(ctx.out);
+  return absl::OkStatus();
+}
+
+absl::Status Config(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetExperimentResponse response, api->GetExperiment(id));
+  const std::string& yaml = response.experiment().config_yaml();
+  ctx.out << yaml;
+  if (!yaml.empty() && yaml.back() != '\n') ctx.out << '\n';
+  return absl::OkStatus();
+}
+
+absl::Status Kill(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  RETURN_IF_ERROR(api->KillExperiment(id));
+  ctx.out << "Killed experiment " << id << '\n';
+  return absl::OkStatus();
+}
+
+// Adds subcommand `name` taking a required experiment ID; `run` becomes the action.
+CLI::App* AddIdCommand(CLI::App& group, CliContext& ctx, const std::string& name,
+                       const std::string& help,
+                       absl::Status (*run)(CliContext&, int64_t)) {
+  auto id = std::make_shared<int64_t>(0);
+  CLI::App* cmd = group.add_subcommand(name, help);
+  cmd->add_option("ID", *id, "experiment ID")->required();
+  cmd->callback([&ctx, id, run] { ctx.action = [&ctx, id, run] { return run(ctx, *id); }; });
+  return cmd;
+}
+
+}  // namespace
+
+void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
+  CLI::App* group = app.add_subcommand("experiment", "manage experiments")->alias("e");
+  group->require_subcommand(1);
+
+  auto create_options = std::make_shared<CreateOptions>();
+  CLI::App* create = group->add_subcommand("create", "create an experiment");
+  create->add_option("CONFIG", create_options->config, "experiment config file (YAML)")
+      ->required();
+  create->add_option("CONTEXT_DIR", create_options->context_dir,
+                     "model context directory to upload");
+  CLI::Option* follow = create->add_flag("-f,--follow", create_options->follow,
+                                         "follow the trials' logs until the experiment ends");
+  create->add_flag("--json", ctx.json, kJsonHelp)->excludes(follow);
+  create->callback([&ctx, create_options] {
+    ctx.action = [&ctx, create_options] { return Create(ctx, *create_options); };
+  });
+
+  CLI::App* list = group->add_subcommand("list", "list experiments");
+  list->add_flag("--json", ctx.json, kJsonHelp);
+  list->callback([&ctx] { ctx.action = [&ctx] { return List(ctx); }; });
+
+  AddIdCommand(*group, ctx, "describe", "describe an experiment and its trials", Describe)
+      ->add_flag("--json", ctx.json, kJsonHelp);
+  AddIdCommand(*group, ctx, "config", "print an experiment's effective config", Config);
+  AddIdCommand(*group, ctx, "kill", "kill an experiment", Kill);
+}
+
+}  // namespace det::cli

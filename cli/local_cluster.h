@@ -1,0 +1,70 @@
+// `det deploy local`: a master and agents as background daemons on this machine, their
+// config, logs and pid files under one data directory D:
+//   D/master.yaml, D/agent-I.yaml        written by ClusterUp (mode 0600)
+//   D/cluster_secret                     random hex, made once, mode 0600
+//   D/logs/master.log, D/logs/agent-I.log  the daemons' stdout and stderr, appended
+//   D/run/master.pid, D/run/agent-I.pid  "PID\n" of each running daemon
+//   D/master/, D/agent-I/                the daemons' data_dir / work_dir
+// with I = 0 .. agents-1 and agent ids "local-agent-I".
+#ifndef DET_CLI_LOCAL_CLUSTER_H_
+#define DET_CLI_LOCAL_CLUSTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cli/cli_context.h"
+
+namespace det::cli {
+
+// Flags of `det deploy local cluster-up`.
+struct ClusterUpOptions {
+  int agents = 1;
+  int slots_per_agent = 1;
+  // "~" and "~/..." expand to $HOME.
+  std::string data_dir = "~/.det-local";
+  int master_port = 8080;
+  // Searched first for the binaries; empty: not given.
+  std::string bin_dir;
+};
+
+// What the config files say; every path absolute.
+struct LocalClusterLayout {
+  std::string data_dir;
+  int master_port = 8080;
+  int slots_per_agent = 1;
+  // Directories the agents search for worker programs.
+  std::vector<std::string> worker_path;
+  std::string cluster_secret;
+};
+
+// The text of D/master.yaml: grpc_listen, data_dir, cluster_secret.
+std::string MasterYaml(const LocalClusterLayout& layout);
+// The text of D/agent-I.yaml: master, agent_id, slot_type (cpu), slots, work_dir,
+// worker_path, cluster_secret.
+std::string AgentYaml(const LocalClusterLayout& layout, int index);
+
+// "~"-expanded, absolute, normalized.
+absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir);
+
+// Path of the executable `name`: in `dirs` in order, then in the directories of `path`
+// (a $PATH-style list). NotFound naming the program and saying to build //deploy:bin.
+absl::StatusOr<std::string> FindBinary(const std::string& name,
+                                       const std::vector<std::string>& dirs,
+                                       const std::string& path);
+
+// Starts det-master and `agents` det-agents as detached daemons and waits (up to 60 s)
+// until the master answers and every agent is connected; prints the master address.
+// Fails, stopping what it started, when a cluster already runs in the data directory, a
+// binary is missing, or the wait runs out (then the tail of the guilty log goes to
+// ctx.err).
+absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options);
+
+// Stops the daemons of the data directory: SIGTERM to each process group (agents
+// first, then the master), SIGKILL after 10 s, pid files removed. Prints what it did.
+absl::Status ClusterDown(CliContext& ctx, const std::string& data_dir);
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_LOCAL_CLUSTER_H_

@@ -1,0 +1,106 @@
+// det trial|t describe|logs
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "common/status/status_macros.h"
+
+namespace det::cli {
+namespace {
+
+constexpr char kJsonHelp[] = "print machine-readable JSON";
+// Lines per GetTrialLogs page.
+constexpr int kLogPageLines = 1000;
+// Long poll of `det trial logs -f`.
+constexpr int kFollowWaitMs = 5000;
+
+absl::Status Describe(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetTrialResponse response, api->GetTrial(id));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  RenderKeyValues(TrialFields(response.trial()), ctx.out);
+  Table metrics = TrialMetricsTable(response.trial());
+  if (metrics.num_rows() > 0) {
+    ctx.out << "\nMetrics:\n";
+    metrics.Render(ctx.out);
+  }
+  return absl::OkStatus();
+}
+
+struct LogsOptions {
+  int64_t trial_id = 0;
+  bool follow = false;
+  int32_t rank = 0;
+  CLI::Option* rank_option = nullptr;
+};
+
+absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  TrialLogCursor cursor;
+  cursor.trial_id = options.trial_id;
+  if (options.rank_option->count() > 0) cursor.rank = options.rank;
+  auto emit = [&ctx](const v1::LogLine& line) {
+    if (ctx.json) {
+      // One JSON object per line; a line that cannot be converted is impossible for a
+      // well-formed message.
+      (void)WriteJson(line, ctx.out, /*pretty=*/false);
+    } else {
+      ctx.out << FormatLogLine(line) << '\n';
+    }
+  };
+  while (true) {
+    ASSIGN_OR_RETURN(int n, FetchTrialLogs(*api, cursor, options.follow ? kFollowWaitMs : 0,
+                                           emit));
+    ctx.out.flush();
+    if (cursor.done || (!options.follow && n == 0)) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> FetchTrialLogs(ApiClient& api, TrialLogCursor& cursor, int wait_ms,
+                                   const std::function<void(const v1::LogLine&)>& emit) {
+  v1::GetTrialLogsRequest request;
+  request.set_trial_id(cursor.trial_id);
+  request.set_after_id(cursor.after_id);
+  request.set_limit(kLogPageLines);
+  if (cursor.rank.has_value()) request.set_rank(*cursor.rank);
+  request.set_wait_ms(wait_ms);
+  ASSIGN_OR_RETURN(v1::GetTrialLogsResponse response, api.GetTrialLogs(request));
+  for (const v1::LogLine& line : response.lines()) {
+    emit(line);
+    cursor.after_id = std::max(cursor.after_id, line.id());
+  }
+  if (response.done()) cursor.done = true;
+  return response.lines_size();
+}
+
+void RegisterTrialCommands(CLI::App& app, CliContext& ctx) {
+  CLI::App* group = app.add_subcommand("trial", "inspect trials")->alias("t");
+  group->require_subcommand(1);
+
+  auto describe_id = std::make_shared<int64_t>(0);
+  CLI::App* describe = group->add_subcommand("describe", "describe a trial");
+  describe->add_option("ID", *describe_id, "trial ID")->required();
+  describe->add_flag("--json", ctx.json, kJsonHelp);
+  describe->callback([&ctx, describe_id] {
+    ctx.action = [&ctx, describe_id] { return Describe(ctx, *describe_id); };
+  });
+
+  auto logs_options = std::make_shared<LogsOptions>();
+  CLI::App* logs = group->add_subcommand("logs", "print a trial's logs");
+  logs->add_option("ID", logs_options->trial_id, "trial ID")->required();
+  logs->add_flag("-f,--follow", logs_options->follow, "wait for new lines until the trial ends");
+  logs_options->rank_option =
+      logs->add_option("--rank", logs_options->rank, "only the lines of this rank");
+  logs->add_flag("--json", ctx.json, "print each line as a JSON object");
+  logs->callback([&ctx, logs_options] {
+    ctx.action = [&ctx, logs_options] { return Logs(ctx, *logs_options); };
+  });
+}
+
+}  // namespace det::cli

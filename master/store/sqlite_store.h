@@ -1,0 +1,58 @@
+// Store on an SQLite file: WAL journal, synchronous=FULL (a committed transaction survives
+// a crash of the process or the machine), schema migrations applied on open.
+#ifndef DET_MASTER_STORE_SQLITE_STORE_H_
+#define DET_MASTER_STORE_SQLITE_STORE_H_
+
+#include <memory>
+#include <string>
+
+#include "master/store/store.h"
+
+struct sqlite3;
+
+namespace det::master {
+
+class SqliteStore : public Store {
+ public:
+  // Opens (creating if needed) the database at `path` and migrates it to the latest
+  // schema. ":memory:" gives a private in-memory database (tests).
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  ~SqliteStore() override;
+
+  // The schema version the database is at.
+  int SchemaVersion();
+  // Runs PRAGMA integrity_check; OK when it answers "ok".
+  absl::Status CheckIntegrity();
+
+  absl::StatusOr<StoreSnapshot> Load() override;
+  absl::StatusOr<int64_t> InsertExperiment(const v1::Experiment& experiment,
+                                           const std::string& context) override;
+  absl::Status UpdateExperiment(const v1::Experiment& experiment) override;
+  absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override;
+  absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) override;
+  absl::Status UpdateTrial(const v1::Trial& trial) override;
+  absl::Status UpsertAllocation(const v1::Allocation& allocation,
+                                const std::string& token) override;
+  absl::Status UpsertAgent(const v1::Agent& agent) override;
+  absl::Status AddMetrics(const v1::Trial& trial, const std::vector<v1::Metrics>& metrics) override;
+  absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                      const std::string& group) override;
+  absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;
+  absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
+                                                   std::optional<int> rank) override;
+  absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) override;
+  absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override;
+
+ private:
+  SqliteStore(sqlite3* db, std::string path);
+  absl::Status Exec(const std::string& sql);
+  absl::Status Migrate();
+  absl::Status WriteTrial(const v1::Trial& trial);
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_STORE_SQLITE_STORE_H_

@@ -1,0 +1,159 @@
+#include "master/store/sqlite_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
+  unlink(path.c_str());
+  unlink((path + "-wal").c_str());
+  unlink((path + "-shm").c_str());
+  return path;
+}
+
+TEST(SqliteStore, EverythingSurvivesReopen) {
+  std::string path = TempPath("reopen.db");
+  int64_t exp_id, trial_id;
+  std::string cluster_id;
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->SchemaVersion(), 1);
+    auto snap = (*store)->Load();
+    ASSERT_TRUE(snap.ok());
+    cluster_id = snap->cluster_id;
+    EXPECT_EQ(cluster_id.size(), 32u);
+
+    v1::Experiment e;
+    e.set_name("mnist");
+    e.set_state(v1::STATE_ACTIVE);
+    e.set_config_yaml("name: mnist\n");
+    auto id = (*store)->InsertExperiment(e, "context-bytes");
+    ASSERT_TRUE(id.ok()) << id.status();
+    exp_id = *id;
+
+    v1::Trial t;
+    t.set_experiment_id(exp_id);
+    t.set_state(v1::STATE_RUNNING);
+    t.set_seed(17);
+    auto tid = (*store)->InsertTrial(t);
+    ASSERT_TRUE(tid.ok()) << tid.status();
+    trial_id = *tid;
+    t.set_id(trial_id);
+
+    v1::Metrics m;
+    m.set_trial_id(trial_id);
+    m.set_group("validation");
+    m.set_total_batches(100);
+    (*m.mutable_values())["accuracy"] = 0.875;
+    (*t.mutable_validation_summary())["accuracy"].set_last(0.875);
+    ASSERT_TRUE((*store)->AddMetrics(t, {m}).ok());
+
+    v1::Allocation a;
+    a.set_id("alloc-1");
+    a.set_trial_id(trial_id);
+    a.set_state(v1::STATE_RUNNING);
+    ASSERT_TRUE((*store)->UpsertAllocation(a, "tok").ok());
+
+    std::vector<v1::LogLine> lines(3);
+    for (int i = 0; i < 3; ++i) {
+      lines[i].set_trial_id(trial_id);
+      lines[i].set_rank(i % 2);
+      lines[i].set_message("line " + std::to_string(i));
+    }
+    ASSERT_TRUE((*store)->AddLogs(&lines).ok());
+    EXPECT_LT(lines[0].id(), lines[2].id());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->CheckIntegrity().ok());
+  auto snap = (*store)->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->cluster_id, cluster_id);
+  ASSERT_EQ(snap->experiments.size(), 1u);
+  EXPECT_EQ(snap->experiments[0].id(), exp_id);
+  EXPECT_EQ(snap->experiments[0].name(), "mnist");
+  ASSERT_EQ(snap->trials.size(), 1u);
+  EXPECT_EQ(snap->trials[0].seed(), 17);
+  EXPECT_DOUBLE_EQ(snap->trials[0].validation_summary().at("accuracy").last(), 0.875);
+  ASSERT_EQ(snap->open_allocations.size(), 1u);
+  EXPECT_EQ(snap->open_allocations[0].second, "tok");
+  EXPECT_EQ(*(*store)->GetExperimentContext(exp_id), "context-bytes");
+
+  auto metrics = (*store)->GetMetrics(trial_id, "validation");
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_DOUBLE_EQ(metrics->at(0).values().at("accuracy"), 0.875);
+  EXPECT_TRUE((*store)->GetMetrics(trial_id, "training")->empty());
+
+  auto all = (*store)->GetLogs(trial_id, 0, 100, std::nullopt);
+  ASSERT_EQ(all->size(), 3u);
+  auto rank1 = (*store)->GetLogs(trial_id, 0, 100, 1);
+  ASSERT_EQ(rank1->size(), 1u);
+  EXPECT_EQ(rank1->at(0).message(), "line 1");
+  auto after = (*store)->GetLogs(trial_id, all->at(0).id(), 100, std::nullopt);
+  EXPECT_EQ(after->size(), 2u);
+}
+
+TEST(SqliteStore, ClosedAllocationsAreNotReloaded) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  v1::Experiment e;
+  auto eid = (*store)->InsertExperiment(e, "");
+  v1::Trial t;
+  t.set_experiment_id(*eid);
+  auto tid = (*store)->InsertTrial(t);
+  v1::Allocation a;
+  a.set_id("a");
+  a.set_trial_id(*tid);
+  a.set_state(v1::STATE_RUNNING);
+  ASSERT_TRUE((*store)->UpsertAllocation(a, "t").ok());
+  a.set_state(v1::STATE_COMPLETED);
+  ASSERT_TRUE((*store)->UpsertAllocation(a, "t").ok());
+  EXPECT_TRUE((*store)->Load()->open_allocations.empty());
+}
+
+TEST(SqliteStore, UpdatingAMissingRowIsNotFound) {
+  auto store = SqliteStore::Open(":memory:");
+  v1::Trial t;
+  t.set_id(99);
+  EXPECT_EQ((*store)->UpdateTrial(t).code(), absl::StatusCode::kNotFound);
+  v1::Experiment e;
+  e.set_id(5);
+  EXPECT_EQ((*store)->UpdateExperiment(e).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteStore, UnopenablePathNamesTheFile) {
+  auto store = SqliteStore::Open("/nonexistent-dir/sub/det.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_THAT(store.status().message(), HasSubstr("/nonexistent-dir/sub/det.db"));
+}
+
+TEST(SqliteStore, NewerSchemaIsRefused) {
+  std::string path = TempPath("newer.db");
+  { ASSERT_TRUE(SqliteStore::Open(path).ok()); }
+  {
+    // Simulate a database written by a future master.
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok());
+  }
+  std::string cmd = "sqlite3 " + path + " 'PRAGMA user_version=99'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto store = SqliteStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
+}
+
+}  // namespace
+}  // namespace det::master

@@ -1,0 +1,67 @@
+// Durable state of the master. Every state change is written here before the master
+// acknowledges it; on start the master rebuilds its memory from Load().
+#ifndef DET_MASTER_STORE_STORE_H_
+#define DET_MASTER_STORE_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/types.pb.h"
+
+namespace det::master {
+
+// What the master needs to rebuild its memory after a restart.
+struct StoreSnapshot {
+  std::vector<v1::Experiment> experiments;
+  std::vector<v1::Trial> trials;
+  // Allocations not yet ended, with their worker tokens.
+  std::vector<std::pair<v1::Allocation, std::string>> open_allocations;
+  std::vector<v1::Agent> agents;
+  std::string cluster_id;
+};
+
+// Not thread-safe: the master calls it from its loop thread only.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual absl::StatusOr<StoreSnapshot> Load() = 0;
+
+  // Assigns and returns the experiment id. `context` is the serialized model context.
+  virtual absl::StatusOr<int64_t> InsertExperiment(const v1::Experiment& experiment,
+                                                   const std::string& context) = 0;
+  virtual absl::Status UpdateExperiment(const v1::Experiment& experiment) = 0;
+  virtual absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) = 0;
+
+  // Assigns and returns the trial id.
+  virtual absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) = 0;
+  // Writes the trial row (state, counters, summaries; not the allocation).
+  virtual absl::Status UpdateTrial(const v1::Trial& trial) = 0;
+
+  virtual absl::Status UpsertAllocation(const v1::Allocation& allocation,
+                                        const std::string& token) = 0;
+  virtual absl::Status UpsertAgent(const v1::Agent& agent) = 0;
+
+  // Appends metric rows and writes `trial` (with its updated summaries) in one transaction.
+  virtual absl::Status AddMetrics(const v1::Trial& trial,
+                                  const std::vector<v1::Metrics>& metrics) = 0;
+  // Rows of `trial_id` (of `group` unless empty), in report order.
+  virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                              const std::string& group) = 0;
+
+  // Appends log lines; assigns their ids (in place).
+  virtual absl::Status AddLogs(std::vector<v1::LogLine>* lines) = 0;
+  virtual absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id,
+                                                           int limit, std::optional<int> rank) = 0;
+
+  virtual absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) = 0;
+  virtual absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) = 0;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_STORE_STORE_H_
