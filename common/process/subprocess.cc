@@ -382,7 +382,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
       }
       case SpawnOptions::Output::kNull: {
         ASSIGN_OR_RETURN(child_out[i],
-                         OpenForChild("/dev/null", O_WRONLY, 0, "/dev/null", program));
+                         OpenForChild("/dev/null", O_WRONLY, 0, "output", program));
         break;
       }
       case SpawnOptions::Output::kInherit:

@@ -1,0 +1,55 @@
+// The master's three services as plain C++ interfaces, separate from the gRPC adapters
+// (api_service.h, agent_service.h, worker_service.h) that expose them.
+//
+// Each method may be called from any thread. It fills `response` and then calls `done`
+// exactly once, from any thread; `request` and `response` stay valid until then.
+#ifndef DET_MASTER_API_HANDLERS_H_
+#define DET_MASTER_API_HANDLERS_H_
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "proto/agent.pb.h"
+#include "proto/api.pb.h"
+#include "proto/worker.pb.h"
+
+namespace det::master {
+
+using Done = std::function<void(absl::Status)>;
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  virtual void GetMasterInfo(const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
+  virtual void CreateExperiment(const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
+  virtual void ListExperiments(const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
+  virtual void GetExperiment(const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
+  virtual void KillExperiment(const v1::KillExperimentRequest& request, v1::KillExperimentResponse* response, Done done) = 0;
+  virtual void GetTrial(const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
+  virtual void GetTrialMetrics(const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
+  virtual void GetTrialLogs(const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;
+  virtual void ListAgents(const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
+};
+
+class AgentHandler {
+ public:
+  virtual ~AgentHandler() = default;
+  virtual void Register(const v1::RegisterRequest& request, v1::RegisterResponse* response, Done done) = 0;
+  virtual void Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response, Done done) = 0;
+  virtual void PollCommands(const v1::PollCommandsRequest& request, v1::PollCommandsResponse* response, Done done) = 0;
+  virtual void ReportLaunched(const v1::ReportLaunchedRequest& request, v1::ReportLaunchedResponse* response, Done done) = 0;
+  virtual void ReportExit(const v1::ReportExitRequest& request, v1::ReportExitResponse* response, Done done) = 0;
+  virtual void ShipLogs(const v1::ShipLogsRequest& request, v1::ShipLogsResponse* response, Done done) = 0;
+};
+
+class WorkerHandler {
+ public:
+  virtual ~WorkerHandler() = default;
+  virtual void ReportMetrics(const v1::ReportMetricsRequest& request, v1::ReportMetricsResponse* response, Done done) = 0;
+  virtual void ReportCheckpoint(const v1::ReportCheckpointRequest& request, v1::ReportCheckpointResponse* response, Done done) = 0;
+  virtual void Rendezvous(const v1::RendezvousRequest& request, v1::RendezvousResponse* response, Done done) = 0;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_API_HANDLERS_H_

@@ -1,0 +1,214 @@
+#include "master/cluster/agent_manager.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+
+namespace det::master {
+namespace {
+
+std::string RandomHex(int bytes) {
+  static thread_local std::random_device rd;
+  std::string out;
+  for (int i = 0; i < bytes; ++i) absl::StrAppend(&out, absl::Hex(rd() & 0xff, absl::kZeroPad2));
+  return out;
+}
+
+// Compares secrets without leaking where they differ through timing.
+bool SecretsEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+}  // namespace
+
+AgentManager::AgentManager(Clock& clock, EventLoop& loop, Store& store, Options options)
+    : clock_(clock), loop_(loop), store_(store), options_(std::move(options)) {}
+
+void AgentManager::Restore(const std::vector<v1::Agent>& agents) {
+  for (const auto& a : agents) {
+    Entry& e = agents_[a.id()];
+    e.agent = a;
+    e.agent.set_connected(false);
+    for (auto& s : *e.agent.mutable_slots()) s.clear_allocation_id();
+  }
+}
+
+void AgentManager::Persist(const v1::Agent& agent) {
+  absl::Status st = store_.UpsertAgent(agent);
+  if (!st.ok()) Logger("agents")->error("agent {}: cannot persist: {}", agent.id(), st.ToString());
+}
+
+absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& req) {
+  if (!options_.cluster_secret.empty() &&
+      !SecretsEqual(req.cluster_secret(), options_.cluster_secret)) {
+    Logger("agents")->warn("agent {} refused: wrong or missing cluster secret", req.agent_id());
+    return absl::UnauthenticatedError(
+        "cluster secret missing or wrong: set cluster_secret in agent.yaml or DET_CLUSTER_SECRET");
+  }
+  if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id: must not be empty");
+  Entry& e = agents_[req.agent_id()];
+  bool returning = e.agent.registered_time_ms() != 0;
+  std::map<std::string, std::string> used;
+  for (const auto& s : e.agent.slots()) used[s.id()] = s.allocation_id();
+
+  v1::Agent agent;
+  agent.set_id(req.agent_id());
+  agent.set_hostname(req.hostname());
+  agent.set_version(req.version());
+  agent.set_resource_pool(req.resource_pool().empty() ? "default" : req.resource_pool());
+  agent.set_enabled(returning ? e.agent.enabled() : true);
+  agent.set_connected(true);
+  agent.set_registered_time_ms(clock_.NowMs());
+  agent.set_last_heartbeat_ms(clock_.NowMs());
+  for (const auto& s : req.slots()) {
+    v1::Slot* slot = agent.add_slots();
+    *slot = s;
+    slot->set_enabled(true);
+    slot->set_allocation_id(used.count(s.id()) ? used[s.id()] : "");
+  }
+  Persist(agent);
+  if (e.waiter) {
+    e.waiter(absl::AbortedError("agent registered again"), {});
+    e.waiter = nullptr;
+    loop_.Cancel(e.waiter_timer);
+  }
+  e.agent = std::move(agent);
+  e.session_id = RandomHex(16);
+  e.last_seen = clock_.Now();
+  e.queued.clear();
+  Logger("agents")->info("agent {} {} with {} slots (pool {})", req.agent_id(),
+                         returning ? "reconnected" : "registered", req.slots_size(),
+                         e.agent.resource_pool());
+  return e.session_id;
+}
+
+absl::Status AgentManager::Touch(const std::string& agent_id, const std::string& session_id) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end() || !it->second.agent.connected() ||
+      it->second.session_id != session_id) {
+    return absl::NotFoundError(absl::StrCat("agent ", agent_id, ": unknown session; register again"));
+  }
+  it->second.last_seen = clock_.Now();
+  it->second.agent.set_last_heartbeat_ms(clock_.NowMs());
+  return absl::OkStatus();
+}
+
+void AgentManager::Poll(const std::string& agent_id, const std::string& session_id,
+                        absl::Duration wait, PollDone done) {
+  absl::Status st = Touch(agent_id, session_id);
+  if (!st.ok()) {
+    done(st, {});
+    return;
+  }
+  Entry& e = agents_[agent_id];
+  if (e.waiter) {  // A poll the agent abandoned; answer it empty.
+    loop_.Cancel(e.waiter_timer);
+    std::exchange(e.waiter, nullptr)(absl::OkStatus(), {});
+  }
+  e.waiter = std::move(done);
+  if (!e.queued.empty()) {
+    Deliver(e);
+    return;
+  }
+  e.waiter_timer = loop_.PostAfter(wait, [this, agent_id] {
+    auto it = agents_.find(agent_id);
+    if (it != agents_.end() && it->second.waiter) {
+      std::exchange(it->second.waiter, nullptr)(absl::OkStatus(), {});
+    }
+  });
+}
+
+void AgentManager::Deliver(Entry& e) {
+  if (!e.waiter || e.queued.empty()) return;
+  loop_.Cancel(e.waiter_timer);
+  std::vector<v1::AgentCommand> commands(e.queued.begin(), e.queued.end());
+  e.queued.clear();
+  std::exchange(e.waiter, nullptr)(absl::OkStatus(), std::move(commands));
+}
+
+bool AgentManager::Send(const std::string& agent_id, v1::AgentCommand command) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end() || !it->second.agent.connected()) return false;
+  it->second.queued.push_back(std::move(command));
+  Deliver(it->second);
+  return true;
+}
+
+std::vector<std::string> AgentManager::ExpireSilent() {
+  std::vector<std::string> lost;
+  absl::Time now = clock_.Now();
+  for (auto& [id, e] : agents_) {
+    if (!e.agent.connected() || now - e.last_seen <= options_.agent_timeout) continue;
+    e.agent.set_connected(false);
+    e.session_id.clear();
+    e.queued.clear();
+    if (e.waiter) {
+      loop_.Cancel(e.waiter_timer);
+      std::exchange(e.waiter, nullptr)(absl::NotFoundError("agent timed out; register again"), {});
+    }
+    Logger("agents")->warn("agent {} lost: no heartbeat for {}", id,
+                           absl::FormatDuration(now - e.last_seen));
+    Persist(e.agent);
+    lost.push_back(id);
+  }
+  return lost;
+}
+
+void AgentManager::SetSlotsUsed(const std::string& agent_id, const std::vector<std::string>& slots,
+                                const std::string& allocation_id) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return;
+  for (auto& s : *it->second.agent.mutable_slots()) {
+    if (std::find(slots.begin(), slots.end(), s.id()) != slots.end()) s.set_allocation_id(allocation_id);
+  }
+}
+
+void AgentManager::ReleaseSlots(const std::string& allocation_id) {
+  for (auto& [id, e] : agents_) {
+    for (auto& s : *e.agent.mutable_slots()) {
+      if (s.allocation_id() == allocation_id) s.clear_allocation_id();
+    }
+  }
+}
+
+const v1::Agent* AgentManager::Find(const std::string& agent_id) const {
+  auto it = agents_.find(agent_id);
+  return it == agents_.end() ? nullptr : &it->second.agent;
+}
+
+std::vector<v1::Agent> AgentManager::List() const {
+  std::vector<v1::Agent> out;
+  for (const auto& [id, e] : agents_) out.push_back(e.agent);
+  return out;
+}
+
+std::vector<scheduler::AgentView> AgentManager::SchedulerView() const {
+  std::vector<scheduler::AgentView> out;
+  for (const auto& [id, e] : agents_) {
+    if (!e.agent.connected()) continue;
+    scheduler::AgentView v;
+    v.id = id;
+    v.pool = e.agent.resource_pool();
+    v.enabled = e.agent.enabled();
+    v.num_slots = e.agent.slots_size();
+    for (const auto& s : e.agent.slots()) {
+      if (s.enabled() && s.allocation_id().empty()) v.free_slots.push_back(s.id());
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+void AgentManager::FailPolls(const absl::Status& status) {
+  for (auto& [id, e] : agents_) {
+    if (!e.waiter) continue;
+    loop_.Cancel(e.waiter_timer);
+    std::exchange(e.waiter, nullptr)(status, {});
+  }
+}
+
+}  // namespace det::master

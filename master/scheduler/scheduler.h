@@ -1,0 +1,64 @@
+// Placement policy: a pure function from an immutable view of the cluster and the queue of
+// resource requests to placements and, for every request left waiting, the reason why.
+// No I/O, no clock, no state.
+#ifndef DET_MASTER_SCHEDULER_SCHEDULER_H_
+#define DET_MASTER_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace det::master::scheduler {
+
+struct AgentView {
+  std::string id;
+  std::string pool;
+  // Every slot the agent has.
+  int num_slots = 0;
+  // Slots that are enabled and not used by any allocation, in slot order.
+  std::vector<std::string> free_slots;
+  bool enabled = true;
+};
+
+struct Request {
+  std::string id;
+  int slots = 1;
+  // 1..99, lower is more important.
+  int priority = 42;
+  // Submission order; lower first within a priority.
+  int64_t seq = 0;
+  std::string pool = "default";
+};
+
+struct AgentShare {
+  std::string agent_id;
+  std::vector<std::string> slots;
+};
+
+struct Placement {
+  std::string request_id;
+  // In rank order: the first agent hosts rank 0 (the chief).
+  std::vector<AgentShare> agents;
+};
+
+struct Decision {
+  std::vector<Placement> placements;
+  // request id -> why it waits.
+  std::map<std::string, std::string> waiting;
+};
+
+enum class Fit { kBestFit, kWorstFit };
+
+// Gang placement. A request of N slots, N <= the largest agent of its pool, goes on one
+// agent with N free slots (best fit: the fewest free; worst fit: the most; ties by id). A
+// larger one takes N/S whole idle agents of size S, N a multiple of S (the largest such S
+// with enough idle agents). Requests are taken by (priority, seq); one that cannot be
+// placed does not stop others of its priority, but holds back all of lower priority.
+// Zero-slot requests go on the enabled agent of their pool with the most free slots.
+Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
+                  Fit fit);
+
+}  // namespace det::master::scheduler
+
+#endif  // DET_MASTER_SCHEDULER_SCHEDULER_H_
