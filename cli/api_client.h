@@ -24,6 +24,9 @@ struct ApiClientOptions {
   absl::Duration deadline = absl::Seconds(30);
   // Largest message sent or received. Default: 128 MiB.
   int max_message_bytes = 128 << 20;
+  // Longest pause between attempts to connect after a failed one (for polling a master
+  // that is starting). Default: zero = gRPC's own (up to 120 s).
+  absl::Duration max_reconnect_backoff = absl::ZeroDuration();
 };
 
 // Thread-compatible (one caller at a time). Errors: UNAVAILABLE reads "cannot reach

@@ -141,11 +141,13 @@ std::string FormatLogLine(const v1::LogLine& line) {
   while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) {
     message.remove_suffix(1);
   }
-  if (line.stream() == "agent") return absl::StrCat("[agent] ", message);
   if (line.stream() == "stderr") {
     return absl::StrCat("[rank ", line.rank(), "] [stderr] ", message);
   }
-  return absl::StrCat("[rank ", line.rank(), "] ", message);
+  if (line.stream() == "stdout" || line.stream().empty()) {
+    return absl::StrCat("[rank ", line.rank(), "] ", message);
+  }
+  return absl::StrCat("[", line.stream(), "] ", message);  // "agent", "master"
 }
 
 Table ExperimentsTable(

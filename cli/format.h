@@ -69,7 +69,8 @@ std::string FormatPercent(double fraction);
 // A byte count as "1.5 MiB".
 std::string FormatBytes(uint64_t bytes);
 
-// "[rank 0] message", "[rank 1] [stderr] message", "[agent] message" (no newline).
+// "[rank 0] message" (stdout), "[rank 1] [stderr] message", and for lines the agent or
+// the master wrote about the trial "[agent] message", "[master] message". No newline.
 std::string FormatLogLine(const v1::LogLine& line);
 
 // ID, Name, State, Progress, Trials, Start Time, End Time.

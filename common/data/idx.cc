@@ -64,8 +64,8 @@ class GzReader {
     }
     out->resize(start + got);
     if (got < n) {
-      return absl::DataLossError(absl::StrFormat("%s: expected %d bytes of %s, got %d%s",
-                                                 path_, n, what, got, ErrorSuffix()));
+      return absl::DataLossError(absl::StrFormat("%s: expected %d bytes of %s, got %d%s", path_, n,
+                                                 what, got, ErrorSuffix()));
     }
     return absl::OkStatus();
   }
@@ -83,8 +83,7 @@ class GzReader {
   }
 
   // Reads and checks the magic number, then reads `dims` big-endian uint32 dimensions.
-  absl::StatusOr<std::vector<uint32_t>> ReadHeader(uint32_t magic, const char* kind,
-                                                   int dims) {
+  absl::StatusOr<std::vector<uint32_t>> ReadHeader(uint32_t magic, const char* kind, int dims) {
     std::vector<uint8_t> bytes;
     RETURN_IF_ERROR(ReadExactly(4, "magic number", &bytes));
     if (const uint32_t found = BigEndianU32(bytes.data()); found != magic) {
@@ -116,8 +115,8 @@ class GzReader {
     if (code == Z_ERRNO) {
       return absl::ErrnoToStatus(errno, absl::StrCat(path_, ": reading ", what));
     }
-    return absl::DataLossError(absl::StrCat(path_, ": corrupt data while reading ", what,
-                                            ": ", message == nullptr ? "" : message));
+    return absl::DataLossError(absl::StrCat(path_, ": corrupt data while reading ", what, ": ",
+                                            message == nullptr ? "" : message));
   }
 
   std::string path_;
@@ -180,9 +179,9 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
   ASSIGN_OR_RETURN(IdxImages raw, ReadIdxImages(images_path));
   ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
   if (static_cast<int64_t>(labels.size()) != raw.count) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "example count mismatch: %s has %d images but %s has %d labels", images_path,
-        raw.count, labels_path, labels.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("example count mismatch: %s has %d images but %s has %d labels",
+                        images_path, raw.count, labels_path, labels.size()));
   }
   Dataset dataset;
   dataset.num_examples = raw.count;

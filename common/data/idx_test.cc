@@ -26,8 +26,7 @@ void PutU32(uint32_t v, std::string* out) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
 }
 
-std::string ImagesFile(uint32_t count, uint32_t rows, uint32_t cols,
-                       const std::string& pixels) {
+std::string ImagesFile(uint32_t count, uint32_t rows, uint32_t cols, const std::string& pixels) {
   std::string out;
   PutU32(0x00000803, &out);
   PutU32(count, &out);
@@ -141,8 +140,7 @@ TEST(IdxTest, WrongMagicNamesBothNumbers) {
 }
 
 TEST(IdxTest, TruncatedImageDataSaysHowMuch) {
-  const std::string path =
-      WriteGz("short-images.gz", ImagesFile(3, 2, 3, kPixels.substr(0, 10)));
+  const std::string path = WriteGz("short-images.gz", ImagesFile(3, 2, 3, kPixels.substr(0, 10)));
   absl::StatusOr<IdxImages> images = ReadIdxImages(path);
   EXPECT_EQ(images.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(images.status().message(), HasSubstr(path));

@@ -4,6 +4,7 @@
 //
 // Usage: fashion_mnist_check [--data_dir=DIR] [--hidden=128[,64...]] [--lr=0.05]
 //          [--momentum=0.9] [--weight_decay=0] [--batch=64] [--epochs=2] [--seed=1]
+//          [--linear_decay=true]
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -29,6 +30,7 @@ struct Flags {
   int batch = 64;
   int epochs = 2;
   uint64_t seed = 1;
+  bool linear_decay = true;  // Learning rate falls linearly to 0 over all steps.
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -58,6 +60,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->batch) && flags->batch > 0;
     } else if (name == "epochs") {
       ok = absl::SimpleAtoi(value, &flags->epochs);
+    } else if (name == "linear_decay") {
+      ok = absl::SimpleAtob(value, &flags->linear_decay);
     } else if (name == "seed") {
       ok = absl::SimpleAtoi(value, &flags->seed);
     } else {
@@ -96,8 +100,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<det::data::Dataset> test = det::data::LoadIdxDataset(
       dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
   if (!train.ok() || !test.ok()) {
-    std::fprintf(stderr, "%s\n",
-                 (train.ok() ? test.status() : train.status()).ToString().c_str());
+    std::fprintf(stderr, "%s\n", (train.ok() ? test.status() : train.status()).ToString().c_str());
     return 1;
   }
   for (const det::data::Dataset* d : {&*train, &*test}) {
@@ -116,8 +119,7 @@ int main(int argc, char** argv) {
 
   det::nn::MlpOptions options;
   options.layer_sizes.push_back(static_cast<int>(train->example_size()));
-  options.layer_sizes.insert(options.layer_sizes.end(), flags.hidden.begin(),
-                             flags.hidden.end());
+  options.layer_sizes.insert(options.layer_sizes.end(), flags.hidden.begin(), flags.hidden.end());
   options.layer_sizes.push_back(10);
   options.momentum = flags.momentum;
   options.weight_decay = flags.weight_decay;
@@ -131,6 +133,8 @@ int main(int argc, char** argv) {
   const int batch = flags.batch;
   std::vector<float> x(static_cast<size_t>(batch) * size);
   std::vector<uint8_t> y(batch);
+  const int64_t total_steps = flags.epochs * (train->num_examples / batch);
+  int64_t step = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<int64_t> order =
@@ -145,8 +149,12 @@ int main(int argc, char** argv) {
         y[r] = train->labels[e];
       }
       loss_sum += mlp->ForwardBackward(x.data(), y.data(), batch);
-      mlp->Step(flags.lr);
+      const float lr = flags.linear_decay
+                           ? flags.lr * (1.0f - static_cast<float>(step) / total_steps)
+                           : flags.lr;
+      mlp->Step(lr);
       ++steps;
+      ++step;
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -61,8 +61,7 @@ void MatMulAccumulate(int m, int n, int k, const float* a, ptrdiff_t a_row, ptrd
 double SoftmaxCrossEntropy(const float* logits, int classes, int label, float scale,
                            float* dlogits) {
   if (label >= classes) {
-    std::fprintf(stderr, "det::nn::Mlp: label %d out of range for %d classes\n", label,
-                 classes);
+    std::fprintf(stderr, "det::nn::Mlp: label %d out of range for %d classes\n", label, classes);
     std::abort();
   }
   float max = logits[0];
@@ -82,15 +81,15 @@ double SoftmaxCrossEntropy(const float* logits, int classes, int label, float sc
 absl::Status ValidateOptions(const MlpOptions& options) {
   const std::vector<int>& sizes = options.layer_sizes;
   if (sizes.size() < 2 || sizes.size() > kMaxSizes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "layer_sizes has %d entries; want 2 to %d (inputs, hidden..., classes)",
-        sizes.size(), kMaxSizes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("layer_sizes has %d entries; want 2 to %d (inputs, hidden..., classes)",
+                        sizes.size(), kMaxSizes));
   }
   size_t params = 0;
   for (size_t l = 0; l < sizes.size(); ++l) {
     if (sizes[l] < 1 || sizes[l] > kMaxWidth) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer_sizes[%d] = %d; want 1 to %d", l, sizes[l], kMaxWidth));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer_sizes[%d] = %d; want 1 to %d", l, sizes[l], kMaxWidth));
     }
     if (l > 0) params += (static_cast<size_t>(sizes[l - 1]) + 1) * sizes[l];
   }
@@ -162,8 +161,7 @@ class Reader {
 
 uint32_t Checksum(std::string_view bytes) {
   return static_cast<uint32_t>(
-      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()),
-              bytes.size()));
+      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace
@@ -205,8 +203,8 @@ absl::StatusOr<Mlp> Mlp::Create(const MlpOptions& options, uint64_t seed) {
 }
 
 size_t Mlp::biases_offset(int layer) const {
-  return offsets_[layer] + static_cast<size_t>(options_.layer_sizes[layer]) *
-                               options_.layer_sizes[layer + 1];
+  return offsets_[layer] +
+         static_cast<size_t>(options_.layer_sizes[layer]) * options_.layer_sizes[layer + 1];
 }
 
 void Mlp::Forward(const float* x, int batch, std::vector<std::vector<float>>* acts) const {
@@ -219,7 +217,9 @@ void Mlp::Forward(const float* x, int batch, std::vector<std::vector<float>>* ac
     const float* bias = params_.data() + biases_offset(l);
     std::vector<float>& z = (*acts)[l];
     z.resize(static_cast<size_t>(batch) * out);
-    for (int r = 0; r < batch; ++r) std::copy(bias, bias + out, z.data() + static_cast<size_t>(r) * out);
+    for (int r = 0; r < batch; ++r) {
+      std::copy(bias, bias + out, z.data() + static_cast<size_t>(r) * out);
+    }
     MatMulAccumulate(batch, out, in, input, in, 1, w, z.data());
     if (l + 1 < num_layers()) {
       for (float& v : z) v = std::max(v, 0.0f);
@@ -236,8 +236,8 @@ float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch) {
   double loss = 0.0;
   for (int r = 0; r < batch; ++r) {
     const size_t row = static_cast<size_t>(r) * classes;
-    loss += SoftmaxCrossEntropy(acts_.back().data() + row, classes, y[r], scale,
-                                delta_.data() + row);
+    loss +=
+        SoftmaxCrossEntropy(acts_.back().data() + row, classes, y[r], scale, delta_.data() + row);
   }
 
   // delta_ holds d(loss)/d(layer output) for the layer being processed.
@@ -250,7 +250,9 @@ float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch) {
     std::fill(dw, db + out, 0.0f);
     // dW = input^T * delta; db = column sums of delta.
     MatMulAccumulate(in, out, batch, input, 1, in, delta_.data(), dw);
-    for (int r = 0; r < batch; ++r) Axpy(1.0f, delta_.data() + static_cast<size_t>(r) * out, db, out);
+    for (int r = 0; r < batch; ++r) {
+      Axpy(1.0f, delta_.data() + static_cast<size_t>(r) * out, db, out);
+    }
     if (l == 0) break;
 
     // d(input) = delta * W^T, through W transposed into [out x in] for contiguous rows;
@@ -258,11 +260,12 @@ float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch) {
     const float* w = params_.data() + weights_offset(l);
     transposed_.resize(static_cast<size_t>(in) * out);
     for (int i = 0; i < in; ++i) {
-      for (int o = 0; o < out; ++o) transposed_[static_cast<size_t>(o) * in + i] = w[static_cast<size_t>(i) * out + o];
+      for (int o = 0; o < out; ++o) {
+        transposed_[static_cast<size_t>(o) * in + i] = w[static_cast<size_t>(i) * out + o];
+      }
     }
     delta_in_.assign(static_cast<size_t>(batch) * in, 0.0f);
-    MatMulAccumulate(batch, in, out, delta_.data(), out, 1, transposed_.data(),
-                     delta_in_.data());
+    MatMulAccumulate(batch, in, out, delta_.data(), out, 1, transposed_.data(), delta_in_.data());
     for (size_t j = 0; j < delta_in_.size(); ++j) {
       if (input[j] <= 0.0f) delta_in_[j] = 0.0f;
     }
@@ -325,13 +328,12 @@ absl::StatusOr<Mlp> Mlp::Deserialize(std::string_view blob) {
   constexpr size_t kPrefix = 12;  // magic, version, number of sizes.
   if (blob.size() < kPrefix) {
     return absl::DataLossError(absl::StrFormat(
-        "Mlp blob truncated: %d bytes, shorter than the %d-byte header", blob.size(),
-        kPrefix));
+        "Mlp blob truncated: %d bytes, shorter than the %d-byte header", blob.size(), kPrefix));
   }
   Reader r(blob);
   if (const uint32_t magic = r.U32(); magic != kMagic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "not a serialized Mlp: magic 0x%08x, expected 0x%08x", magic, kMagic));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("not a serialized Mlp: magic 0x%08x, expected 0x%08x", magic, kMagic));
   }
   if (const uint32_t version = r.U32(); version != kVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -339,13 +341,12 @@ absl::StatusOr<Mlp> Mlp::Deserialize(std::string_view blob) {
   }
   const uint32_t num_sizes = r.U32();
   if (num_sizes < 2 || num_sizes > kMaxSizes) {
-    return absl::DataLossError(
-        absl::StrFormat("corrupt Mlp blob: %d layer sizes", num_sizes));
+    return absl::DataLossError(absl::StrFormat("corrupt Mlp blob: %d layer sizes", num_sizes));
   }
   if (blob.size() < kPrefix + 4 * num_sizes) {
-    return absl::DataLossError(absl::StrFormat(
-        "Mlp blob truncated: %d bytes, header alone needs %d", blob.size(),
-        kPrefix + 4 * num_sizes));
+    return absl::DataLossError(
+        absl::StrFormat("Mlp blob truncated: %d bytes, header alone needs %d", blob.size(),
+                        kPrefix + 4 * num_sizes));
   }
   MlpOptions options;
   uint64_t params = 0;
@@ -372,8 +373,8 @@ absl::StatusOr<Mlp> Mlp::Deserialize(std::string_view blob) {
   options.momentum = r.F32();
   options.weight_decay = r.F32();
   if (const uint64_t count = r.U64(); count != params) {
-    return absl::DataLossError(absl::StrFormat(
-        "corrupt Mlp blob: %d parameters, layer sizes give %d", count, params));
+    return absl::DataLossError(
+        absl::StrFormat("corrupt Mlp blob: %d parameters, layer sizes give %d", count, params));
   }
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return absl::DataLossError(absl::StrCat("corrupt Mlp blob: ", status.message()));

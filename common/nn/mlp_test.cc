@@ -191,8 +191,7 @@ TEST(MlpTest, LossDecreasesOnSeparableProblem) {
   float first_loss = 0, last_loss = 0;
   for (int step = 0; step < 60; ++step) {
     const int start = (step * 30) % 300;
-    const float loss =
-        mlp.ForwardBackward(data.x.data() + start * 4, data.y.data() + start, 30);
+    const float loss = mlp.ForwardBackward(data.x.data() + start * 4, data.y.data() + start, 30);
     if (step == 0) first_loss = loss;
     last_loss = loss;
     mlp.Step(0.05f);

@@ -1,0 +1,41 @@
+// det deploy local cluster-up|cluster-down
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/local_cluster.h"
+
+namespace det::cli {
+
+void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
+  CLI::App* deploy = app.add_subcommand("deploy", "run a det cluster");
+  deploy->require_subcommand(1);
+  CLI::App* local = deploy->add_subcommand("local", "a cluster of daemons on this machine");
+  local->require_subcommand(1);
+
+  auto up = std::make_shared<ClusterUpOptions>();
+  CLI::App* up_cmd =
+      local->add_subcommand("cluster-up", "start a master and agents as background daemons");
+  up_cmd->add_option("--agents", up->agents, "number of agents")->capture_default_str();
+  up_cmd->add_option("--slots-per-agent", up->slots_per_agent, "cpu slots of each agent")
+      ->capture_default_str();
+  up_cmd->add_option("--data-dir", up->data_dir, "config, logs, pid files and data")
+      ->capture_default_str();
+  up_cmd->add_option("--master-port", up->master_port, "gRPC port of the master on 127.0.0.1")
+      ->capture_default_str();
+  up_cmd->add_option("--bin-dir", up->bin_dir,
+                     "where det-master, det-agent and det-fashion-mnist are (searched "
+                     "first, then the directory of det, then $PATH)");
+  up_cmd->callback([&ctx, up] { ctx.action = [&ctx, up] { return ClusterUp(ctx, *up); }; });
+
+  auto down_dir = std::make_shared<std::string>(ClusterUpOptions().data_dir);
+  CLI::App* down_cmd =
+      local->add_subcommand("cluster-down", "stop the daemons started by cluster-up");
+  down_cmd->add_option("--data-dir", *down_dir, "data directory given to cluster-up")
+      ->capture_default_str();
+  down_cmd->callback(
+      [&ctx, down_dir] { ctx.action = [&ctx, down_dir] { return ClusterDown(ctx, *down_dir); }; });
+}
+
+}  // namespace det::cli

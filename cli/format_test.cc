@@ -1,0 +1,164 @@
+#include "cli/format.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace det::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(TableTest, AlignsColumnsUnderHeader) {
+  Table table({"ID", "Name", "State"});
+  table.AddRow({"1", "a-long-experiment-name", "ACTIVE"});
+  table.AddRow({"12345", "x", "COMPLETED"});
+  std::ostringstream out;
+  table.Render(out);
+  EXPECT_EQ(out.str(),
+            " ID    | Name                   | State\n"
+            "-------+------------------------+-----------\n"
+            " 1     | a-long-experiment-name | ACTIVE\n"
+            " 12345 | x                      | COMPLETED\n");
+}
+
+TEST(TableTest, SeparatorsLineUpOnEveryRow) {
+  Table table({"A", "B", "C"});
+  table.AddRow({"xxxxxxxx", "", "z"});
+  table.AddRow({"", "yyyyyyyyyyyy", ""});
+  std::ostringstream out;
+  table.Render(out);
+  std::vector<std::string> lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 4u);
+  const size_t first = lines[0].find('|');
+  const size_t second = lines[0].find('|', first + 1);
+  EXPECT_EQ(lines[1].find('+'), first);
+  EXPECT_EQ(lines[1].find('+', first + 1), second);
+  for (size_t i : {2u, 3u}) {
+    EXPECT_EQ(lines[i].find('|'), first) << lines[i];
+    EXPECT_EQ(lines[i].find('|', first + 1), second) << lines[i];
+  }
+  for (const std::string& line : lines) EXPECT_NE(line.back(), ' ') << line;
+}
+
+TEST(TableTest, CountsUtf8CodePoints) {
+  Table table({"Name", "X"});
+  table.AddRow({"\xc3\xa9t\xc3\xa9", "1"});  // "été": 3 code points, 5 bytes
+  std::ostringstream out;
+  table.Render(out);
+  EXPECT_THAT(out.str(), HasSubstr(" \xc3\xa9t\xc3\xa9  | 1\n"));
+}
+
+TEST(KeyValuesTest, AlignsValues) {
+  std::ostringstream out;
+  RenderKeyValues({{"ID", "3"}, {"Start Time", "t"}, {"Empty", ""}}, out);
+  EXPECT_EQ(out.str(),
+            "ID:         3\n"
+            "Start Time: t\n"
+            "Empty:\n");
+}
+
+TEST(JsonTest, KeepsProtoNamesAndPrintsDefaults) {
+  v1::Experiment experiment;
+  experiment.set_id(7);
+  experiment.set_name("mnist");
+  experiment.set_state(v1::STATE_ACTIVE);
+  absl::StatusOr<std::string> json = ToJson(experiment);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"start_time_ms\": \"0\""));
+  EXPECT_THAT(*json, HasSubstr("\"num_trials\": 0"));
+  EXPECT_THAT(*json, HasSubstr("\"state\": \"STATE_ACTIVE\""));
+  EXPECT_THAT(*json, HasSubstr("\"name\": \"mnist\""));
+
+  v1::Experiment parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*json, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), experiment.SerializeAsString());
+}
+
+TEST(JsonTest, CompactIsOneLine) {
+  v1::LogLine line;
+  line.set_message("hi\nthere");
+  absl::StatusOr<std::string> json = ToJson(line, /*pretty=*/false);
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(json->find('\n'), std::string::npos);
+  EXPECT_THAT(*json, HasSubstr("\"message\":\"hi\\nthere\""));
+}
+
+TEST(FormatTest, Values) {
+  EXPECT_EQ(StateName(v1::STATE_COMPLETED), "COMPLETED");
+  EXPECT_TRUE(IsTerminal(v1::STATE_CANCELED));
+  EXPECT_FALSE(IsTerminal(v1::STATE_STOPPING));
+  EXPECT_EQ(FormatTimeMs(0), "");
+  EXPECT_EQ(FormatTimeMs(1700000000123), "2023-11-14T22:13:20Z");
+  EXPECT_EQ(FormatMetric(0.123456789), "0.123457");
+  EXPECT_EQ(FormatPercent(0.425), "42.5%");
+  EXPECT_EQ(FormatBytes(100), "100 B");
+  EXPECT_EQ(FormatBytes(uint64_t{70} << 20), "70.0 MiB");
+}
+
+TEST(FormatTest, LogLines) {
+  v1::LogLine line;
+  line.set_rank(2);
+  line.set_stream("stdout");
+  line.set_message("epoch 1\n");
+  EXPECT_EQ(FormatLogLine(line), "[rank 2] epoch 1");
+  line.set_stream("stderr");
+  EXPECT_EQ(FormatLogLine(line), "[rank 2] [stderr] epoch 1");
+  line.set_stream("agent");
+  EXPECT_EQ(FormatLogLine(line), "[agent] epoch 1");
+  line.set_rank(-1);
+  line.set_stream("master");
+  EXPECT_EQ(FormatLogLine(line), "[master] epoch 1");
+}
+
+TEST(FormatTest, TrialsTableHasMetricAndPendingColumnsOnlyWhenNeeded) {
+  google::protobuf::RepeatedPtrField<v1::Trial> trials;
+  v1::Trial* t1 = trials.Add();
+  t1->set_id(1);
+  t1->set_state(v1::STATE_RUNNING);
+  t1->set_total_batches(100);
+  (*t1->mutable_validation_summary())["loss"].set_last(0.25);
+  std::ostringstream out;
+  TrialsTable(trials).Render(out);
+  EXPECT_EQ(Lines(out.str())[0], " Trial ID | State   | Restarts | Batches | loss");
+  EXPECT_EQ(Lines(out.str())[2], " 1        | RUNNING | 0        | 100     | 0.25");
+
+  v1::Trial* t2 = trials.Add();
+  t2->set_id(2);
+  t2->set_state(v1::STATE_QUEUED);
+  t2->set_pending_reason("waiting for 2 slots");
+  std::ostringstream out2;
+  TrialsTable(trials).Render(out2);
+  EXPECT_THAT(Lines(out2.str())[0], HasSubstr("Pending Reason      | loss"));
+  EXPECT_THAT(out2.str(), HasSubstr("waiting for 2 slots"));
+}
+
+TEST(FormatTest, AgentsTable) {
+  google::protobuf::RepeatedPtrField<v1::Agent> agents;
+  v1::Agent* a = agents.Add();
+  a->set_id("agent-0");
+  a->set_hostname("host");
+  a->set_connected(true);
+  a->set_enabled(true);
+  a->set_resource_pool("default");
+  a->add_slots()->set_allocation_id("alloc-1");
+  a->add_slots();
+  std::ostringstream out;
+  AgentsTable(agents).Render(out);
+  EXPECT_EQ(out.str(),
+            " ID      | Hostname | Slots | Used | Connected | Enabled | Pool\n"
+            "---------+----------+-------+------+-----------+---------+---------\n"
+            " agent-0 | host     | 2     | 1    | yes       | yes     | default\n");
+}
+
+}  // namespace
+}  // namespace det::cli

@@ -1,0 +1,551 @@
+#include "cli/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cli/api_client.h"
+#include "common/process/subprocess.h"
+#include "common/status/status_macros.h"
+
+namespace det::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMasterBinary[] = "det-master";
+constexpr char kAgentBinary[] = "det-agent";
+constexpr char kWorkerBinary[] = "det-fashion-mnist";
+constexpr char kBuildHint[] = "build it with `bazel build //deploy:bin`";
+// How long cluster-up waits for the master and the agents.
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+constexpr absl::Duration kStartPoll = absl::Milliseconds(250);
+// Deadline of each call while waiting for the master.
+constexpr absl::Duration kProbeDeadline = absl::Seconds(2);
+// How long cluster-down waits after SIGTERM before SIGKILL.
+constexpr absl::Duration kStopGrace = absl::Seconds(10);
+constexpr absl::Duration kStopPoll = absl::Milliseconds(100);
+// Lines of a log shown when a daemon does not come up.
+constexpr int kLogTailLines = 20;
+constexpr int kSecretBytes = 32;
+
+std::string Quote(const std::string& s) {
+  std::string quoted = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write '", path, "': ", ErrnoText()));
+  bool ok = ::fchmod(fd, mode) == 0;
+  size_t written = 0;
+  while (ok && written < content.size()) {
+    ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ok = false;
+    else written += static_cast<size_t>(n);
+  }
+  std::string error = ok ? "" : ErrnoText();
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    error = ErrnoText();
+  }
+  if (!ok) return absl::InternalError(absl::StrCat("cannot write '", path, "': ", error));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ", ErrnoText()));
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+absl::Status MakeDir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create directory '", path, "': ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The last `lines` lines of the file from byte `offset` on.
+std::string Tail(const std::string& path, std::streamoff offset, int lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(offset);
+  std::deque<std::string> last;
+  for (std::string line; std::getline(in, line);) {
+    last.push_back(std::move(line));
+    if (static_cast<int>(last.size()) > lines) last.pop_front();
+  }
+  std::string text;
+  for (const std::string& line : last) absl::StrAppend(&text, line, "\n");
+  return text;
+}
+
+std::streamoff FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<std::streamoff>(st.st_size) : 0;
+}
+
+absl::StatusOr<std::string> ReadOrCreateSecret(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) {
+    ASSIGN_OR_RETURN(std::string secret, ReadFile(path));
+    secret = std::string(absl::StripAsciiWhitespace(secret));
+    if (secret.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cluster secret file '", path, "' is empty; remove it to make a new one"));
+    }
+    return secret;
+  }
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[kSecretBytes];
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
+    return absl::InternalError("cannot read /dev/urandom");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string secret;
+  for (unsigned char b : bytes) {
+    secret += kHex[b >> 4];
+    secret += kHex[b & 15];
+  }
+  RETURN_IF_ERROR(WriteFile(path, secret + "\n", 0600));
+  return secret;
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : self.parent_path().string();
+}
+
+// Running and not a zombie. Falls back to kill(pid, 0) where /proc is not readable.
+bool IsRunning(pid_t pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat_file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat_line;
+  if (stat_file && std::getline(stat_file, stat_line)) {
+    size_t paren = stat_line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat_line.size()) {
+      char state = stat_line[paren + 2];
+      return state != 'Z' && state != 'X';
+    }
+  }
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
+// Whether the command line of `pid` mentions `needle`; true where it cannot be read.
+bool CommandLineMentions(pid_t pid, const std::string& needle) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  if (!in) return true;
+  std::ostringstream content;
+  content << in.rdbuf();
+  return absl::StrContains(content.str(), needle);
+}
+
+// One daemon of a local cluster, by its pid file stem ("master", "agent-0").
+struct Daemon {
+  std::string name;
+  std::string pid_file;
+  std::string config;
+  std::string log;
+  pid_t pid = 0;
+};
+
+Daemon DaemonNamed(const std::string& dir, const std::string& name) {
+  Daemon d;
+  d.name = name;
+  d.pid_file = absl::StrCat(dir, "/run/", name, ".pid");
+  d.config = absl::StrCat(dir, "/", name, ".yaml");
+  d.log = absl::StrCat(dir, "/logs/", name, ".log");
+  return d;
+}
+
+std::string Describe(const Daemon& d) {
+  return d.name == "master" ? std::string("master") : absl::StrCat("agent local-", d.name);
+}
+
+// Daemons whose pid files in `dir`/run name live processes started with their config,
+// agents first (by name), the master last. Removes stale pid files.
+std::vector<Daemon> FindRunningDaemons(const std::string& dir, std::ostream& out) {
+  std::vector<Daemon> running;
+  std::error_code ec;
+  fs::directory_iterator it(absl::StrCat(dir, "/run"), ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::path& path = it->path();
+    if (path.extension() != ".pid") continue;
+    Daemon d = DaemonNamed(dir, path.stem().string());
+    absl::StatusOr<std::string> text = ReadFile(d.pid_file);
+    int pid = 0;
+    if (text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) &&
+        IsRunning(pid) && CommandLineMentions(pid, d.config)) {
+      d.pid = pid;
+      running.push_back(std::move(d));
+    } else {
+      out << "Removed stale pid file " << d.pid_file << '\n';
+      ::unlink(d.pid_file.c_str());
+    }
+  }
+  std::sort(running.begin(), running.end(), [](const Daemon& a, const Daemon& b) {
+    bool a_master = a.name == "master", b_master = b.name == "master";
+    return a_master != b_master ? b_master : a.name < b.name;
+  });
+  return running;
+}
+
+absl::Status CheckPortFree(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::OkStatus();  // let the master report it
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int bind_errno = errno;
+  ::close(fd);
+  if (rc != 0 && bind_errno == EADDRINUSE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "port ", port, " on 127.0.0.1 is already in use; choose another with --master-port"));
+  }
+  return absl::OkStatus();
+}
+
+// SIGTERM to the daemons' process groups, SIGKILL to what is left after the grace, then
+// removes their pid files and says what happened.
+void StopDaemons(CliContext& ctx, const std::vector<Daemon>& daemons) {
+  if (daemons.empty()) return;
+  auto signal = [](const Daemon& d, int sig) {
+    if (::kill(-d.pid, sig) != 0) ::kill(d.pid, sig);
+  };
+  for (const Daemon& d : daemons) signal(d, SIGTERM);
+  const absl::Time deadline = ctx.now() + kStopGrace;
+  auto any_running = [&] {
+    return std::any_of(daemons.begin(), daemons.end(),
+                       [](const Daemon& d) { return IsRunning(d.pid); });
+  };
+  while (any_running() && ctx.now() < deadline) ctx.sleep(kStopPoll);
+  for (const Daemon& d : daemons) {
+    if (IsRunning(d.pid)) {
+      signal(d, SIGKILL);
+      ctx.out << "Killed " << Describe(d) << " (pid " << d.pid << "): still running "
+              << absl::FormatDuration(kStopGrace) << " after SIGTERM\n";
+    } else {
+      ctx.out << "Stopped " << Describe(d) << " (pid " << d.pid << ")\n";
+    }
+    ::unlink(d.pid_file.c_str());
+  }
+}
+
+// Daemons started by one ClusterUp call; stopped unless Commit()ed.
+class StartedDaemons {
+ public:
+  explicit StartedDaemons(CliContext& ctx) : ctx_(ctx) {}
+  ~StartedDaemons() {
+    if (committed_) return;
+    for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
+      (void)it->process->Terminate(absl::Seconds(5));
+      ::unlink(it->daemon.pid_file.c_str());
+    }
+    if (!started_.empty()) ctx_.err << "Stopped the daemons started so far.\n";
+  }
+
+  struct Started {
+    Daemon daemon;
+    std::unique_ptr<Subprocess> process;
+    std::streamoff log_start = 0;
+  };
+
+  absl::StatusOr<Started*> Start(const std::string& binary, Daemon daemon,
+                                 const std::string& cwd) {
+    SpawnOptions options;
+    options.argv = {binary, "--config", daemon.config};
+    options.env = CurrentEnvironment();
+    options.cwd = cwd;
+    options.stdout_mode = SpawnOptions::Output::kFile;
+    options.stderr_mode = SpawnOptions::Output::kFile;
+    options.stdout_path = daemon.log;
+    options.stderr_path = daemon.log;
+    options.new_session = true;
+    Started started;
+    started.log_start = FileSize(daemon.log);
+    ASSIGN_OR_RETURN(started.process, Subprocess::Spawn(options));
+    daemon.pid = started.process->pid();
+    started.daemon = std::move(daemon);
+    started_.push_back(std::move(started));
+    Started& s = started_.back();
+    RETURN_IF_ERROR(WriteFile(s.daemon.pid_file, absl::StrCat(s.daemon.pid, "\n"), 0644));
+    ctx_.out << "Started " << Describe(s.daemon) << " (pid " << s.daemon.pid << "), log "
+             << s.daemon.log << '\n';
+    return &s;
+  }
+
+  // Leaves the daemons running after this object and the CLI are gone.
+  void Commit() {
+    committed_ = true;
+    for (Started& s : started_) s.process->Detach();
+  }
+
+ private:
+  CliContext& ctx_;
+  std::deque<Started> started_;
+  bool committed_ = false;
+};
+
+// Writes the log tail of `s` to ctx.err and returns `error`.
+absl::Status FailWithLog(CliContext& ctx, const StartedDaemons::Started& s,
+                         absl::Status error) {
+  std::string tail = Tail(s.daemon.log, s.log_start, kLogTailLines);
+  ctx.err << "--- last lines of " << s.daemon.log << " ---\n"
+          << (tail.empty() ? "(empty)\n" : tail) << "---\n";
+  return error;
+}
+
+}  // namespace
+
+std::string MasterYaml(const LocalClusterLayout& layout) {
+  return absl::StrCat(
+      "# Written by `det deploy local cluster-up`.\n",
+      "grpc_listen: ", Quote(absl::StrCat("127.0.0.1:", layout.master_port)), "\n",
+      "data_dir: ", Quote(layout.data_dir + "/master"), "\n",
+      "cluster_secret: ", Quote(layout.cluster_secret), "\n");
+}
+
+std::string AgentYaml(const LocalClusterLayout& layout, int index) {
+  std::string yaml = absl::StrCat(
+      "# Written by `det deploy local cluster-up`.\n",
+      "master: ", Quote(absl::StrCat("127.0.0.1:", layout.master_port)), "\n",
+      "agent_id: ", Quote(absl::StrCat("local-agent-", index)), "\n",
+      "slot_type: cpu\n",
+      "slots: ", layout.slots_per_agent, "\n",
+      "work_dir: ", Quote(absl::StrCat(layout.data_dir, "/agent-", index)), "\n",
+      "worker_path:\n");
+  for (const std::string& dir : layout.worker_path) {
+    absl::StrAppend(&yaml, "  - ", Quote(dir), "\n");
+  }
+  absl::StrAppend(&yaml, "cluster_secret: ", Quote(layout.cluster_secret), "\n");
+  return yaml;
+}
+
+absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir) {
+  if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is empty");
+  std::string path = data_dir;
+  if (path == "~" || absl::StartsWith(path, "~/")) {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot expand '", data_dir, "': $HOME is not set"));
+    }
+    path = absl::StrCat(home, path.substr(1));
+  }
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad data directory '", data_dir, "': ", ec.message()));
+  }
+  std::string normal = absolute.lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+absl::StatusOr<std::string> FindBinary(const std::string& name,
+                                       const std::vector<std::string>& dirs,
+                                       const std::string& path) {
+  std::vector<std::string> search = dirs;
+  for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+    search.emplace_back(dir);
+  }
+  for (const std::string& dir : search) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  std::string looked = absl::StrJoin(dirs, ", ");
+  absl::StrAppend(&looked, looked.empty() ? "" : " and ", "$PATH");
+  return absl::NotFoundError(
+      absl::StrCat("cannot find ", name, " (looked in ", looked, "); ", kBuildHint));
+}
+
+absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
+  if (options.agents < 1) return absl::InvalidArgumentError("--agents must be at least 1");
+  if (options.slots_per_agent < 1) {
+    return absl::InvalidArgumentError("--slots-per-agent must be at least 1");
+  }
+  if (options.master_port < 1 || options.master_port > 65535) {
+    return absl::InvalidArgumentError("--master-port must be in 1..65535");
+  }
+  ASSIGN_OR_RETURN(const std::string dir, ResolveDataDir(options.data_dir));
+
+  std::vector<std::string> bin_dirs;
+  if (!options.bin_dir.empty()) bin_dirs.push_back(options.bin_dir);
+  if (std::string self = SelfDir(); !self.empty()) bin_dirs.push_back(self);
+  const char* path_env = std::getenv("PATH");
+  const std::string path = path_env == nullptr ? "" : path_env;
+  ASSIGN_OR_RETURN(const std::string master_binary, FindBinary(kMasterBinary, bin_dirs, path));
+  ASSIGN_OR_RETURN(const std::string agent_binary, FindBinary(kAgentBinary, bin_dirs, path));
+  absl::StatusOr<std::string> worker_binary = FindBinary(kWorkerBinary, bin_dirs, path);
+  if (!worker_binary.ok()) {
+    ctx.err << "det: warning: " << worker_binary.status().message()
+            << "; the example experiments will not run\n";
+  }
+
+  RETURN_IF_ERROR(MakeDir(dir + "/logs"));
+  RETURN_IF_ERROR(MakeDir(dir + "/run"));
+  std::vector<Daemon> running = FindRunningDaemons(dir, ctx.out);
+  if (!running.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a cluster is already running in ", dir, " (", Describe(running.front()), " pid ",
+        running.front().pid, "); stop it with `det deploy local cluster-down --data-dir ",
+        dir, "`"));
+  }
+  RETURN_IF_ERROR(CheckPortFree(options.master_port));
+
+  LocalClusterLayout layout;
+  layout.data_dir = dir;
+  layout.master_port = options.master_port;
+  layout.slots_per_agent = options.slots_per_agent;
+  layout.worker_path = {
+      fs::path(worker_binary.ok() ? *worker_binary : agent_binary).parent_path().string()};
+  ASSIGN_OR_RETURN(layout.cluster_secret, ReadOrCreateSecret(dir + "/cluster_secret"));
+
+  RETURN_IF_ERROR(MakeDir(dir + "/master"));
+  Daemon master = DaemonNamed(dir, "master");
+  RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
+  std::vector<Daemon> agents;
+  for (int i = 0; i < options.agents; ++i) {
+    Daemon agent = DaemonNamed(dir, absl::StrCat("agent-", i));
+    RETURN_IF_ERROR(MakeDir(absl::StrCat(dir, "/agent-", i)));
+    RETURN_IF_ERROR(WriteFile(agent.config, AgentYaml(layout, i), 0600));
+    agents.push_back(std::move(agent));
+  }
+
+  StartedDaemons started(ctx);
+  ASSIGN_OR_RETURN(StartedDaemons::Started * master_process,
+                   started.Start(master_binary, master, dir));
+  const std::string address = absl::StrCat("127.0.0.1:", options.master_port);
+  ApiClientOptions probe_options;
+  probe_options.deadline = kProbeDeadline;
+  probe_options.max_reconnect_backoff = kStartPoll;
+  ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> api, ApiClient::Create(address, probe_options));
+  const absl::Time deadline = ctx.now() + kStartTimeout;
+
+  // The master first: the agents only retry connecting to it.
+  while (true) {
+    if (std::optional<ExitStatus> exit = master_process->process->TryWait()) {
+      return FailWithLog(ctx, *master_process,
+                         absl::InternalError(absl::StrCat("det-master exited (",
+                                                          exit->ToString(), ")")));
+    }
+    if (api->GetMasterInfo().ok()) break;
+    if (ctx.now() >= deadline) {
+      return FailWithLog(ctx, *master_process,
+                         absl::DeadlineExceededError(absl::StrCat(
+                             "the master did not answer at ", address, " within ",
+                             absl::FormatDuration(kStartTimeout))));
+    }
+    ctx.sleep(kStartPoll);
+  }
+
+  std::vector<StartedDaemons::Started*> agent_processes;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    ASSIGN_OR_RETURN(StartedDaemons::Started * agent,
+                     started.Start(agent_binary, agents[i], dir));
+    agent_processes.push_back(agent);
+  }
+  while (true) {
+    for (StartedDaemons::Started* agent : agent_processes) {
+      if (std::optional<ExitStatus> exit = agent->process->TryWait()) {
+        return FailWithLog(ctx, *agent,
+                           absl::InternalError(absl::StrCat(
+                               "det-agent ", agent->daemon.name, " exited (",
+                               exit->ToString(), ")")));
+      }
+    }
+    std::set<std::string> connected;
+    if (absl::StatusOr<v1::ListAgentsResponse> list = api->ListAgents(); list.ok()) {
+      for (const v1::Agent& agent : list->agents()) {
+        if (agent.connected()) connected.insert(agent.id());
+      }
+    }
+    std::vector<StartedDaemons::Started*> missing;
+    for (StartedDaemons::Started* agent : agent_processes) {
+      if (!connected.count(absl::StrCat("local-", agent->daemon.name))) {
+        missing.push_back(agent);
+      }
+    }
+    if (missing.empty()) break;
+    if (ctx.now() >= deadline) {
+      for (size_t i = 1; i < missing.size(); ++i) {
+        (void)FailWithLog(ctx, *missing[i], absl::OkStatus());
+      }
+      return FailWithLog(
+          ctx, *missing.front(),
+          absl::DeadlineExceededError(absl::StrCat(
+              missing.size(), " of ", agent_processes.size(),
+              " agents did not connect to the master within ",
+              absl::FormatDuration(kStartTimeout), " (first: local-",
+              missing.front()->daemon.name, ")")));
+    }
+    ctx.sleep(kStartPoll);
+  }
+
+  started.Commit();
+  ctx.out << "Cluster is up in " << dir << ": " << options.agents << " agent(s) with "
+          << options.slots_per_agent << " cpu slot(s) each.\n"
+          << "Master: " << address << '\n'
+          << "Use it with: export DET_MASTER=" << address << '\n';
+  return absl::OkStatus();
+}
+
+absl::Status ClusterDown(CliContext& ctx, const std::string& data_dir) {
+  ASSIGN_OR_RETURN(const std::string dir, ResolveDataDir(data_dir));
+  std::vector<Daemon> running = FindRunningDaemons(dir, ctx.out);
+  if (running.empty()) {
+    ctx.out << "No local cluster is running in " << dir << '\n';
+    return absl::OkStatus();
+  }
+  std::vector<Daemon> agents, master;
+  for (Daemon& d : running) (d.name == "master" ? master : agents).push_back(std::move(d));
+  StopDaemons(ctx, agents);
+  StopDaemons(ctx, master);
+  return absl::OkStatus();
+}
+
+}  // namespace det::cli

@@ -1,0 +1,194 @@
+#include "cli/local_cluster.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cli/cli_context.h"
+#include "common/process/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class LocalClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string pattern = std::string(tmp ? tmp : "/tmp") + "/cluster_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    std::filesystem::create_directories(dir_ + "/bin");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void WriteScript(const std::string& name, const std::string& body) {
+    std::string path = dir_ + "/bin/" + name;
+    std::ofstream(path) << "#!/bin/sh\n" << body;
+    ::chmod(path.c_str(), 0755);
+  }
+
+  std::string dir_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+  CliContext ctx_{out_, err_};
+};
+
+TEST(LocalClusterYamlTest, MasterYaml) {
+  LocalClusterLayout layout;
+  layout.data_dir = "/d";
+  layout.master_port = 9090;
+  layout.cluster_secret = "abc";
+  EXPECT_EQ(MasterYaml(layout),
+            "# Written by `det deploy local cluster-up`.\n"
+            "grpc_listen: \"127.0.0.1:9090\"\n"
+            "data_dir: \"/d/master\"\n"
+            "cluster_secret: \"abc\"\n");
+}
+
+TEST(LocalClusterYamlTest, AgentYaml) {
+  LocalClusterLayout layout;
+  layout.data_dir = "/d \"x\"";
+  layout.master_port = 9090;
+  layout.slots_per_agent = 4;
+  layout.worker_path = {"/bin dir"};
+  layout.cluster_secret = "abc";
+  EXPECT_EQ(AgentYaml(layout, 1),
+            "# Written by `det deploy local cluster-up`.\n"
+            "master: \"127.0.0.1:9090\"\n"
+            "agent_id: \"local-agent-1\"\n"
+            "slot_type: cpu\n"
+            "slots: 4\n"
+            "work_dir: \"/d \\\"x\\\"/agent-1\"\n"
+            "worker_path:\n"
+            "  - \"/bin dir\"\n"
+            "cluster_secret: \"abc\"\n");
+}
+
+TEST(ResolveDataDirTest, ExpandsHomeAndNormalizes) {
+  const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  ::setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(*ResolveDataDir("~/.det-local/"), "/home/someone/.det-local");
+  ::setenv("HOME", home.c_str(), 1);
+  EXPECT_EQ(*ResolveDataDir("/a/b/../c"), "/a/c");
+}
+
+TEST_F(LocalClusterTest, FindBinarySearchesDirsThenPath) {
+  WriteScript("det-master", "exit 0\n");
+  EXPECT_EQ(*FindBinary("det-master", {"/nonexistent", dir_ + "/bin"}, ""),
+            dir_ + "/bin/det-master");
+  EXPECT_EQ(*FindBinary("det-master", {}, "/nonexistent:" + dir_ + "/bin"),
+            dir_ + "/bin/det-master");
+  absl::StatusOr<std::string> missing = FindBinary("det-agent", {dir_ + "/bin"}, "");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("cannot find det-agent"));
+  EXPECT_THAT(missing.status().message(), HasSubstr("bazel build //deploy:bin"));
+}
+
+TEST_F(LocalClusterTest, ClusterDownWithNothingRunning) {
+  ASSERT_TRUE(ClusterDown(ctx_, dir_ + "/data").ok());
+  EXPECT_EQ(out_.str(), "No local cluster is running in " + dir_ + "/data\n");
+}
+
+TEST_F(LocalClusterTest, MissingDaemonBinaryIsAClearError) {
+  ClusterUpOptions options;
+  options.data_dir = dir_ + "/data";
+  options.bin_dir = dir_ + "/bin";
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", "/nonexistent", 1);
+  absl::Status status = ClusterUp(ctx_, options);
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("cannot find det-master"));
+  EXPECT_THAT(status.message(), HasSubstr("bazel build //deploy:bin"));
+}
+
+TEST_F(LocalClusterTest, MasterThatExitsShowsItsLogAndConfigIsWritten) {
+  WriteScript("det-master", "echo \"cannot parse $2\" >&2\nexit 3\n");
+  WriteScript("det-agent", "exit 0\n");
+  WriteScript("det-fashion-mnist", "exit 0\n");
+  ClusterUpOptions options;
+  options.data_dir = dir_ + "/data";
+  options.bin_dir = dir_ + "/bin";
+  options.agents = 2;
+  options.slots_per_agent = 3;
+  options.master_port = 1;  // never bound: the fake master exits first
+  // Port 1 needs root to bind; the free-port check only rejects ports in use.
+  absl::Status status = ClusterUp(ctx_, options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("det-master exited (exit code 3)"));
+  const std::string data = dir_ + "/data";
+  EXPECT_THAT(err_.str(), HasSubstr("cannot parse " + data + "/master.yaml"));
+  EXPECT_THAT(out_.str(), HasSubstr("Started master (pid "));
+
+  EXPECT_THAT(ReadAll(data + "/master.yaml"), HasSubstr("grpc_listen: \"127.0.0.1:1\"\n"));
+  std::string agent = ReadAll(data + "/agent-1.yaml");
+  EXPECT_THAT(agent, HasSubstr("agent_id: \"local-agent-1\"\n"));
+  EXPECT_THAT(agent, HasSubstr("slots: 3\n"));
+  EXPECT_THAT(agent, HasSubstr("  - \"" + dir_ + "/bin\"\n"));
+  std::string secret = ReadAll(data + "/cluster_secret");
+  EXPECT_THAT(secret, MatchesRegex("[0-9a-f]{64}\n"));
+  EXPECT_THAT(agent, HasSubstr("cluster_secret: \"" + secret.substr(0, 64) + "\"\n"));
+  struct stat st;
+  ASSERT_EQ(::stat((data + "/cluster_secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(std::filesystem::exists(data + "/run/master.pid"));
+
+  // A second run keeps the secret.
+  (void)ClusterUp(ctx_, options);
+  EXPECT_EQ(ReadAll(data + "/cluster_secret"), secret);
+}
+
+TEST_F(LocalClusterTest, RefusesToStartTwiceAndClusterDownStops) {
+  const std::string data = dir_ + "/data";
+  std::filesystem::create_directories(data + "/run");
+  WriteScript("det-master", "exit 0\n");
+  WriteScript("det-agent", "exit 0\n");
+  // A process whose command line names the master's config, as det-master's does.
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", "sleep 60; exit 0", data + "/master.yaml"};
+  spawn.env = CurrentEnvironment();
+  spawn.stdout_mode = spawn.stderr_mode = SpawnOptions::Output::kNull;
+  absl::StatusOr<std::unique_ptr<Subprocess>> fake = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  const std::string pid = std::to_string((*fake)->pid());
+  std::ofstream(data + "/run/master.pid") << pid << "\n";
+  std::ofstream(data + "/run/agent-0.pid") << "999999999\n";  // stale
+
+  ClusterUpOptions options;
+  options.data_dir = data;
+  options.bin_dir = dir_ + "/bin";
+  absl::Status status = ClusterUp(ctx_, options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("already running in " + data));
+  EXPECT_THAT(status.message(), HasSubstr("pid " + pid));
+  EXPECT_FALSE(std::filesystem::exists(data + "/run/agent-0.pid"));
+
+  out_.str("");
+  ASSERT_TRUE(ClusterDown(ctx_, data).ok());
+  EXPECT_EQ(out_.str(), "Stopped master (pid " + pid + ")\n");
+  EXPECT_FALSE(std::filesystem::exists(data + "/run/master.pid"));
+  absl::StatusOr<ExitStatus> exit = (*fake)->WaitFor(absl::Seconds(5));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->signal, SIGTERM);
+}
+
+}  // namespace
+}  // namespace det::cli
