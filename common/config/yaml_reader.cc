@@ -61,6 +61,32 @@ void JsonEscape(const std::string& s, std::string* out) {
   out->push_back('"');
 }
 
+// True when `s` is a number in JSON's grammar, so it can be written as it is.
+bool IsJsonNumber(const std::string& s) {
+  size_t i = 0, n = s.size();
+  auto digits = [&] {
+    size_t start = i;
+    while (i < n && isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i > start;
+  };
+  if (i < n && s[i] == '-') ++i;
+  if (i < n && s[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < n && s[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == n;
+}
+
 void ToJson(const YAML::Node& node, std::string* out) {
   if (node.IsMap()) {
     out->push_back('{');
@@ -86,6 +112,8 @@ void ToJson(const YAML::Node& node, std::string* out) {
     double d;
     if (node.Tag() != "!" && absl::SimpleAtoi(s, &i)) {
       absl::StrAppend(out, i);
+    } else if (node.Tag() != "!" && IsJsonNumber(s)) {
+      out->append(s);
     } else if (node.Tag() != "!" && absl::SimpleAtod(s, &d) && std::isfinite(d) &&
                s.find_first_of("0123456789") != std::string::npos) {
       std::ostringstream os;

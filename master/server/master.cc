@@ -30,6 +30,9 @@ std::string RandomHex(int bytes) {
   return out;
 }
 
+// "COMPLETED" for STATE_COMPLETED.
+std::string StateName(v1::State s) { return v1::State_Name(s).substr(6); }
+
 bool Terminal(v1::State s) {
   return s == v1::STATE_COMPLETED || s == v1::STATE_CANCELED || s == v1::STATE_ERROR;
 }
@@ -831,7 +834,7 @@ void Master::FinishTrial(TrialState& t, v1::State state, const std::string& erro
   t.trial.set_error(error);
   waiting_reason_.erase(absl::StrCat(t.trial.id()));
   PersistTrial(t);
-  TrialEvent(t.trial.id(), absl::StrCat("trial ", v1::State_Name(state),
+  TrialEvent(t.trial.id(), absl::StrCat("trial ", StateName(state),
                                         error.empty() ? "" : absl::StrCat(": ", error)));
   AnswerLogWaiters(t.trial.id());
   UpdateExperiment(experiments_.at(t.trial.experiment_id()));
@@ -863,7 +866,7 @@ void Master::UpdateExperiment(ExperimentState& es) {
       updated.set_error("every trial failed");
     }
     updated.set_end_time_ms(clock_.NowMs());
-    Logger("master")->info("experiment {} {}", updated.id(), v1::State_Name(updated.state()));
+    Logger("master")->info("experiment {} {}", updated.id(), StateName(updated.state()));
   }
   bool persist = updated.state() != es.experiment.state() ||
                  std::abs(updated.progress() - es.experiment.progress()) >= 0.01 ||

@@ -1,0 +1,64 @@
+// What a worker process knows about its place in a trial, read from the environment the
+// agent gives it (DET_* variables, RANK, WORLD_SIZE, ...).
+#ifndef DET_COMMON_HARNESS_CONTEXT_H_
+#define DET_COMMON_HARNESS_CONTEXT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace det::harness {
+
+struct TrialContext {
+  std::string master;  // host:port of the master
+  int64_t experiment_id = 0;
+  int64_t trial_id = 0;
+  int run_id = 0;
+  uint32_t trial_seed = 0;
+  std::string allocation_id;
+  std::string allocation_token;
+
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+
+  nlohmann::json hparams = nlohmann::json::object();
+  // The experiment's effective configuration.
+  nlohmann::json config = nlohmann::json::object();
+  // Batches (global steps) to train in total, from the searcher.
+  int64_t target_batches = 0;
+  std::string latest_checkpoint;
+
+  int64_t global_batch_size = 0;
+  // global_batch_size / world_size (remainder dropped).
+  int64_t per_slot_batch_size = 0;
+  // records_per_epoch / global_batch_size, or 0.
+  int64_t batches_per_epoch = 0;
+  int64_t scheduling_unit = 100;
+  // Validation period in batches (0: only at the end).
+  int64_t validation_period = 0;
+
+  bool is_chief() const { return rank == 0; }
+  // A hyperparameter, or `fallback` when absent. InvalidArgument on a wrong type.
+  absl::StatusOr<double> HparamDouble(const std::string& name, double fallback) const;
+  absl::StatusOr<int64_t> HparamInt(const std::string& name, int64_t fallback) const;
+  // config.data.<key> as a string, or `fallback`.
+  std::string DataString(const std::string& key, const std::string& fallback) const;
+};
+
+// Reads `env` (name -> value). Missing or malformed required variables are
+// FailedPrecondition naming the variable: the process was not started by a det agent.
+absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
+
+// The current process environment as a map.
+std::map<std::string, std::string> ProcessEnvironment();
+
+}  // namespace det::harness
+
+#endif  // DET_COMMON_HARNESS_CONTEXT_H_
