@@ -1,0 +1,176 @@
+#include "tests/integration/test_cluster.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+
+namespace det::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string TestCluster::BinDir() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", workspace ? workspace : "det", "/deploy/bin");
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout) {
+  CommandResult r;
+  SpawnOptions opts;
+  opts.argv = argv;
+  opts.env = CurrentEnvironment();
+  auto proc = Subprocess::Spawn(opts);
+  if (!proc.ok()) {
+    r.exit.exit_code = 127;
+    r.err = std::string(proc.status().message());
+    return r;
+  }
+  Subprocess& p = **proc;
+  pollfd fds[2] = {{p.stdout_fd(), POLLIN, 0}, {p.stderr_fd(), POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  absl::Time deadline = absl::Now() + timeout;
+  char buf[65536];
+  while ((fds[0].fd >= 0 || fds[1].fd >= 0) && absl::Now() < deadline) {
+    ::poll(fds, 2, 100);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, n);
+      } else {
+        fds[i].fd = -1;
+      }
+    }
+  }
+  auto st = absl::Now() < deadline ? p.Wait() : p.Terminate(absl::Seconds(1));
+  if (st.ok()) r.exit = *st;
+  return r;
+}
+
+bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return condition();
+}
+
+TestCluster::TestCluster(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
+  std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
+  if (std::system(cmd.c_str()) != 0) return;
+  mkdir(dir_.c_str(), 0755);
+}
+
+TestCluster::~TestCluster() {
+  for (auto& [id, a] : agents_) a->Terminate(absl::Seconds(5)).IgnoreError();
+  if (master_) master_->Terminate(absl::Seconds(5)).IgnoreError();
+}
+
+std::string TestCluster::WriteFile(const std::string& name, const std::string& text) {
+  std::string path = dir_ + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string TestCluster::LogTail(const std::string& name) {
+  std::string text = Slurp(dir_ + "/" + name + ".log");
+  return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
+}
+
+absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
+  std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
+  std::string addr_file = dir_ + "/master.addr";
+  unlink(addr_file.c_str());
+  std::string config = WriteFile(
+      "master.yaml", absl::StrCat("grpc_listen: \"", listen, "\"\ndata_dir: ", dir_,
+                                  "/master\naddress_file: ", addr_file,
+                                  "\ncluster_secret: test-secret\nagent_reconnect_wait: 30s\n",
+                                  extra_yaml));
+  SpawnOptions opts;
+  opts.argv = {BinDir() + "/det-master", "--config", config};
+  opts.env = CurrentEnvironment();
+  opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
+  opts.stdout_path = opts.stderr_path = dir_ + "/master.log";
+  auto proc = Subprocess::Spawn(opts);
+  if (!proc.ok()) return proc.status();
+  master_ = std::move(*proc);
+  bool up = WaitUntil(
+      [&] { return access(addr_file.c_str(), R_OK) == 0 || master_->TryWait().has_value(); },
+      absl::Seconds(30));
+  if (!up || access(addr_file.c_str(), R_OK) != 0) {
+    return absl::UnavailableError(absl::StrCat("master did not start:\n", LogTail("master")));
+  }
+  address_ = std::string(absl::StripAsciiWhitespace(Slurp(addr_file)));
+  return absl::OkStatus();
+}
+
+void TestCluster::StopMaster(int signal) {
+  if (!master_) return;
+  master_->SignalGroup(signal).IgnoreError();
+  master_->Wait().IgnoreError();
+  master_.reset();
+}
+
+absl::Status TestCluster::StartAgent(const std::string& id, int slots) {
+  std::string config = WriteFile(
+      id + ".yaml",
+      absl::StrCat("master: \"", address_, "\"\nagent_id: ", id, "\nslot_type: cpu\nslots: ", slots,
+                   "\nwork_dir: ", dir_, "/", id, "\nworker_path: [", BinDir(),
+                   "]\ncluster_secret: test-secret\nheartbeat_interval: 1s\nkill_grace: 3s\n"));
+  SpawnOptions opts;
+  opts.argv = {BinDir() + "/det-agent", "--config", config};
+  opts.env = CurrentEnvironment();
+  opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
+  opts.stdout_path = opts.stderr_path = dir_ + "/" + id + ".log";
+  auto proc = Subprocess::Spawn(opts);
+  if (!proc.ok()) return proc.status();
+  agents_[id] = std::move(*proc);
+  bool joined = WaitUntil(
+      [&] {
+        nlohmann::json agents = DetJson({"agent", "list"});
+        if (!agents.is_object() || !agents.contains("agents")) return false;
+        for (const auto& a : agents["agents"]) {
+          if (a.value("id", "") == id && a.value("connected", false)) return true;
+        }
+        return false;
+      },
+      absl::Seconds(30));
+  if (!joined) return absl::UnavailableError(absl::StrCat("agent ", id, " did not join:\n", LogTail(id)));
+  return absl::OkStatus();
+}
+
+CommandResult TestCluster::Det(const std::vector<std::string>& args, absl::Duration timeout) {
+  std::vector<std::string> argv = {BinDir() + "/det", "-m", address_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, timeout);
+}
+
+nlohmann::json TestCluster::DetJson(const std::vector<std::string>& args) {
+  std::vector<std::string> with_json = args;
+  with_json.push_back("--json");
+  CommandResult r = Det(with_json);
+  if (!r.exit.ok()) return nullptr;
+  return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+}
+
+}  // namespace det::testing

@@ -1,0 +1,72 @@
+// A real det cluster for integration tests: det-master and det-agent processes on loopback
+// (port 0), a temp directory each, and the real det CLI, all from //deploy:bin.
+#ifndef DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
+#define DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/process/subprocess.h"
+#include "nlohmann/json.hpp"
+
+namespace det::testing {
+
+struct CommandResult {
+  ExitStatus exit;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` to completion (killing it after `timeout`), capturing both streams.
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         absl::Duration timeout = absl::Seconds(120));
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
+
+class TestCluster {
+ public:
+  // A fresh directory under TEST_TMPDIR named `name`.
+  explicit TestCluster(const std::string& name);
+  // Kills every daemon still running.
+  ~TestCluster();
+
+  // Starts the master (again, on the same port after the first start). `extra_yaml` is
+  // appended to its master.yaml.
+  absl::Status StartMaster(const std::string& extra_yaml = "");
+  // Sends `signal` to the master and waits for it to exit.
+  void StopMaster(int signal);
+  // Starts agent `id` with `slots` CPU slots; waits until the master lists it connected.
+  absl::Status StartAgent(const std::string& id, int slots = 1);
+
+  // Runs the det CLI against this cluster's master.
+  CommandResult Det(const std::vector<std::string>& args,
+                    absl::Duration timeout = absl::Seconds(120));
+  // Runs det with --json appended and parses stdout (null on failure).
+  nlohmann::json DetJson(const std::vector<std::string>& args);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  std::string db_path() const { return dir_ + "/master/det.db"; }
+  // Writes `text` to dir()/name and returns the path.
+  std::string WriteFile(const std::string& name, const std::string& text);
+  // The tail of a daemon's log, for failure messages.
+  std::string LogTail(const std::string& name);
+
+  static std::string BinDir();
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Subprocess> master_;
+  std::map<std::string, std::unique_ptr<Subprocess>> agents_;
+};
+
+}  // namespace det::testing
+
+#endif  // DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
