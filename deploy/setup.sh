@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap
-  g++ zlib1g-dev
+  g++ zlib1g-dev python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install what det needs, build it, start a local master
+# (SQLite in .det-local/) and one agent with CPU slots, train the Fashion-MNIST example to
+# the end while showing its progress, print its final validation metrics, and stop the
+# daemons. Set DET_PORT to use another master port (default 8080).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== installing system packages (deploy/setup.sh)"
+./deploy/setup.sh
+
+echo "== building det (bazel build //deploy:bin)"
+bazel build //deploy:bin
+BIN="$(pwd)/bazel-bin/deploy/bin"
+DATA="$(pwd)/.det-local"
+PORT="${DET_PORT:-8080}"
+export DET_MASTER="127.0.0.1:${PORT}"
+
+echo "== starting a local cluster in ${DATA}"
+"$BIN/det" deploy local cluster-up --agents 1 --slots-per-agent 1 --data-dir "$DATA" --master-port "$PORT"
+trap '"$BIN/det" deploy local cluster-down --data-dir "$DATA"' EXIT
+
+echo "== training configs/examples/fashion-mnist.yaml"
+"$BIN/det" experiment create configs/examples/fashion-mnist.yaml --follow
+
+echo "== result"
+id=$("$BIN/det" experiment list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["experiments"][-1]["id"])')
+"$BIN/det" experiment describe "$id"
+"$BIN/det" experiment describe "$id" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+acc = d["trials"][0]["validation_summary"]["accuracy"]["last"]
+print(f"final validation accuracy: {acc:.4f}")
+sys.exit(0 if acc >= 0.82 else 1)
+'
