@@ -155,6 +155,7 @@ void Agent::Run() {
     absl::MutexLock l(&mu_);
     outbox_.clear();
   }
+  client_.Shutdown();
   if (poller_.joinable()) poller_.join();
   if (outbox_thread_.joinable()) outbox_thread_.join();
   Logger("agent")->info("agent {} stopped", config_.agent_id);

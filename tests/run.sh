@@ -15,43 +15,49 @@ if ! bazel build //... ; then
 fi
 
 echo "== testing"
-bazel test //... --test_output=errors "$@"
-bazel_rc=$?
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+bazel test //... --test_output=errors "$@" 2>&1 | tee "$summary"
+bazel_rc=${PIPESTATUS[0]}
 
-# Count test cases from each target's JUnit XML; a target that produced none counts as
-# one failure (it crashed or timed out before writing results).
-python3 - "$bazel_rc" <<'PY'
-import glob, os, sys
+# Count test cases: for every target in Bazel's summary, the cases in its JUnit XML; a
+# target that did not build or run, or left no results, counts as one failure.
+python3 - "$bazel_rc" "$summary" <<'PY'
+import os, re, sys
 import xml.etree.ElementTree as ET
 
-bazel_rc = int(sys.argv[1])
+bazel_rc, summary = int(sys.argv[1]), sys.argv[2]
 passed = failed = 0
-targets = 0
-for status in glob.glob("bazel-testlogs/**/test.log", recursive=True):
-    targets += 1
-    xml = os.path.join(os.path.dirname(status), "test.xml")
-    try:
-        root = ET.parse(xml).getroot()
-    except (OSError, ET.ParseError):
-        failed += 1
-        print(f"no results: {os.path.dirname(status)}")
+line_re = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|REMOTE FAILURE)\b")
+seen = set()
+for line in open(summary, errors="replace"):
+    m = line_re.match(line)
+    if not m or m.group(1) in seen:
         continue
-    cases = root.iter("testcase")
-    n = 0
-    for case in cases:
-        n += 1
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed += 1
-        elif case.get("status", "run") == "run" and case.get("result", "completed") != "skipped":
-            passed += 1
-    if n == 0:
-        # A test without gtest cases: judge by the target's own outcome.
-        if root.find(".//failure") is not None or root.find(".//error") is not None:
-            failed += 1
-        else:
-            passed += 1
+    target, status = m.groups()
+    seen.add(target)
+    pkg, name = target[2:].split(":")
+    xml = os.path.join("bazel-testlogs", pkg, name, "test.xml")
+    cases_passed = cases_failed = 0
+    if status in ("PASSED", "FAILED", "FLAKY"):
+        try:
+            for case in ET.parse(xml).getroot().iter("testcase"):
+                if case.find("failure") is not None or case.find("error") is not None:
+                    cases_failed += 1
+                elif case.get("result", "completed") != "skipped":
+                    cases_passed += 1
+        except (OSError, ET.ParseError):
+            pass
+    if status == "PASSED" and cases_passed + cases_failed == 0:
+        cases_passed = 1
+    if status not in ("PASSED", "FLAKY") and cases_failed == 0:
+        cases_failed = 1
+        print(f"{target}: {status}")
+    passed += cases_passed
+    failed += cases_failed
 if bazel_rc != 0 and failed == 0:
-    failed = 1  # Bazel failed in a way no test reported (e.g. a build error).
+    failed = 1  # Bazel failed in a way no test reported.
+    print(f"bazel test exited with {bazel_rc}")
 print(f"tests: {passed} passed, {failed} failed")
 sys.exit(0 if failed == 0 else 1)
 PY
