@@ -13,7 +13,7 @@ namespace det::config {
 struct MasterConfig {
   // host:port of the gRPC API (users, agents, workers). Port 0 picks a free port.
   std::string grpc_listen = "0.0.0.0:8080";
-  // Directory for the database and uploaded model contexts; created if missing.
+  // Directory for the database (model contexts are stored in it); created if missing.
   std::string data_dir = "/var/lib/det";
   // SQLite file. Default: DATA_DIR/det.db.
   std::string db_path;
@@ -33,11 +33,11 @@ struct MasterConfig {
 };
 
 struct AgentConfig {
-  // host:port of the master's gRPC API.
-  std::string master = "127.0.0.1:8080";
+  // host:port of the master's gRPC API. Required.
+  std::string master;
   // Default: the host name.
   std::string agent_id;
-  // "cpu" (or "auto": GPUs when found, else CPU slots).
+  // "cpu", "cuda" (GPUs, an error without them) or "auto" (GPUs when found, else CPU).
   std::string slot_type = "auto";
   // Number of CPU slots when the agent offers CPU slots.
   int slots = 1;

@@ -1,5 +1,5 @@
-// The one place spdlog is configured. Daemons log to stderr (and optionally a file);
-// nothing but the CLI writes to stdout.
+// The one place spdlog is configured. Daemons log to stderr; nothing but the CLI writes to
+// stdout.
 #ifndef DET_COMMON_LOGGING_LOGGING_H_
 #define DET_COMMON_LOGGING_LOGGING_H_
 

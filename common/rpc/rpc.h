@@ -14,7 +14,7 @@ namespace det::rpc {
 // A channel to `address` (host:port) with det's message size limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// grpc::Status -> absl::Status, the message prefixed with `what` when given. UNAVAILABLE
+// grpc::Status -> absl::Status with the same code and message, except UNAVAILABLE, which
 // becomes "cannot reach the master at ADDRESS: ...".
 absl::Status FromGrpc(const grpc::Status& status, const std::string& address);
 

@@ -1,5 +1,5 @@
 // The master's three services as plain C++ interfaces, separate from the gRPC adapters
-// (api_service.h, agent_service.h, worker_service.h) that expose them.
+// in grpc_services.h that expose them.
 //
 // Each method may be called from any thread. It fills `response` and then calls `done`
 // exactly once, from any thread; `request` and `response` stay valid until then.

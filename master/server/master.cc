@@ -143,10 +143,10 @@ absl::Status Master::Restore() {
       if (ts.unattached.empty()) continue;
       std::string agents = absl::StrJoin(ts.unattached, ", ");
       TrialEvent(id, absl::StrCat("agent(s) ", agents, " did not return after the master restarted"));
-      for (const auto& r : ts.trial.allocation().ranks()) {
-        if (ts.unattached.count(r.agent_id())) OnRankExit(ts, r.rank(), "agent did not return", true);
-      }
       ts.lost = true;
+      std::set<std::string> gone = ts.unattached;
+      ExitRanksOn(ts, [&](const std::string& agent) { return gone.count(agent) > 0; },
+                  "agent did not return");
     }
   });
   for (auto& [id, es] : experiments_) UpdateExperiment(es);
@@ -253,27 +253,26 @@ void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
     e.set_experiment_seed(c.experiment_seed);
     e.set_num_trials(c.searcher.max_trials);
     for (const auto& w : parsed.warnings) e.add_warnings(w);
-    ASSIGN_OR_RETURN(int64_t id, store_->InsertExperiment(e, context.SerializeAsString()));
+    int64_t target = c.searcher.max_length.Batches(c.BatchesPerEpoch());
+    std::vector<v1::Trial> trials(c.searcher.max_trials);
+    for (int i = 0; i < c.searcher.max_trials; ++i) {
+      v1::Trial& t = trials[i];
+      t.set_state(v1::STATE_QUEUED);
+      t.set_seed(config::TrialSeed(static_cast<uint32_t>(c.experiment_seed), i));
+      t.set_hparams_json(config::SampleHyperparameters(
+          c.hyperparameters, (static_cast<uint64_t>(c.experiment_seed) << 20) + i));
+      t.set_target_batches(target);
+    }
+    ASSIGN_OR_RETURN(int64_t id,
+                     store_->InsertExperiment(e, context.SerializeAsString(), &trials));
     e.set_id(id);
     ExperimentState& es = experiments_[id];
     es.experiment = e;
     es.config = c;
     es.config_json = parsed.effective_json;
-
-    int64_t target = c.searcher.max_length.Batches(c.BatchesPerEpoch());
-    for (int i = 0; i < c.searcher.max_trials; ++i) {
-      v1::Trial t;
-      t.set_experiment_id(id);
-      t.set_state(v1::STATE_QUEUED);
-      uint32_t seed = config::TrialSeed(static_cast<uint32_t>(c.experiment_seed), i);
-      t.set_seed(seed);
-      t.set_hparams_json(config::SampleHyperparameters(
-          c.hyperparameters, (static_cast<uint64_t>(c.experiment_seed) << 20) + i));
-      t.set_target_batches(target);
-      ASSIGN_OR_RETURN(int64_t tid, store_->InsertTrial(t));
-      t.set_id(tid);
-      es.trial_ids.push_back(tid);
-      trials_[tid].trial = t;
+    for (auto& t : trials) {
+      es.trial_ids.push_back(t.id());
+      trials_[t.id()].trial = std::move(t);
     }
     Logger("master")->info("experiment {} created: {} ({} trial(s), {} slot(s) each)", id, c.name,
                            c.searcher.max_trials, c.resources.slots_per_trial);
@@ -450,9 +449,8 @@ void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp
       if (!on_agent) continue;
       t.unattached.erase(agent_id);
       t.lost = true;
-      for (const auto& r : a.ranks()) {
-        if (r.agent_id() == agent_id) OnRankExit(t, r.rank(), "agent restarted without it", true);
-      }
+      ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
+                  "agent restarted without it");
     }
     RequestSchedule();
     return absl::OkStatus();
@@ -763,9 +761,8 @@ void Master::KillAllocation(TrialState& t, const std::string& reason) {
     cmd.mutable_kill()->set_reason(reason);
     if (!agents_.Send(agent_id, std::move(cmd))) {
       // Unreachable agent: its ranks count as gone.
-      for (const auto& r : t.trial.allocation().ranks()) {
-        if (r.agent_id() == agent_id) OnRankExit(t, r.rank(), "agent unreachable", true);
-      }
+      ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
+                  "agent unreachable");
     }
   }
   TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", t.trial.allocation().id(), ": ", reason));
@@ -883,12 +880,21 @@ void Master::UpdateExperiment(ExperimentState& es) {
 
 void Master::AgentLost(const std::string& agent_id, const std::string& why) {
   for (auto& [tid, t] : trials_) {
-    for (const auto& r : t.trial.allocation().ranks()) {
-      if (r.agent_id() != agent_id) continue;
-      t.lost = true;
-      OnRankExit(t, r.rank(), why, true);
-      if (t.trial.allocation().id().empty()) break;  // The run ended.
-    }
+    bool on_agent = false;
+    for (const auto& r : t.trial.allocation().ranks()) on_agent |= r.agent_id() == agent_id;
+    if (!on_agent) continue;
+    t.lost = true;
+    ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; }, why);
+  }
+}
+
+void Master::ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
+                         const std::string& how) {
+  // OnRankExit may end the allocation (and clear it): walk a copy, stop when it changes.
+  const v1::Allocation allocation = t.trial.allocation();
+  for (const auto& r : allocation.ranks()) {
+    if (t.trial.allocation().id() != allocation.id()) return;
+    if (on_agent(r.agent_id())) OnRankExit(t, r.rank(), how, true);
   }
 }
 

@@ -113,6 +113,10 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void FinishTrial(TrialState& t, v1::State state, const std::string& error);
   void UpdateExperiment(ExperimentState& e);
   void AgentLost(const std::string& agent_id, const std::string& why);
+  // Records an abnormal exit of every rank of t's current run placed on an agent for which
+  // `on_agent` holds.
+  void ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
+                   const std::string& how);
   void CheckAgents();
   void TrialEvent(int64_t trial_id, const std::string& message);
   void PersistTrial(const TrialState& t);

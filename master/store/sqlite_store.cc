@@ -287,7 +287,8 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
 }
 
 absl::StatusOr<int64_t> SqliteStore::InsertExperiment(const v1::Experiment& experiment,
-                                                      const std::string& context) {
+                                                      const std::string& context,
+                                                      std::vector<v1::Trial>* trials) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
   Stmt s(db_,
@@ -301,6 +302,11 @@ absl::StatusOr<int64_t> SqliteStore::InsertExperiment(const v1::Experiment& expe
   stored.set_id(id);
   Stmt u(db_, "UPDATE experiments SET data = ? WHERE id = ?");
   RETURN_IF_ERROR(u.BindBlob(1, stored.SerializeAsString()).Bind(2, id).Run());
+  for (auto& t : *trials) {
+    t.set_experiment_id(id);
+    ASSIGN_OR_RETURN(int64_t tid, InsertTrialRow(t));
+    t.set_id(tid);
+  }
   RETURN_IF_ERROR(tx.Commit());
   return id;
 }
@@ -326,15 +332,20 @@ absl::StatusOr<std::string> SqliteStore::GetExperimentContext(int64_t experiment
   return s.Text(0);
 }
 
-absl::StatusOr<int64_t> SqliteStore::InsertTrial(const v1::Trial& trial) {
-  Transaction tx(db_);
-  RETURN_IF_ERROR(tx.status());
+absl::StatusOr<int64_t> SqliteStore::InsertTrialRow(const v1::Trial& trial) {
   Stmt s(db_, "INSERT INTO trials (experiment_id, state, data) VALUES (?, ?, '')");
   RETURN_IF_ERROR(s.Bind(1, trial.experiment_id()).Bind(2, trial.state()).Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
   v1::Trial stored = trial;
   stored.set_id(id);
   RETURN_IF_ERROR(WriteTrial(stored));
+  return id;
+}
+
+absl::StatusOr<int64_t> SqliteStore::InsertTrial(const v1::Trial& trial) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  ASSIGN_OR_RETURN(int64_t id, InsertTrialRow(trial));
   RETURN_IF_ERROR(tx.Commit());
   return id;
 }

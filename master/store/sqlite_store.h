@@ -26,7 +26,8 @@ class SqliteStore : public Store {
 
   absl::StatusOr<StoreSnapshot> Load() override;
   absl::StatusOr<int64_t> InsertExperiment(const v1::Experiment& experiment,
-                                           const std::string& context) override;
+                                           const std::string& context,
+                                           std::vector<v1::Trial>* trials) override;
   absl::Status UpdateExperiment(const v1::Experiment& experiment) override;
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override;
   absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) override;
@@ -48,6 +49,8 @@ class SqliteStore : public Store {
   absl::Status Exec(const std::string& sql);
   absl::Status Migrate();
   absl::Status WriteTrial(const v1::Trial& trial);
+  // Inserts `trial` (inside the caller's transaction) and returns its id.
+  absl::StatusOr<int64_t> InsertTrialRow(const v1::Trial& trial);
 
   sqlite3* db_;
   std::string path_;

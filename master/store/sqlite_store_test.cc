@@ -39,7 +39,8 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
     e.set_name("mnist");
     e.set_state(v1::STATE_ACTIVE);
     e.set_config_yaml("name: mnist\n");
-    auto id = (*store)->InsertExperiment(e, "context-bytes");
+    std::vector<v1::Trial> none;
+    auto id = (*store)->InsertExperiment(e, "context-bytes", &none);
     ASSERT_TRUE(id.ok()) << id.status();
     exp_id = *id;
 
@@ -110,7 +111,8 @@ TEST(SqliteStore, ClosedAllocationsAreNotReloaded) {
   auto store = SqliteStore::Open(":memory:");
   ASSERT_TRUE(store.ok());
   v1::Experiment e;
-  auto eid = (*store)->InsertExperiment(e, "");
+  std::vector<v1::Trial> none;
+  auto eid = (*store)->InsertExperiment(e, "", &none);
   v1::Trial t;
   t.set_experiment_id(*eid);
   auto tid = (*store)->InsertTrial(t);
@@ -122,6 +124,23 @@ TEST(SqliteStore, ClosedAllocationsAreNotReloaded) {
   a.set_state(v1::STATE_COMPLETED);
   ASSERT_TRUE((*store)->UpsertAllocation(a, "t").ok());
   EXPECT_TRUE((*store)->Load()->open_allocations.empty());
+}
+
+TEST(SqliteStore, ExperimentAndItsTrialsAreInsertedTogether) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  std::vector<v1::Trial> trials(3);
+  for (int i = 0; i < 3; ++i) trials[i].set_seed(100 + i);
+  v1::Experiment e;
+  auto id = (*store)->InsertExperiment(e, "", &trials);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto snap = (*store)->Load();
+  ASSERT_EQ(snap->trials.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(trials[i].experiment_id(), *id);
+    EXPECT_EQ(snap->trials[i].id(), trials[i].id());
+    EXPECT_EQ(snap->trials[i].seed(), 100 + i);
+  }
 }
 
 TEST(SqliteStore, UpdatingAMissingRowIsNotFound) {

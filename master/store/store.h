@@ -31,9 +31,12 @@ class Store {
 
   virtual absl::StatusOr<StoreSnapshot> Load() = 0;
 
-  // Assigns and returns the experiment id. `context` is the serialized model context.
+  // Inserts the experiment and its first trials in one transaction. Assigns and returns
+  // the experiment id; sets each trial's id and experiment_id. `context` is the serialized
+  // model context.
   virtual absl::StatusOr<int64_t> InsertExperiment(const v1::Experiment& experiment,
-                                                   const std::string& context) = 0;
+                                                   const std::string& context,
+                                                   std::vector<v1::Trial>* trials) = 0;
   virtual absl::Status UpdateExperiment(const v1::Experiment& experiment) = 0;
   virtual absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) = 0;
 
