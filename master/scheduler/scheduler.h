@@ -50,6 +50,15 @@ struct Decision {
 
 enum class Fit { kBestFit, kWorstFit };
 
+// An allocation holding slots, as preemption sees it.
+struct Running {
+  std::string id;
+  int priority = 42;
+  int64_t seq = 0;
+  std::string pool = "default";
+  std::vector<AgentShare> agents;
+};
+
 // Gang placement. A request of N slots, N <= the largest agent of its pool, goes on one
 // agent with N free slots (best fit: the fewest free; worst fit: the most; ties by id). A
 // larger one takes N/S whole idle agents of size S, N a multiple of S (the largest such S
@@ -58,6 +67,17 @@ enum class Fit { kBestFit, kWorstFit };
 // Zero-slot requests go on the enabled agent of their pool with the most free slots.
 Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
                   Fit fit);
+
+// For requests of `preemptible_pools` that Schedule() leaves waiting, the running
+// allocations to stop so they can be placed: only less important ones (higher priority
+// number), least important and most recently queued first, and no more than needed.
+// `decision` is Schedule()'s result for the same inputs. Returns victim -> the request it
+// makes room for.
+std::map<std::string, std::string> SelectPreemptions(const std::vector<AgentView>& agents,
+                                                     const std::vector<Request>& queue,
+                                                     const std::vector<Running>& running,
+                                                     const Decision& decision, Fit fit,
+                                                     const std::vector<std::string>& preemptible_pools);
 
 }  // namespace det::master::scheduler
 

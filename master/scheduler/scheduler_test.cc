@@ -70,6 +70,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"WorstFitPicksEmptiest",
              {Agent("a", 8, 2), Agent("b", 8, 5), Agent("c", 8, 0)},
              {Req("t", 2)}, Fit::kWorstFit, {{"t", "c:0,1"}}},
+        Case{"ExactFitPreferred", {Agent("a", 8, 0), Agent("b", 8, 5), Agent("c", 8, 4)},
+             {Req("t", 3)}, Fit::kBestFit, {{"t", "b:5,6,7"}}},
+        Case{"SixteenOnTwoIdleEightSlotAgents", {Agent("a", 8), Agent("b", 8)}, {Req("t", 16)},
+             Fit::kBestFit, {{"t", "a:0,1,2,3,4,5,6,7;b:0,1,2,3,4,5,6,7"}}},
         Case{"TiesBrokenById", {Agent("b", 4), Agent("a", 4)}, {Req("t", 1)}, Fit::kBestFit,
              {{"t", "a:0"}}},
         Case{"SmallTrialsShareAnAgent", {Agent("a", 4)},
@@ -106,6 +110,67 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ZeroSlotRequestsNeedNoFreeSlot", {Agent("a", 1, 1)}, {Req("gc", 0)}, Fit::kBestFit,
              {{"gc", "a:"}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+Running Holding(const std::string& id, int priority, int64_t seq, const std::string& agent,
+            std::vector<std::string> slots) {
+  Running r;
+  r.id = id;
+  r.priority = priority;
+  r.seq = seq;
+  r.agents.push_back({agent, std::move(slots)});
+  return r;
+}
+
+// Agent `id` of `size` slots with `used` slots held by running allocations.
+TEST(Preemption, PicksTheLeastImportantMostRecentlyQueued) {
+  // One 4-slot agent fully used by three lower-priority runs; an urgent 2-slot request.
+  AgentView a = Agent("a", 4, 4);
+  std::vector<Running> running = {Holding("old-low", 60, 1, "a", {"0", "1"}),
+                                  Holding("new-low", 60, 5, "a", {"2"}),
+                                  Holding("mid", 50, 9, "a", {"3"})};
+  std::vector<Request> queue = {Req("urgent", 2, 10, 10)};
+  Decision d = Schedule({a}, queue, Fit::kBestFit);
+  ASSERT_EQ(d.waiting.count("urgent"), 1u);
+  auto victims = SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {"default"});
+  // new-low (priority 60, latest) first; then old-low frees 2 more, enough. new-low alone
+  // frees 1 slot, too few; the minimal set with the least important runs is {old-low}.
+  EXPECT_EQ(victims.size(), 1u);
+  EXPECT_EQ(victims.count("old-low"), 1u);
+  EXPECT_EQ(victims["old-low"], "urgent");
+}
+
+TEST(Preemption, OnlyLessImportantRunsAndOnlyInPreemptiblePools) {
+  AgentView a = Agent("a", 2, 2);
+  std::vector<Running> running = {Holding("same", 42, 1, "a", {"0", "1"})};
+  std::vector<Request> queue = {Req("waiting", 2, 42, 2)};
+  Decision d = Schedule({a}, queue, Fit::kBestFit);
+  EXPECT_TRUE(SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {"default"}).empty());
+  queue[0].priority = 1;
+  d = Schedule({a}, queue, Fit::kBestFit);
+  EXPECT_TRUE(SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {}).empty());
+  EXPECT_EQ(SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {"default"}).size(), 1u);
+}
+
+TEST(Preemption, NoVictimsWhenEvenAllWouldNotSuffice) {
+  AgentView a = Agent("a", 4, 1);
+  std::vector<Running> running = {Holding("low", 90, 1, "a", {"0"})};
+  std::vector<Request> queue = {Req("huge", 12, 1, 2)};  // Never fits 4-slot agents.
+  Decision d = Schedule({a}, queue, Fit::kBestFit);
+  EXPECT_TRUE(SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {"default"}).empty());
+}
+
+TEST(Schedule, LargeClusterPlacesEverythingThatFits) {
+  std::vector<AgentView> agents;
+  for (int i = 0; i < 100; ++i) agents.push_back(Agent(absl::StrCat("n", 1000 + i), 8));
+  std::vector<Request> queue;
+  for (int i = 0; i < 400; ++i) queue.push_back(Req(absl::StrCat("t", i), 2, 42, i));
+  Decision d = Schedule(agents, queue, Fit::kBestFit);
+  EXPECT_EQ(d.placements.size(), 400u);  // 100 agents x 8 slots / 2.
+  // Best fit packs agents before opening new ones: every agent is exactly full.
+  std::map<std::string, int> used;
+  for (const auto& p : d.placements) used[p.agents[0].agent_id] += 2;
+  for (const auto& [agent, n] : used) EXPECT_EQ(n, 8) << agent;
+}
 
 }  // namespace
 }  // namespace det::master::scheduler
