@@ -1,15 +1,16 @@
 #include "agent/agent.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/supervisor/file_tailer.h"
 #include "common/logging/logging.h"
-#include "common/process/line_reader.h"
 #include "common/rpc/rpc.h"
 
 namespace det::agent {
@@ -17,17 +18,31 @@ namespace {
 
 constexpr int64_t kMaxBufferedLines = 100000;
 constexpr int kMaxLinesPerBatch = 1000;
+constexpr size_t kMaxBufferedSamples = 720;
 constexpr absl::Duration kPollWait = absl::Seconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
-// After a worker exits, how long to keep reading output its descendants may still write.
-constexpr absl::Duration kDrainAfterExit = absl::Seconds(2);
+// How often a supervisor looks for new output and for its worker's exit.
+constexpr absl::Duration kSuperviseTick = absl::Milliseconds(100);
+// After stopping the workers on shutdown, how long to try to deliver their exits.
+constexpr absl::Duration kShutdownDelivery = absl::Seconds(5);
+constexpr const char* kStreams[2] = {"stdout", "stderr"};
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) Logger("agent")->warn("cannot remove {}: {}", path, ec.message());
+}
+
 }  // namespace
 
-Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::Slot> slots)
-    : config_(std::move(config)), client_(client), slots_(std::move(slots)) {
+Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::Slot> slots,
+             AgentOptions options)
+    : config_(std::move(config)),
+      client_(client),
+      slots_(std::move(slots)),
+      options_(std::move(options)) {
   launch_context_.agent_id = config_.agent_id;
   launch_context_.master_address = config_.master;
   launch_context_.slot_type = slots_.empty() ? "cpu" : slots_[0].type();
@@ -37,12 +52,17 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
 
 Agent::~Agent() {
   Stop();
-  if (poller_.joinable()) poller_.join();
-  if (outbox_thread_.joinable()) outbox_thread_.join();
+  StopThreads();
 }
 
 void Agent::Stop() {
   absl::MutexLock l(&mu_);
+  stopping_ = true;
+}
+
+void Agent::Detach() {
+  absl::MutexLock l(&mu_);
+  detaching_ = true;
   stopping_ = true;
 }
 
@@ -62,7 +82,14 @@ void Agent::SessionLost(const std::string& stale_session) {
   if (session_ == stale_session) session_.clear();
 }
 
-bool Agent::RegisterOnce() {
+void Agent::StopThreads() {
+  client_.Shutdown();
+  if (poller_.joinable()) poller_.join();
+  if (outbox_thread_.joinable()) outbox_thread_.join();
+  if (metrics_thread_.joinable()) metrics_thread_.join();
+}
+
+absl::Status Agent::RegisterOnce() {
   v1::RegisterRequest req;
   req.set_agent_id(config_.agent_id);
   char host[256] = {0};
@@ -78,11 +105,13 @@ bool Agent::RegisterOnce() {
   }
   auto resp = client_.Register(req);
   if (!resp.ok()) {
-    Logger("agent")->warn("cannot register with the master: {}", resp.status().ToString());
     if (absl::IsUnauthenticated(resp.status())) {
-      Logger("agent")->error("the master refused this agent: {}", std::string(resp.status().message()));
+      Logger("agent")->error("the master at {} refused agent {}: {}", config_.master,
+                             config_.agent_id, std::string(resp.status().message()));
+    } else {
+      Logger("agent")->warn("cannot register with the master: {}", resp.status().ToString());
     }
-    return false;
+    return resp.status();
   }
   for (const auto& id : resp->kill_allocations()) Kill(id, "the master no longer runs it");
   absl::MutexLock l(&mu_);
@@ -93,12 +122,17 @@ bool Agent::RegisterOnce() {
   Logger("agent")->info("agent {} joined master {} with {} {} slot(s), {} running allocation(s)",
                         config_.agent_id, config_.master, slots_.size(),
                         launch_context_.slot_type, req.running_allocations_size());
-  return true;
+  return absl::OkStatus();
 }
 
-void Agent::Run() {
+absl::Status Agent::Run() {
+  Restore();
   poller_ = std::thread([this] { PollLoop(); });
   outbox_thread_ = std::thread([this] { OutboxLoop(); });
+  if (options_.sampler != nullptr && options_.system_metrics_period > absl::ZeroDuration()) {
+    metrics_thread_ = std::thread([this] { MetricsLoop(); });
+  }
+  absl::Status refused;
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     std::string session = Session();
@@ -109,56 +143,98 @@ void Agent::Run() {
       interval = heartbeat_interval_;
     }
     if (session.empty()) {
-      if (RegisterOnce()) {
+      absl::Status st = RegisterOnce();
+      if (st.ok()) {
         backoff = absl::Milliseconds(200);
-      } else if (SleepOrStop(backoff)) {
-        break;
-      } else {
-        backoff = std::min(backoff * 2, kMaxBackoff);
+        continue;
       }
+      if (absl::IsUnauthenticated(st)) {
+        absl::MutexLock l(&mu_);
+        // With workers of a previous agent process still running, keep trying: an operator
+        // may be fixing the secret, and giving up would strand them.
+        if (allocations_.empty()) {
+          refused = st;
+          stopping_ = true;
+          break;
+        }
+      }
+      if (SleepOrStop(backoff)) break;
+      backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
     }
     v1::HeartbeatRequest hb;
     hb.set_agent_id(config_.agent_id);
     hb.set_session_id(session);
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& m : metrics_) *hb.add_system_metrics() = m;
+    }
     absl::Status st = client_.Heartbeat(hb);
     if (absl::IsNotFound(st)) {
-      Logger("agent")->warn("master does not know this session ({}); registering again", std::string(st.message()));
+      Logger("agent")->warn("master does not know this session ({}); registering again",
+                            std::string(st.message()));
       SessionLost(session);
       continue;
+    }
+    if (st.ok() && hb.system_metrics_size() > 0) {
+      int64_t sent_until = hb.system_metrics(hb.system_metrics_size() - 1).time_ms();
+      absl::MutexLock l(&mu_);
+      while (!metrics_.empty() && metrics_.front().time_ms() <= sent_until) metrics_.pop_front();
     }
     if (!st.ok()) Logger("agent")->warn("heartbeat failed: {}", st.ToString());
     ReapFinished(/*even_if_unreported=*/false);
     if (SleepOrStop(st.ok() ? interval : std::min(interval, absl::Seconds(1)))) break;
   }
+
+  bool detaching;
+  {
+    absl::MutexLock l(&mu_);
+    detaching = detaching_;
+  }
+  if (detaching) {
+    // Supervisors see detaching_ and return; the workers keep running.
+    std::vector<std::thread> supervisors;
+    {
+      absl::MutexLock l(&mu_);
+      for (auto& [id, a] : allocations_) {
+        for (auto& w : a->workers) {
+          if (w->supervisor.joinable()) supervisors.push_back(std::move(w->supervisor));
+        }
+      }
+    }
+    for (auto& t : supervisors) t.join();
+    StopThreads();
+    size_t left;
+    {
+      absl::MutexLock l(&mu_);
+      left = allocations_.size();
+    }
+    Logger("agent")->info("agent {} exited, leaving {} allocation(s) running for the next agent "
+                          "process", config_.agent_id, left);
+    return absl::OkStatus();
+  }
+
   // Shutting down: stop every worker and let the outbox report their exits.
   std::vector<std::string> ids;
   {
     absl::MutexLock l(&mu_);
     for (const auto& [id, a] : allocations_) ids.push_back(id);
   }
-  {
-    // Kill() checks stopping_ only for new launches; allow it here.
-    for (const auto& id : ids) Kill(id, "agent shutting down");
+  for (const auto& id : ids) {
+    Kill(id, "agent shutting down", absl::ZeroDuration(), /*agent_stopping=*/true);
   }
-  // Give the outbox a moment to deliver the exits.
-  absl::Time deadline = absl::Now() + absl::Seconds(5);
-  for (bool done = false; !done;) {
+  absl::Time deadline = absl::Now() + config_.kill_grace + kShutdownDelivery;
+  while (true) {
     ReapFinished(/*even_if_unreported=*/absl::Now() > deadline);
     {
       absl::MutexLock l(&mu_);
-      done = allocations_.empty() && (outbox_.empty() || session_.empty() || absl::Now() > deadline);
+      if (allocations_.empty()) break;
     }
-    if (!done) absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(absl::Milliseconds(50));
   }
-  {
-    absl::MutexLock l(&mu_);
-    outbox_.clear();
-  }
-  client_.Shutdown();
-  if (poller_.joinable()) poller_.join();
-  if (outbox_thread_.joinable()) outbox_thread_.join();
-  Logger("agent")->info("agent {} stopped", config_.agent_id);
+  StopThreads();
+  if (refused.ok()) Logger("agent")->info("agent {} stopped", config_.agent_id);
+  return refused;
 }
 
 void Agent::PollLoop() {
@@ -187,8 +263,29 @@ void Agent::PollLoop() {
     backoff = absl::Milliseconds(200);
     for (const auto& cmd : resp->commands()) {
       if (cmd.has_launch()) Launch(cmd.launch());
-      if (cmd.has_kill()) Kill(cmd.kill().allocation_id(), cmd.kill().reason());
+      if (cmd.has_kill()) {
+        Kill(cmd.kill().allocation_id(), cmd.kill().reason(),
+             absl::Milliseconds(cmd.kill().grace_ms()));
+      }
     }
+  }
+}
+
+void Agent::MetricsLoop() {
+  SystemSampler& sampler = *options_.sampler;
+  sampler.Sample(absl::Now()).IgnoreError();  // Primes the counters.
+  bool warned = false;
+  while (!SleepOrStop(options_.system_metrics_period)) {
+    absl::StatusOr<v1::SystemMetrics> m = sampler.Sample(absl::Now());
+    if (!m.ok()) {
+      if (!warned) Logger("agent")->warn("cannot sample system metrics: {}", m.status().ToString());
+      warned = true;
+      continue;
+    }
+    m->set_agent_id(config_.agent_id);
+    absl::MutexLock l(&mu_);
+    metrics_.push_back(*std::move(m));
+    while (metrics_.size() > kMaxBufferedSamples) metrics_.pop_front();
   }
 }
 
@@ -213,17 +310,20 @@ void Agent::Enqueue(Outgoing item) {
 
 void Agent::OutboxLoop() {
   absl::Duration backoff = absl::Milliseconds(100);
-  while (true) {
+  bool done = false;
+  while (!done) {
     std::vector<Outgoing> batch;
     std::string session;
     int64_t dropped = 0;
     {
       absl::MutexLock l(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (!outbox_.empty() && !session_.empty());
+        return (stopping_ && allocations_.empty()) || (!outbox_.empty() && !session_.empty());
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
-      if (stopping_ && outbox_.empty()) return;
+      // After Stop(), the outbox runs until the allocations are gone (their exits reported
+      // or given up on); after Detach(), at once: the next agent process ships the rest.
+      if (detaching_ || (stopping_ && allocations_.empty())) return;
       if (outbox_.empty() || session_.empty()) continue;
       session = session_;
       // Consecutive log lines go in one batch; a report goes alone.
@@ -259,31 +359,163 @@ void Agent::OutboxLoop() {
     }
     if (st.ok() || (!rpc::IsTransient(st) && !absl::IsNotFound(st))) {
       if (!st.ok()) Logger("agent")->error("master rejected a report: {}", st.ToString());
-      absl::MutexLock l(&mu_);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (outbox_.front().line) --outbox_lines_;
-        outbox_.pop_front();
+      {
+        absl::MutexLock l(&mu_);
+        for (size_t i = 0; i < batch.size(); ++i) {
+          if (outbox_.front().line) --outbox_lines_;
+          outbox_.pop_front();
+        }
+        if (batch[0].line) dropped_lines_ -= dropped;
+        Delivered(batch);
       }
-      if (batch[0].line) dropped_lines_ -= dropped;
       backoff = absl::Milliseconds(100);
+      // An accepted exit may finish its allocation: clean it up now.
+      if (batch[0].exit) ReapFinished(/*even_if_unreported=*/false);
       continue;
     }
     if (absl::IsNotFound(st)) SessionLost(session);
-    if (SleepOrStop(backoff)) absl::SleepFor(std::min(backoff, absl::Milliseconds(100)));
+    {
+      absl::MutexLock l(&mu_);
+      done = detaching_;
+    }
+    absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+void Agent::Delivered(const std::vector<Outgoing>& batch) {
+  std::set<Allocation*> touched;
+  for (const Outgoing& o : batch) {
+    const std::string& id = o.line       ? o.line->allocation_id()
+                            : o.launched ? o.launched->allocation_id()
+                                         : o.exit->allocation_id();
+    auto it = allocations_.find(id);
+    if (it == allocations_.end()) continue;
+    Allocation& a = *it->second;
+    int rank = o.line ? o.line->rank() : o.exit ? o.exit->rank() : -1;
+    for (auto& w : a.workers) {
+      if (w->rank.rank() != rank) continue;
+      if (o.line && o.stream >= 0) w->shipped[o.stream] = std::max(w->shipped[o.stream], o.end_offset);
+      if (o.exit) w->exit_reported = true;
+    }
+    if (o.launched) a.launched_reported = true;
+    touched.insert(&a);
+  }
+  for (Allocation* a : touched) Persist(*a);
+}
+
+void Agent::Persist(const Allocation& a) {
+  AllocationRecord r;
+  r.launch = a.launch;
+  r.launched_reported = a.launched_reported;
+  r.killing = a.killing;
+  r.kill_deadline_ms = a.killing ? absl::ToUnixMillis(a.kill_deadline) : 0;
+  r.agent_stopping = a.agent_stopping;
+  for (const auto& w : a.workers) {
+    WorkerRecord& wr = r.workers.emplace_back();
+    wr.rank = w->rank.rank();
+    if (w->process) {
+      wr.pid = w->process->pid();
+      wr.start_ticks = w->process->start_ticks();
+    }
+    wr.shipped[0] = w->shipped[0];
+    wr.shipped[1] = w->shipped[1];
+    wr.exit_reported = w->exit_reported;
+  }
+  absl::Status st = WriteAllocationRecord(a.run_dir, r);
+  if (!st.ok()) {
+    Logger("agent")->warn("allocation {}: cannot write its record: {}", a.launch.allocation_id(),
+                          st.ToString());
   }
 }
 
 void Agent::AgentLine(const v1::LaunchCommand& launch, int rank, const std::string& message) {
   Logger("agent")->info("allocation {} rank {}: {}", launch.allocation_id(), rank, message);
-  v1::LogLine line;
+  Outgoing o;
+  v1::LogLine& line = o.line.emplace();
   line.set_trial_id(launch.trial_id());
   line.set_allocation_id(launch.allocation_id());
   line.set_rank(rank);
   line.set_stream("agent");
   line.set_time_ms(NowMs());
   line.set_message(message);
-  Enqueue({line, std::nullopt, std::nullopt});
+  Enqueue(std::move(o));
+}
+
+void Agent::Restore() {
+  std::string run_root = config_.work_dir + "/run";
+  std::error_code ec;
+  std::vector<std::string> dirs;
+  for (const auto& entry : std::filesystem::directory_iterator(run_root, ec)) {
+    if (entry.is_directory(ec)) dirs.push_back(entry.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (const std::string& run_dir : dirs) {
+    absl::StatusOr<AllocationRecord> rec = ReadAllocationRecord(run_dir);
+    if (!rec.ok()) {
+      Logger("agent")->warn("ignoring {}: {}", run_dir, rec.status().ToString());
+      RemoveTree(run_dir);
+      continue;
+    }
+    const std::string id = rec->launch.allocation_id();
+    auto a = std::make_unique<Allocation>();
+    a->launch = rec->launch;
+    a->run_dir = run_dir;
+    a->work_dir = absl::StrCat(config_.work_dir, "/", SafeName(id));
+    a->launched_reported = rec->launched_reported;
+    a->agent_stopping = rec->agent_stopping;
+    a->killing = rec->killing;
+    if (a->killing) a->kill_deadline = absl::FromUnixMillis(rec->kill_deadline_ms);
+    std::vector<std::string> adopted;
+    std::vector<int> running;
+    for (const auto& r : a->launch.ranks()) {
+      auto w = std::make_unique<Worker>();
+      w->rank = r;
+      for (const WorkerRecord& wr : rec->workers) {
+        if (wr.rank != r.rank()) continue;
+        w->shipped[0] = wr.shipped[0];
+        w->shipped[1] = wr.shipped[1];
+        w->exit_reported = wr.exit_reported;
+        if (wr.pid > 0) {
+          w->process = WorkerProcess::Adopt(wr.pid, wr.start_ticks, RankExitPath(run_dir, r.rank()));
+        }
+      }
+      w->exited = w->exit_reported || !w->process;
+      if (!w->exited) {
+        running.push_back(r.rank());
+        bool alive = !w->process->Wait(absl::ZeroDuration()).has_value();
+        adopted.push_back(absl::StrCat("rank ", r.rank(), " (pid ", w->process->pid(),
+                                       alive ? ", running" : ", exited", ")"));
+      }
+      a->workers.push_back(std::move(w));
+    }
+    Allocation* ap = a.get();
+    {
+      absl::MutexLock l(&mu_);
+      allocations_[id] = std::move(a);
+    }
+    Logger("agent")->info("allocation {}: re-adopted from a previous agent process: {}", id,
+                          adopted.empty() ? "nothing left to watch" : absl::StrJoin(adopted, ", "));
+    for (const auto& w : ap->workers) {
+      if (w->exited) continue;
+      AgentLine(ap->launch, w->rank.rank(),
+                absl::StrCat("agent restarted; watching the worker again (pid ",
+                             w->process->pid(), ")"));
+    }
+    if (!ap->launched_reported && !running.empty()) {
+      Outgoing o;
+      v1::ReportLaunchedRequest& launched = o.launched.emplace();
+      launched.set_allocation_id(id);
+      for (int r : running) launched.add_ranks(r);
+      Enqueue(std::move(o));
+    }
+    absl::MutexLock l(&mu_);
+    for (auto& w : ap->workers) {
+      if (w->exited) continue;
+      if (ap->killing) w->process->SignalGroup(SIGTERM).IgnoreError();
+      StartSupervisor(ap, w.get());
+    }
+  }
 }
 
 void Agent::Launch(const v1::LaunchCommand& launch) {
@@ -292,9 +524,19 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     absl::MutexLock l(&mu_);
     if (stopping_ || allocations_.count(id)) return;
   }
-  std::string dir = absl::StrCat(config_.work_dir, "/", SafeName(id));
-  absl::Status st = WriteContext(dir, launch.context());
   auto alloc = std::make_unique<Allocation>();
+  alloc->work_dir = absl::StrCat(config_.work_dir, "/", SafeName(id));
+  alloc->run_dir = absl::StrCat(config_.work_dir, "/run/", SafeName(id));
+  // Leftovers of an allocation of the same id (an earlier cluster's) must not be mixed in.
+  RemoveTree(alloc->run_dir);
+  RemoveTree(alloc->work_dir);
+  absl::Status st = WriteContext(alloc->work_dir, launch.context());
+  std::error_code ec;
+  std::filesystem::create_directories(alloc->run_dir, ec);
+  if (st.ok() && ec) {
+    st = absl::PermissionDeniedError(
+        absl::StrCat("cannot create directory '", alloc->run_dir, "': ", ec.message()));
+  }
   alloc->launch = launch;
   alloc->launch.clear_context();  // Written to disk; no need to keep it in memory.
   std::vector<int> started;
@@ -303,145 +545,164 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     auto w = std::make_unique<Worker>();
     w->rank = r;
     if (st.ok()) {
-      SpawnOptions opts;
-      opts.argv.assign(launch.argv().begin(), launch.argv().end());
-      opts.env = WorkerEnvironment(launch, r, launch_context_, base);
-      opts.cwd = dir;
-      auto proc = Subprocess::Spawn(opts);
-      if (proc.ok()) {
-        w->process = std::move(*proc);
+      WorkerSpec spec;
+      spec.shim_path = options_.shim_path;
+      spec.argv.assign(launch.argv().begin(), launch.argv().end());
+      spec.env = WorkerEnvironment(launch, r, launch_context_, base);
+      spec.cwd = alloc->work_dir;
+      spec.stdout_path = RankOutputPath(alloc->run_dir, r.rank(), 0);
+      spec.stderr_path = RankOutputPath(alloc->run_dir, r.rank(), 1);
+      spec.exit_path = RankExitPath(alloc->run_dir, r.rank());
+      if (spec.argv.empty()) {
+        st = absl::InvalidArgumentError("the launch has an empty entrypoint");
+      } else if (auto proc = WorkerProcess::Start(spec); proc.ok()) {
+        w->process = *std::move(proc);
         started.push_back(r.rank());
-        Logger("agent")->info("allocation {}: rank {} started as pid {}: {}", id, r.rank(),
-                              w->process->pid(), absl::StrJoin(opts.argv, " "));
+        Logger("agent")->info("allocation {}: rank {} started (shim pid {}): {}", id, r.rank(),
+                              w->process->pid(), absl::StrJoin(spec.argv, " "));
       } else {
         st = proc.status();
       }
     }
+    w->exited = !w->process;
     alloc->workers.push_back(std::move(w));
   }
   Allocation* a = alloc.get();
   {
     absl::MutexLock l(&mu_);
     allocations_[id] = std::move(alloc);
+    // Recorded before the master hears of the launch: a restarted agent finds the workers.
+    Persist(*a);
   }
   if (!started.empty()) {
-    v1::ReportLaunchedRequest launched;
+    Outgoing o;
+    v1::ReportLaunchedRequest& launched = o.launched.emplace();
     launched.set_allocation_id(id);
     for (int r : started) launched.add_ranks(r);
-    Enqueue({std::nullopt, launched, std::nullopt});
+    Enqueue(std::move(o));
   }
   if (!st.ok()) {
     // Ranks that never started exit at once; the others are stopped.
     for (auto& w : a->workers) {
       if (w->process) continue;
       AgentLine(launch, w->rank.rank(), absl::StrCat("cannot start worker: ", st.message()));
-      v1::ReportExitRequest exit;
+      Outgoing o;
+      v1::ReportExitRequest& exit = o.exit.emplace();
       exit.set_allocation_id(id);
       exit.set_rank(w->rank.rank());
       exit.set_exit_code(127);
       exit.set_message(std::string(st.message()));
-      Enqueue({std::nullopt, std::nullopt, exit});
-      absl::MutexLock l(&mu_);
-      w->exited = true;
-      ++a->reported_exits;
+      Enqueue(std::move(o));
     }
     if (!started.empty()) Kill(id, "another rank could not start");
   }
   absl::MutexLock l(&mu_);
   for (auto& w : a->workers) {
-    if (w->process) w->supervisor = std::thread([this, a, wp = w.get()] { Supervise(a, wp); });
+    if (w->process) StartSupervisor(a, w.get());
   }
 }
 
-void Agent::Kill(const std::string& allocation_id, const std::string& reason) {
+void Agent::Kill(const std::string& allocation_id, const std::string& reason,
+                 absl::Duration grace, bool agent_stopping) {
   absl::MutexLock l(&mu_);
   auto it = allocations_.find(allocation_id);
-  if (it == allocations_.end() || it->second->killing) return;
+  if (it == allocations_.end()) return;
   Allocation& a = *it->second;
+  a.agent_stopping |= agent_stopping;
+  if (a.killing) {
+    Persist(a);
+    return;
+  }
   a.killing = true;
-  a.kill_deadline = absl::Now() + config_.kill_grace;
+  a.kill_deadline = absl::Now() + (grace > absl::ZeroDuration() ? grace : config_.kill_grace);
   Logger("agent")->info("allocation {}: stopping ({})", allocation_id, reason);
   for (auto& w : a.workers) {
     if (w->process && !w->exited) w->process->SignalGroup(SIGTERM).IgnoreError();
   }
+  Persist(a);
+}
+
+void Agent::StartSupervisor(Allocation* a, Worker* w) {
+  w->supervisor = std::thread([this, a, w] { Supervise(a, w); });
 }
 
 void Agent::Supervise(Allocation* a, Worker* w) {
   const v1::LaunchCommand& launch = a->launch;
-  int rank = w->rank.rank();
-  Subprocess& p = *w->process;
-  LineSplitter splitters[2];
-  const char* streams[2] = {"stdout", "stderr"};
-  pollfd fds[2] = {{p.stdout_fd(), POLLIN, 0}, {p.stderr_fd(), POLLIN, 0}};
-  auto emit = [&](int i, std::string_view text) {
-    v1::LogLine line;
-    line.set_trial_id(launch.trial_id());
-    line.set_allocation_id(launch.allocation_id());
-    line.set_rank(rank);
-    line.set_stream(streams[i]);
-    line.set_time_ms(NowMs());
-    line.set_message(std::string(text));
-    Enqueue({line, std::nullopt, std::nullopt});
+  const int rank = w->rank.rank();
+  int64_t from[2];
+  {
+    absl::MutexLock l(&mu_);
+    from[0] = w->shipped[0];
+    from[1] = w->shipped[1];
+  }
+  FileTailer out(RankOutputPath(a->run_dir, rank, 0), from[0]);
+  FileTailer err(RankOutputPath(a->run_dir, rank, 1), from[1]);
+  FileTailer* tailers[2] = {&out, &err};
+  auto ship = [&](bool final) {
+    for (int i = 0; i < 2; ++i) {
+      tailers[i]->Poll(final, [&](std::string_view text, int64_t end) {
+        Outgoing o;
+        v1::LogLine& line = o.line.emplace();
+        line.set_trial_id(launch.trial_id());
+        line.set_allocation_id(launch.allocation_id());
+        line.set_rank(rank);
+        line.set_stream(kStreams[i]);
+        line.set_time_ms(NowMs());
+        line.set_message(std::string(text));
+        o.stream = i;
+        o.end_offset = end;
+        Enqueue(std::move(o));
+      });
+    }
   };
-  std::optional<ExitStatus> exit;
-  absl::Time drain_deadline = absl::InfiniteFuture();
+  std::optional<WorkerExit> exit;
   bool sigkilled = false;
-  char buf[65536];
   while (true) {
-    int open = (fds[0].fd >= 0) + (fds[1].fd >= 0);
-    if (open > 0) {
-      ::poll(fds, 2, 100);
-      for (int i = 0; i < 2; ++i) {
-        if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-        if (n > 0) {
-          splitters[i].Feed(std::string_view(buf, n), [&](std::string_view l) { emit(i, l); });
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          splitters[i].Flush([&](std::string_view l) { emit(i, l); });
-          fds[i].fd = -1;
-        }
-      }
-    }
-    if (!exit) {
-      exit = p.TryWait();
-      if (exit) drain_deadline = absl::Now() + kDrainAfterExit;
-    }
-    if (exit && (open == 0 || absl::Now() > drain_deadline)) break;
-    if (open == 0 && !exit) {
-      auto st = p.WaitFor(absl::Milliseconds(100));
-      if (st.ok()) exit = *st;
-    }
+    ship(/*final=*/false);
+    exit = w->process->Wait(kSuperviseTick);
+    if (exit) break;
     bool kill_now;
     {
       absl::MutexLock l(&mu_);
+      if (detaching_) return;  // The worker runs on; the next agent process watches it.
       kill_now = a->killing && absl::Now() > a->kill_deadline && !sigkilled;
     }
-    if (kill_now && !exit) {
-      p.SignalGroup(SIGKILL).IgnoreError();
+    if (kill_now) {
+      Logger("agent")->warn("allocation {} rank {}: still running after the grace period; "
+                            "SIGKILL", launch.allocation_id(), rank);
+      w->process->SignalGroup(SIGKILL).IgnoreError();
       sigkilled = true;
     }
   }
-  for (int i = 0; i < 2; ++i) splitters[i].Flush([&](std::string_view l) { emit(i, l); });
-  // Nothing of the group may outlive the worker.
-  p.Terminate(absl::ZeroDuration()).IgnoreError();
+  // The worker and its process group are gone: whatever they wrote is complete.
+  ship(/*final=*/true);
 
   v1::ReportExitRequest report;
   report.set_allocation_id(launch.allocation_id());
   report.set_rank(rank);
-  report.set_exit_code(exit->exit_code);
-  report.set_signal(exit->signal);
-  AgentLine(launch, rank, absl::StrCat("worker exited: ", exit->ToString()));
-  Enqueue({std::nullopt, std::nullopt, report});
-  bool failed = !exit->ok();
+  report.set_exit_code(exit->status.exit_code);
+  report.set_signal(exit->status.signal);
+  report.set_message(exit->note);
   bool killing;
   {
     absl::MutexLock l(&mu_);
-    w->exited = true;
-    ++a->reported_exits;
+    report.set_agent_stopping(a->agent_stopping);
     killing = a->killing;
   }
+  AgentLine(launch, rank,
+            absl::StrCat("worker exited: ", exit->status.ToString(),
+                         exit->note.empty() ? "" : absl::StrCat(" (", exit->note, ")")));
+  Outgoing o;
+  o.exit = report;
+  Enqueue(std::move(o));
+  {
+    absl::MutexLock l(&mu_);
+    w->exited = true;
+  }
   // One failed rank stops the others of its allocation on this agent.
-  if (failed && !killing) Kill(launch.allocation_id(), absl::StrCat("rank ", rank, " failed"));
+  if (!exit->status.ok() && !killing) {
+    Kill(launch.allocation_id(), absl::StrCat("rank ", rank, " failed"));
+  }
 }
 
 void Agent::ReapFinished(bool even_if_unreported) {
@@ -449,28 +710,25 @@ void Agent::ReapFinished(bool even_if_unreported) {
   {
     absl::MutexLock l(&mu_);
     for (auto it = allocations_.begin(); it != allocations_.end();) {
-      Allocation& a = *it->second;
-      if (a.reported_exits == static_cast<int>(a.workers.size())) {
-        // Keep it listed as running until the outbox has delivered its reports.
-        bool pending = false;
-        for (const auto& o : outbox_) {
-          if (even_if_unreported) break;
-          pending |= (o.exit && o.exit->allocation_id() == it->first) ||
-                     (o.launched && o.launched->allocation_id() == it->first);
-        }
-        if (!pending) {
-          done.push_back(std::move(it->second));
-          it = allocations_.erase(it);
-          continue;
-        }
+      bool finished = true;
+      for (const auto& w : it->second->workers) {
+        finished &= w->exited && (w->exit_reported || even_if_unreported);
       }
-      ++it;
+      if (finished) {
+        done.push_back(std::move(it->second));
+        it = allocations_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   for (auto& a : done) {
     for (auto& w : a->workers) {
       if (w->supervisor.joinable()) w->supervisor.join();
     }
+    RemoveTree(a->run_dir);
+    RemoveTree(a->work_dir);
+    Logger("agent")->info("allocation {}: finished and cleaned up", a->launch.allocation_id());
   }
 }
 

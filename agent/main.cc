@@ -1,32 +1,74 @@
-// det-agent: flags -> config -> agent.
+// det-agent: flags -> config -> agent. Also the worker shim (`det-agent --worker-shim`).
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "agent/agent.h"
+#include "agent/gpu/nvml.h"
 #include "agent/gpu/slots.h"
 #include "agent/master_client/master_client.h"
+#include "agent/supervisor/shim.h"
+#include "agent/sysmetrics/system_sampler.h"
 #include "common/config/daemon_config.h"
 #include "common/logging/logging.h"
 
+namespace {
+
+constexpr char kUsage[] =
+    "usage: det-agent --config AGENT_YAML [--system-metrics-period DURATION]\n"
+    "  --system-metrics-period  how often host metrics are sampled and sent (default 5s; 0 off)\n"
+    "Signals: SIGTERM/SIGINT stop the workers and exit; SIGUSR1 exits leaving the workers\n"
+    "running for the next det-agent on the same work_dir (upgrades).\n";
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == det::agent::kWorkerShimFlag) {
+    return det::agent::RunWorkerShim(std::vector<std::string>(argv + 2, argv + argc));
+  }
   std::string config_path;
+  absl::Duration metrics_period = absl::Seconds(5);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) {
-      config_path = argv[++i];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      config_path = arg.substr(9);
+    std::string value;
+    auto take = [&](const std::string& flag) {
+      if (arg == flag && i + 1 < argc) {
+        value = argv[++i];
+        return true;
+      }
+      if (arg.rfind(flag + "=", 0) == 0) {
+        value = arg.substr(flag.size() + 1);
+        return true;
+      }
+      return false;
+    };
+    if (take("--config")) {
+      config_path = value;
+    } else if (take("--system-metrics-period")) {
+      if (!absl::ParseDuration(value, &metrics_period) || metrics_period < absl::ZeroDuration()) {
+        std::cerr << "det-agent: --system-metrics-period: expected a duration such as 5s, got \""
+                  << value << "\"\n";
+        return 2;
+      }
     } else {
-      std::cerr << "usage: det-agent --config AGENT_YAML\n";
+      std::cerr << kUsage;
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::cerr << "det-agent: --config AGENT_YAML is required\n";
+    std::cerr << "det-agent: --config AGENT_YAML is required\n" << kUsage;
     return 2;
   }
   auto config = det::config::LoadAgentConfig(config_path);
@@ -38,28 +80,55 @@ int main(int argc, char** argv) {
     std::cerr << "det-agent: " << st.message() << "\n";
     return 2;
   }
-  auto slots = det::agent::DiscoverSlots(config->slot_type, config->slots);
+  std::string self = SelfPath();
+  if (self.empty()) {
+    std::cerr << "det-agent: cannot find its own binary through /proc/self/exe\n";
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<det::agent::Nvml>> nvml =
+      absl::NotFoundError("slot_type cpu: GPUs not looked for");
+  if (config->slot_type != "cpu") nvml = det::agent::LoadNvml();
+  absl::StatusOr<det::agent::Nvml*> nvml_view =
+      nvml.ok() ? absl::StatusOr<det::agent::Nvml*>(nvml->get()) : nvml.status();
+  auto slots = det::agent::DiscoverSlots(config->slot_type, config->slots, nvml_view);
   if (!slots.ok()) {
     std::cerr << "det-agent: slot_type " << config->slot_type << ": " << slots.status().message()
               << "\n";
     return 2;
   }
+  bool gpus = !slots->empty() && (*slots)[0].type() == "cuda";
+  det::agent::SystemSampler sampler("/proc", gpus ? nvml->get() : nullptr);
+
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   auto client = det::agent::NewGrpcMasterClient(config->master);
-  det::agent::Agent agent(*config, *client, *slots);
+  det::agent::AgentOptions options;
+  options.shim_path = self;
+  options.system_metrics_period = metrics_period;
+  options.sampler = &sampler;
+  det::agent::Agent agent(*config, *client, *slots, options);
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    agent.Stop();
+    if (sig == SIGUSR1) {
+      agent.Detach();
+    } else {
+      agent.Stop();
+    }
   });
-  agent.Run();
-  // Run() returns only after Stop(), which only the signal thread calls.
+  absl::Status st = agent.Run();
+  if (!st.ok()) {
+    // Refused by the master; the signal thread still waits.
+    std::cerr << "det-agent: the master refused this agent: " << st.message() << "\n";
+    signals.detach();
+    return 3;
+  }
   signals.join();
   return 0;
 }

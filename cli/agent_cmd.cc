@@ -1,5 +1,8 @@
-// det agent|a list
+// det agent|a list|enable|disable
 #include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/format.h"
@@ -16,6 +19,20 @@ absl::Status List(CliContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status SetEnabled(CliContext& ctx, const std::string& id, bool enable, bool drain) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  if (enable) {
+    ASSIGN_OR_RETURN(v1::EnableAgentResponse r, api->EnableAgent(id));
+    ctx.out << "Enabled agent " << r.agent().id() << "\n";
+  } else {
+    ASSIGN_OR_RETURN(v1::DisableAgentResponse r, api->DisableAgent(id, drain));
+    ctx.out << "Disabled agent " << r.agent().id()
+            << (drain ? " (draining: running trials finish)\n"
+                      : " (its running trials are stopped and rescheduled)\n");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterAgentCommands(CLI::App& app, CliContext& ctx) {
@@ -24,6 +41,19 @@ void RegisterAgentCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* list = group->add_subcommand("list", "list agents");
   list->add_flag("--json", ctx.json, "print machine-readable JSON");
   list->callback([&ctx] { ctx.action = [&ctx] { return List(ctx); }; });
+
+  auto id = std::make_shared<std::string>();
+  auto drain = std::make_shared<bool>(false);
+  CLI::App* enable = group->add_subcommand("enable", "let an agent take new work");
+  enable->add_option("AGENT_ID", *id, "agent ID")->required();
+  enable->callback([&ctx, id] { ctx.action = [&ctx, id] { return SetEnabled(ctx, *id, true, false); }; });
+  CLI::App* disable = group->add_subcommand(
+      "disable", "stop giving an agent new work; stop its trials unless --drain");
+  disable->add_option("AGENT_ID", *id, "agent ID")->required();
+  disable->add_flag("--drain", *drain, "let running trials finish");
+  disable->callback([&ctx, id, drain] {
+    ctx.action = [&ctx, id, drain] { return SetEnabled(ctx, *id, false, *drain); };
+  });
 }
 
 }  // namespace det::cli

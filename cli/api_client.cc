@@ -183,9 +183,83 @@ absl::StatusOr<v1::GetTrialLogsResponse> ApiClient::GetTrialLogs(
               address_);
 }
 
+absl::StatusOr<v1::ListCheckpointsResponse> ApiClient::ListCheckpoints(
+    const v1::ListCheckpointsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListCheckpoints, "ListCheckpoints", request,
+              options_.deadline, address_);
+}
+
 absl::StatusOr<v1::ListAgentsResponse> ApiClient::ListAgents() {
   return Call(*rpc_->stub, &v1::Api::Stub::ListAgents, "ListAgents",
               v1::ListAgentsRequest(), options_.deadline, address_);
+}
+
+absl::StatusOr<v1::EnableAgentResponse> ApiClient::EnableAgent(const std::string& agent_id) {
+  v1::EnableAgentRequest request;
+  request.set_agent_id(agent_id);
+  return Call(*rpc_->stub, &v1::Api::Stub::EnableAgent, "EnableAgent", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::DisableAgentResponse> ApiClient::DisableAgent(const std::string& agent_id,
+                                                                 bool drain) {
+  v1::DisableAgentRequest request;
+  request.set_agent_id(agent_id);
+  request.set_drain(drain);
+  return Call(*rpc_->stub, &v1::Api::Stub::DisableAgent, "DisableAgent", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListJobsResponse> ApiClient::ListJobs(const std::string& resource_pool) {
+  v1::ListJobsRequest request;
+  request.set_resource_pool(resource_pool);
+  return Call(*rpc_->stub, &v1::Api::Stub::ListJobs, "ListJobs", request, options_.deadline,
+              address_);
+}
+
+absl::Status ApiClient::UpdateJobPriority(int64_t experiment_id, int32_t priority) {
+  v1::UpdateJobPriorityRequest request;
+  request.set_experiment_id(experiment_id);
+  request.set_priority(priority);
+  return Call(*rpc_->stub, &v1::Api::Stub::UpdateJobPriority, "UpdateJobPriority", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::ListTasksResponse> ApiClient::ListTasks() {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListTasks, "ListTasks", v1::ListTasksRequest(),
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListResourcePoolsResponse> ApiClient::ListResourcePools() {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListResourcePools, "ListResourcePools",
+              v1::ListResourcePoolsRequest(), options_.deadline, address_);
+}
+
+absl::StatusOr<v1::SetTemplateResponse> ApiClient::SetTemplate(
+    const v1::SetTemplateRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::SetTemplate, "SetTemplate", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListTemplatesResponse> ApiClient::ListTemplates() {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListTemplates, "ListTemplates",
+              v1::ListTemplatesRequest(), options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetTemplateResponse> ApiClient::GetTemplate(const std::string& name) {
+  v1::GetTemplateRequest request;
+  request.set_name(name);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetTemplate, "GetTemplate", request,
+              options_.deadline, address_);
+}
+
+absl::Status ApiClient::RemoveTemplate(const std::string& name) {
+  v1::RemoveTemplateRequest request;
+  request.set_name(name);
+  return Call(*rpc_->stub, &v1::Api::Stub::RemoveTemplate, "RemoveTemplate", request,
+              options_.deadline, address_)
+      .status();
 }
 
 }  // namespace det::cli

@@ -59,7 +59,19 @@ class ApiClient {
   // Deadline: request.wait_ms() plus the usual deadline.
   absl::StatusOr<v1::GetTrialLogsResponse> GetTrialLogs(
       const v1::GetTrialLogsRequest& request);
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request);
   absl::StatusOr<v1::ListAgentsResponse> ListAgents();
+  absl::StatusOr<v1::EnableAgentResponse> EnableAgent(const std::string& agent_id);
+  absl::StatusOr<v1::DisableAgentResponse> DisableAgent(const std::string& agent_id, bool drain);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const std::string& resource_pool);
+  absl::Status UpdateJobPriority(int64_t experiment_id, int32_t priority);
+  absl::StatusOr<v1::ListTasksResponse> ListTasks();
+  absl::StatusOr<v1::ListResourcePoolsResponse> ListResourcePools();
+  absl::StatusOr<v1::SetTemplateResponse> SetTemplate(const v1::SetTemplateRequest& request);
+  absl::StatusOr<v1::ListTemplatesResponse> ListTemplates();
+  absl::StatusOr<v1::GetTemplateResponse> GetTemplate(const std::string& name);
+  absl::Status RemoveTemplate(const std::string& name);
 
  private:
   struct Rpc;  // The gRPC channel and stub; defined in api_client.cc.

@@ -23,8 +23,12 @@ namespace det::cli {
 void RegisterExperimentCommands(CLI::App& app, CliContext& ctx);
 void RegisterTrialCommands(CLI::App& app, CliContext& ctx);
 void RegisterAgentCommands(CLI::App& app, CliContext& ctx);
+void RegisterSlotCommands(CLI::App& app, CliContext& ctx);
 void RegisterMasterCommands(CLI::App& app, CliContext& ctx);
 void RegisterDeployCommands(CLI::App& app, CliContext& ctx);
+void RegisterTemplateCommands(CLI::App& app, CliContext& ctx);
+// det job, det task, det resource-pool: the scheduler's view.
+void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx);
 
 // Where a reader of one trial's logs stands.
 struct TrialLogCursor {

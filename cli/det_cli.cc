@@ -21,8 +21,11 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
   RegisterExperimentCommands(app, ctx);
   RegisterTrialCommands(app, ctx);
   RegisterAgentCommands(app, ctx);
+  RegisterSlotCommands(app, ctx);
   RegisterMasterCommands(app, ctx);
   RegisterDeployCommands(app, ctx);
+  RegisterTemplateCommands(app, ctx);
+  RegisterSchedulingCommands(app, ctx);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {

@@ -26,6 +26,9 @@ struct CreateOptions {
   std::string config;
   std::string context_dir;
   bool follow = false;
+  bool force = false;
+  std::string template_name;
+  std::vector<std::string> config_overrides;
 };
 
 // Writes "[trial ID] <log line>" to ctx.out.
@@ -83,6 +86,9 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
   v1::CreateExperimentRequest request;
   request.set_config_yaml(std::move(config_yaml));
   request.set_config_path(options.config);
+  request.set_force(options.force);
+  request.set_template_(options.template_name);
+  for (const std::string& item : options.config_overrides) request.add_config_overrides(item);
   if (!options.context_dir.empty()) {
     ASSIGN_OR_RETURN(std::vector<v1::ContextFile> files,
                      ReadContextDir(options.context_dir));
@@ -150,6 +156,20 @@ absl::Status Kill(CliContext& ctx, int64_t id) {
   return absl::OkStatus();
 }
 
+absl::Status ListCheckpoints(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::ListCheckpointsRequest request;
+  request.set_experiment_id(id);
+  ASSIGN_OR_RETURN(v1::ListCheckpointsResponse response, api->ListCheckpoints(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  if (response.checkpoints_size() == 0) {
+    ctx.out << "Experiment " << id << " has no checkpoints.\n";
+    return absl::OkStatus();
+  }
+  CheckpointsTable(response.checkpoints()).Render(ctx.out);
+  return absl::OkStatus();
+}
+
 // Adds subcommand `name` taking a required experiment ID; `run` becomes the action.
 CLI::App* AddIdCommand(CLI::App& group, CliContext& ctx, const std::string& name,
                        const std::string& help,
@@ -176,6 +196,15 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   CLI::Option* follow = create->add_flag("-f,--follow", create_options->follow,
                                          "follow the trials' logs until the experiment ends");
   create->add_flag("--json", ctx.json, kJsonHelp)->excludes(follow);
+  create->add_flag("--force", create_options->force,
+                   "queue it even if it can never fit the resource pool as configured");
+  create->add_option("-t,--template", create_options->template_name,
+                     "stored template to merge the config over (det template list)");
+  create->add_option("--config", create_options->config_overrides,
+                     "override a config value after the template: KEY.PATH=VALUE (VALUE is "
+                     "YAML; repeatable)")
+      ->take_all()
+      ->expected(1);
   create->callback([&ctx, create_options] {
     ctx.action = [&ctx, create_options] { return Create(ctx, *create_options); };
   });
@@ -188,6 +217,9 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
       ->add_flag("--json", ctx.json, kJsonHelp);
   AddIdCommand(*group, ctx, "config", "print an experiment's effective config", Config);
   AddIdCommand(*group, ctx, "kill", "kill an experiment", Kill);
+  AddIdCommand(*group, ctx, "list-checkpoints",
+               "list an experiment's checkpoints (deleted ones included, as DELETED)", ListCheckpoints)
+      ->add_flag("--json", ctx.json, kJsonHelp);
 }
 
 }  // namespace det::cli

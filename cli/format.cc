@@ -251,6 +251,46 @@ Table TrialMetricsTable(const v1::Trial& t) {
   return table;
 }
 
+Table TrialTimingsTable(const v1::Trial& t) {
+  Table table({"Phase", "Mean (ms)", "p50", "p90", "p99", "Max"});
+  const auto& s = t.timings_summary();
+  std::vector<std::string> phases = {"dataloader_next", "to_device",    "train_batch",
+                                     "step_lr_schedulers", "from_device", "reduce_metrics"};
+  std::set<std::string> others;
+  for (const auto& [key, summary] : s) {
+    const std::string suffix = "_mean_ms";
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    std::string phase = key.substr(0, key.size() - suffix.size());
+    if (std::find(phases.begin(), phases.end(), phase) == phases.end()) others.insert(phase);
+  }
+  phases.insert(phases.end(), others.begin(), others.end());
+  for (const auto& phase : phases) {
+    auto cell = [&](const std::string& stat) {
+      auto it = s.find(absl::StrCat(phase, "_", stat, "_ms"));
+      return it == s.end() ? std::string("-") : FormatMetric(it->second.last());
+    };
+    if (!s.count(absl::StrCat(phase, "_mean_ms"))) continue;
+    table.AddRow({phase, cell("mean"), cell("p50"), cell("p90"), cell("p99"), cell("max")});
+  }
+  return table;
+}
+
+Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints) {
+  Table table({"UUID", "Trial", "Batches", "State", "Size", "Metrics", "Reported", "Path"});
+  for (const v1::Checkpoint& c : checkpoints) {
+    int64_t bytes = 0;
+    for (const auto& [file, size] : c.resources()) bytes += size;
+    std::map<std::string, double> metrics(c.metrics().begin(), c.metrics().end());
+    std::vector<std::string> parts;
+    for (const auto& [name, value] : metrics) parts.push_back(absl::StrCat(name, "=", FormatMetric(value)));
+    table.AddRow({c.uuid(), absl::StrCat(c.trial_id()), absl::StrCat(c.total_batches()),
+                  c.state() == v1::STATE_UNSPECIFIED ? "COMPLETED" : StateName(c.state()),
+                  FormatBytes(static_cast<uint64_t>(bytes)), absl::StrJoin(parts, " "),
+                  FormatTimeMs(c.report_time_ms()), c.storage_path()});
+  }
+  return table;
+}
+
 Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents) {
   Table table({"ID", "Hostname", "Slots", "Used", "Connected", "Enabled", "Pool"});
   for (const v1::Agent& a : agents) {
@@ -260,6 +300,22 @@ Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents) {
     }
     table.AddRow({a.id(), a.hostname(), absl::StrCat(a.slots_size()), absl::StrCat(used),
                   YesNo(a.connected()), YesNo(a.enabled()), a.resource_pool()});
+  }
+  return table;
+}
+
+Table RanksTable(const v1::Allocation& allocation) {
+  Table table({"Rank", "Agent", "Local Rank", "Local World", "Cross Rank", "Cross Size", "Slots"});
+  std::vector<std::string> agents;  // In rank order: the first hosts rank 0.
+  std::map<std::string, int> per_agent;
+  for (const v1::RankPlacement& r : allocation.ranks()) {
+    if (per_agent[r.agent_id()]++ == 0) agents.push_back(r.agent_id());
+  }
+  for (const v1::RankPlacement& r : allocation.ranks()) {
+    int cross = static_cast<int>(std::find(agents.begin(), agents.end(), r.agent_id()) - agents.begin());
+    table.AddRow({absl::StrCat(r.rank()), r.agent_id(), absl::StrCat(r.local_rank()),
+                  absl::StrCat(per_agent[r.agent_id()]), absl::StrCat(cross),
+                  absl::StrCat(agents.size()), absl::StrJoin(r.slot_ids(), ",")});
   }
   return table;
 }

@@ -85,9 +85,19 @@ KeyValues TrialFields(const v1::Trial& trial);
 // Group, Metric, Min, Max, Last, Count of the trial's training and validation
 // summaries.
 Table TrialMetricsTable(const v1::Trial& trial);
+// Phase, Mean, p50, p90, p99, Max (milliseconds) of the trial's latest timings report,
+// phases in the order training runs them (dataloader_next, to_device, train_batch,
+// step_lr_schedulers, from_device, reduce_metrics), then any others.
+Table TrialTimingsTable(const v1::Trial& trial);
+
+// UUID, Trial, Batches, State, Size, Metrics, Reported, Path.
+Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints);
 
 // ID, Hostname, Slots, Used, Connected, Enabled, Pool.
 Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents);
+
+// One row per rank: rank, agent, local rank and world, cross rank and size, slots.
+Table RanksTable(const v1::Allocation& allocation);
 
 // `master_address` is the host:port the CLI talked to.
 KeyValues MasterInfoFields(const v1::GetMasterInfoResponse& info,

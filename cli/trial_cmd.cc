@@ -2,8 +2,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "common/status/status_macros.h"
@@ -17,6 +19,35 @@ constexpr int kLogPageLines = 1000;
 // Long poll of `det trial logs -f`.
 constexpr int kFollowWaitMs = 5000;
 
+// The latest host metrics sample of each of the trial's agents.
+Table SystemMetricsTable(const google::protobuf::RepeatedPtrField<v1::SystemMetrics>& samples) {
+  std::map<std::string, const v1::SystemMetrics*> latest;
+  for (const auto& m : samples) latest[m.agent_id()] = &m;
+  Table table({"Agent", "Time", "CPU", "Free Memory", "Disk Read", "Disk Write", "Net Sent",
+               "Net Received", "GPUs (util, free)"});
+  auto rate = [](double bytes_per_second) {
+    return absl::StrCat(FormatBytes(static_cast<uint64_t>(bytes_per_second)), "/s");
+  };
+  for (const auto& [agent, m] : latest) {
+    std::string gpus;
+    for (const auto& g : m->gpus()) {
+      absl::StrAppend(&gpus, gpus.empty() ? "" : "; ", g.slot_id(), ": ",
+                      FormatMetric(g.utilization_percent()), "%, ",
+                      FormatBytes(static_cast<uint64_t>(g.memory_free_bytes())));
+    }
+    table.AddRow({agent, FormatTimeMs(m->time_ms()),
+                  absl::StrCat(FormatMetric(m->cpu_utilization_percent()), "%"),
+                  FormatBytes(static_cast<uint64_t>(m->memory_free_bytes())),
+                  absl::StrCat(rate(m->disk_read_bytes_per_second()), ", ",
+                               FormatMetric(m->disk_read_iops()), " IOPS"),
+                  absl::StrCat(rate(m->disk_write_bytes_per_second()), ", ",
+                               FormatMetric(m->disk_write_iops()), " IOPS"),
+                  rate(m->network_sent_bytes_per_second()),
+                  rate(m->network_received_bytes_per_second()), gpus});
+  }
+  return table;
+}
+
 absl::Status Describe(CliContext& ctx, int64_t id) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::GetTrialResponse response, api->GetTrial(id));
@@ -26,6 +57,24 @@ absl::Status Describe(CliContext& ctx, int64_t id) {
   if (metrics.num_rows() > 0) {
     ctx.out << "\nMetrics:\n";
     metrics.Render(ctx.out);
+  }
+  Table timings = TrialTimingsTable(response.trial());
+  if (timings.num_rows() > 0) {
+    ctx.out << "\nTimings (per batch, latest batch group):\n";
+    timings.Render(ctx.out);
+    auto rate = response.trial().timings_summary().find("samples_per_second");
+    if (rate != response.trial().timings_summary().end()) {
+      ctx.out << "Throughput: " << FormatMetric(rate->second.last()) << " samples/s\n";
+    }
+  }
+  const v1::Allocation& allocation = response.trial().allocation();
+  if (!allocation.id().empty()) {
+    ctx.out << "\nAllocation " << allocation.id() << " (" << StateName(allocation.state()) << "):\n";
+    RanksTable(allocation).Render(ctx.out);
+  }
+  if (response.system_metrics_size() > 0) {
+    ctx.out << "\nSystem metrics:\n";
+    SystemMetricsTable(response.system_metrics()).Render(ctx.out);
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@ PACKAGES=(
   libgloo-dev libibverbs1 libhiredis0.14
   libcli11-dev libcpp-httplib-dev nlohmann-json3-dev libsodium-dev libssl-dev
   dataset-fashion-mnist
+  chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
 )
 
 missing=()

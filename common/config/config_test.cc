@@ -76,7 +76,7 @@ TEST(ExperimentConfig, RequiredAndRangeErrors) {
   EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: single, metric: m, max_length: {batches: 1, epochs: 2}}\n").message(),
               HasSubstr("searcher.max_length: expected exactly one of 'batches' or 'epochs'"));
   EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: adaptive, metric: m, max_length: {batches: 1}}\n").message(),
-              HasSubstr("searcher.name: expected single or random"));
+              HasSubstr("searcher.name: expected one of single, grid, random, adaptive_asha, got \"adaptive\""));
 }
 
 TEST(ExperimentConfig, EpochsNeedRecordsPerEpoch) {
@@ -93,7 +93,7 @@ TEST(ExperimentConfig, IndivisibleBatchIsAWarning) {
   EXPECT_THAT(parsed->warnings[0], HasSubstr("12 records per batch (96 per global batch; 4 dropped)"));
 }
 
-TEST(Hyperparameters, SamplingIsDeterministicAndInRange) {
+TEST(Hyperparameters, EveryTypeParses) {
   auto parsed = ParseExperimentConfig(std::string(kMinimal) + R"(hyperparameters:
   lr: {type: log, minval: -4, maxval: -1}
   layers: {type: int, minval: 1, maxval: 3}
@@ -101,13 +101,14 @@ TEST(Hyperparameters, SamplingIsDeterministicAndInRange) {
   name: fixed
 )", "exp.yaml", 1);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  const auto& hps = parsed->config.hyperparameters;
-  EXPECT_EQ(SampleHyperparameters(hps, 5), SampleHyperparameters(hps, 5));
-  EXPECT_NE(SampleHyperparameters(hps, 5), SampleHyperparameters(hps, 6));
-  EXPECT_THAT(SampleHyperparameters(hps, 5), HasSubstr("\"name\":\"fixed\""));
-  EXPECT_EQ(TrialSeed(7, 0), TrialSeed(7, 0));
-  EXPECT_NE(TrialSeed(7, 0), TrialSeed(7, 1));
-  EXPECT_LE(TrialSeed(7, 1), 2147483647u);
+  const auto& hps = parsed->config.hyperparameters.fields;
+  ASSERT_EQ(hps.size(), 4u);
+  EXPECT_EQ(hps[0].name, "act");
+  EXPECT_EQ(hps[0].vals_json, (std::vector<std::string>{"\"relu\"", "\"tanh\""}));
+  EXPECT_EQ(hps[1].type, Hyperparameter::Type::kInt);
+  EXPECT_EQ(hps[2].type, Hyperparameter::Type::kLog);
+  EXPECT_EQ(hps[2].base, 10);
+  EXPECT_EQ(hps[3].value_json, "\"fixed\"");
 }
 
 TEST(DaemonConfig, MasterDefaultsAndErrors) {
@@ -120,6 +121,28 @@ TEST(DaemonConfig, MasterDefaultsAndErrors) {
   EXPECT_THAT(ParseMasterConfig("scheduler: {fitting_policy: random}\n", "m.yaml").status().message(),
               HasSubstr("scheduler.fitting_policy: expected best_fit or worst_fit"));
   EXPECT_EQ(LoadMasterConfig("/nonexistent/master.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(DaemonConfig, ResourcePools) {
+  auto c = ParseMasterConfig("data_dir: /x\n", "m.yaml");
+  ASSERT_EQ(c->resource_pools.size(), 1u);
+  EXPECT_EQ(c->resource_pools[0].name, "default");
+  c = ParseMasterConfig(R"(resource_pools:
+  - pool_name: default
+  - pool_name: gpu
+    description: A100 nodes
+    preemption: {enabled: true, timeout: 30s}
+)", "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->resource_pools.size(), 2u);
+  EXPECT_TRUE(c->resource_pools[1].preemption);
+  EXPECT_EQ(c->resource_pools[1].preemption_timeout, absl::Seconds(30));
+  EXPECT_THAT(ParseMasterConfig("resource_pools:\n  - description: x\n", "m.yaml").status().message(),
+              HasSubstr("m.yaml:2: resource_pools[0].pool_name: is required"));
+  EXPECT_THAT(ParseMasterConfig("resource_pools:\n  - pool_name: a\n  - pool_name: a\n", "m.yaml").status().message(),
+              HasSubstr("resource_pools[1].pool_name: pool 'a' is defined twice"));
+  EXPECT_THAT(ParseMasterConfig("resource_pools:\n  - pool_name: a\n    preemptoin: {}\n", "m.yaml").status().message(),
+              HasSubstr("did you mean 'preemption'"));
 }
 
 TEST(DaemonConfig, AgentNeedsMaster) {

@@ -36,6 +36,8 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.String("data_dir", &c.data_dir);
   r.String("db_path", &c.db_path);
   r.String("address_file", &c.address_file);
+  r.String("http_listen", &c.http_listen);
+  r.String("http_address_file", &c.http_address_file);
   r.String("cluster_name", &c.cluster_name);
   r.String("cluster_secret", &c.cluster_secret);
   r.Object("scheduler", [&](ObjectReader& s) {
@@ -45,12 +47,37 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
              absl::StrCat("expected best_fit or worst_fit, got \"", c.scheduler_fit, "\""));
     }
   });
+  YAML::Node pools;
+  r.Any("resource_pools", &pools);
+  if (r.ok() && pools && !pools.IsNull()) {
+    if (!pools.IsSequence()) r.Fail("resource_pools", "expected a list of pools");
+    for (size_t i = 0; r.ok() && pools.IsSequence() && i < pools.size(); ++i) {
+      ResourcePoolConfig pool;
+      ObjectReader p(pools[i], absl::StrCat("resource_pools[", i, "]"), std::string(filename));
+      p.String("pool_name", &pool.name, /*required=*/true);
+      p.String("description", &pool.description);
+      p.Object("preemption", [&](ObjectReader& pre) {
+        pre.Bool("enabled", &pool.preemption);
+        pre.Duration("timeout", &pool.preemption_timeout);
+      });
+      absl::Status st = p.Finish();
+      if (!st.ok()) return st;
+      for (const auto& other : c.resource_pools) {
+        if (other.name == pool.name) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              p.Where("pool_name"), p.PathOf("pool_name"), ": pool '", pool.name, "' is defined twice"));
+        }
+      }
+      c.resource_pools.push_back(std::move(pool));
+    }
+  }
   r.Duration("agent_timeout", &c.agent_timeout);
   r.Duration("agent_reconnect_wait", &c.agent_reconnect_wait);
   r.String("log_level", &c.log_level);
   absl::Status st = r.Finish();
   if (!st.ok()) return st;
   if (c.db_path.empty()) c.db_path = c.data_dir + "/det.db";
+  if (c.resource_pools.empty()) c.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
   return c;
 }
 

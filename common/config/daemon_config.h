@@ -10,6 +10,15 @@
 
 namespace det::config {
 
+struct ResourcePoolConfig {
+  std::string name;
+  std::string description;
+  // Stop less important trials (they checkpoint and are requeued) to place more important ones.
+  bool preemption = false;
+  // How long a preempted trial has to stop before it is killed.
+  absl::Duration preemption_timeout = absl::Seconds(60);
+};
+
 struct MasterConfig {
   // host:port of the gRPC API (users, agents, workers). Port 0 picks a free port.
   std::string grpc_listen = "0.0.0.0:8080";
@@ -19,11 +28,18 @@ struct MasterConfig {
   std::string db_path;
   // When set, the master writes its bound gRPC address here once it serves.
   std::string address_file;
+  // host:port of the REST API, the web page and /metrics. Port 0 picks a free port.
+  // Default: empty, no HTTP server.
+  std::string http_listen;
+  // When set, the master writes its bound HTTP address here once it serves.
+  std::string http_address_file;
   std::string cluster_name = "det";
   // Agents must present this secret to join (empty: any agent may join).
   std::string cluster_secret;
   // "best_fit" (default) or "worst_fit".
   std::string scheduler_fit = "best_fit";
+  // Agents join one of these; experiments name one. Default: one pool named "default".
+  std::vector<ResourcePoolConfig> resource_pools;
   // An agent silent for this long is declared lost and its trials are rescheduled.
   absl::Duration agent_timeout = absl::Seconds(30);
   // After a master restart, how long agents have to come back before their trials are

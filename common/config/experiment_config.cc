@@ -1,85 +1,43 @@
 #include "common/config/experiment_config.h"
 
+#include <algorithm>
 #include <cmath>
-#include <sstream>
+#include <memory>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/config/config_merge.h"
 #include "common/config/yaml_reader.h"
 
 namespace det::config {
 namespace {
 
 constexpr int64_t kMaxSeed = 2147483647;
+// Bounds of `int` hyperparameters: exactly representable as doubles and in JSON.
+constexpr int64_t kMaxIntHyperparameter = int64_t{1} << 53;
+constexpr int kMaxTrials = 100000;
+constexpr int kMaxRungs = 32;
 
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+const std::vector<std::string>& SearcherNames() {
+  static const auto* names =
+      new std::vector<std::string>{"single", "grid", "random", "adaptive_asha"};
+  return *names;
 }
 
-double Uniform01(uint64_t* state) { return (SplitMix64(state) >> 11) * 0x1.0p-53; }
-
-void ReadLength(ObjectReader& parent, const std::string& key, Length* out, bool required) {
-  parent.Object(
-      key,
-      [&](ObjectReader& r) {
-        bool batches = r.Has("batches"), epochs = r.Has("epochs");
-        if (batches == epochs) {
-          r.Fail("", "expected exactly one of 'batches' or 'epochs'");
-          return;
-        }
-        out->unit = batches ? Length::Unit::kBatches : Length::Unit::kEpochs;
-        r.Int(batches ? "batches" : "epochs", &out->value, 0);
-      },
-      required);
-}
-
-std::string ScalarJson(const YAML::Node& node) { return YamlToJson(node); }
-
-void ReadHyperparameter(ObjectReader& parent, const std::string& name, Hyperparameter* hp) {
-  const YAML::Node node = parent.node()[name];
-  if (!node.IsMap()) {
-    parent.Known(name);
-    hp->type = Hyperparameter::Type::kConst;
-    hp->value_json = ScalarJson(node);
-    return;
-  }
-  parent.Object(name, [&](ObjectReader& r) {
-    std::string type;
-    r.String("type", &type, /*required=*/true);
-    if (!r.ok()) return;
-    if (type == "const") {
-      hp->type = Hyperparameter::Type::kConst;
-      YAML::Node val;
-      r.Any("val", &val);
-      if (!val) r.Fail("", "a const hyperparameter needs 'val'");
-      hp->value_json = ScalarJson(val);
-    } else if (type == "int" || type == "double" || type == "log") {
-      hp->type = type == "int"      ? Hyperparameter::Type::kInt
-                 : type == "double" ? Hyperparameter::Type::kDouble
-                                    : Hyperparameter::Type::kLog;
-      r.Double("minval", &hp->minval, true);
-      r.Double("maxval", &hp->maxval, true);
-      if (type == "log") r.Double("base", &hp->base);
-      r.Known("count");
-      if (r.ok() && hp->minval > hp->maxval) r.Fail("maxval", "must be >= minval");
-    } else if (type == "categorical") {
-      hp->type = Hyperparameter::Type::kCategorical;
-      YAML::Node vals;
-      r.Any("vals", &vals);
-      if (!vals.IsSequence() || vals.size() == 0) {
-        r.Fail("vals", "expected a non-empty list");
-        return;
-      }
-      for (const auto& v : vals) hp->vals_json.push_back(ScalarJson(v));
-    } else {
-      r.Fail("type", absl::StrCat("expected one of const, int, double, log, categorical, got \"",
-                                  type, "\""));
-    }
-  });
+// Which searchers accept each searcher-specific key.
+const std::map<std::string, std::set<std::string>>& SearcherKeys() {
+  static const auto* keys = new std::map<std::string, std::set<std::string>>{
+      {"max_trials", {"random", "adaptive_asha"}},
+      {"max_concurrent_trials", {"grid", "random", "adaptive_asha"}},
+      {"divisor", {"adaptive_asha"}},
+      {"max_rungs", {"adaptive_asha"}},
+      {"mode", {"adaptive_asha"}},
+      {"stop_once", {"adaptive_asha"}},
+  };
+  return *keys;
 }
 
 // Sets `key` of `map` to `value` unless present.
@@ -93,64 +51,323 @@ YAML::Node Child(YAML::Node map, const std::string& key) {
   return map[key];
 }
 
-}  // namespace
+bool IsAbsolute(const std::string& path) { return !path.empty() && path[0] == '/'; }
 
-absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
-                                                       absl::string_view filename,
-                                                       uint32_t seed_if_unset) {
-  auto parsed_or = ParseYaml(text, filename);
-  if (!parsed_or.ok()) return parsed_or.status();
-  YAML::Node root = *parsed_or;  // Not cloned: a clone loses line numbers.
-  ParsedExperiment out;
-  ExperimentConfig& c = out.config;
-  std::string file(filename);
+// Reads the experiment schema from one document. `partial` (templates): required keys may
+// be missing and cross-field checks are skipped.
+class SchemaReader {
+ public:
+  SchemaReader(ExperimentConfig* c, bool partial) : c_(*c), partial_(partial) {}
 
-  ObjectReader r(root, "", file);
-  r.String("name", &c.name);
-  r.String("description", &c.description);
-  r.StringList("entrypoint", &c.entrypoint, /*allow_scalar=*/true, /*required=*/true);
-  if (r.ok() && c.entrypoint.empty()) r.Fail("entrypoint", "must name a program to run");
-  r.Object("hyperparameters", [&](ObjectReader& h) {
-    for (const auto& kv : h.node()) {
-      std::string name = kv.first.Scalar();
-      ReadHyperparameter(h, name, &c.hyperparameters[name]);
+  void Read(ObjectReader& r) {
+    // The searcher first: which hyperparameter keys are needed depends on it.
+    r.Object("searcher", [&](ObjectReader& s) { ReadSearcher(s); }, Req());
+    r.String("name", &c_.name);
+    r.String("description", &c_.description);
+    r.StringList("entrypoint", &c_.entrypoint, /*allow_scalar=*/true, Req());
+    if (r.ok() && !partial_ && c_.entrypoint.empty()) {
+      r.Fail("entrypoint", "must name a program to run");
     }
-  });
-  r.Object(
-      "searcher",
-      [&](ObjectReader& s) {
-        s.String("name", &c.searcher.name, true);
-        if (s.ok() && c.searcher.name != "single" && c.searcher.name != "random") {
-          s.Fail("name", absl::StrCat("expected single or random, got \"", c.searcher.name, "\""));
+    r.Object("hyperparameters",
+             [&](ObjectReader& h) { ReadGroup(h, &c_.hyperparameters); });
+    r.Object("resources", [&](ObjectReader& res) { ReadResources(res); });
+    ReadLength(r, "min_validation_period", &c_.min_validation_period, false);
+    ReadLength(r, "min_checkpoint_period", &c_.min_checkpoint_period, false);
+    r.Int("max_restarts", &c_.max_restarts, 0, 1000000);
+    r.Int("records_per_epoch", &c_.records_per_epoch, 0);
+    r.Int("scheduling_unit", &c_.scheduling_unit, 1, 1 << 30);
+    r.Object("reproducibility", [&](ObjectReader& rep) {
+      rep.Int("experiment_seed", &c_.experiment_seed, 0, kMaxSeed);
+    });
+    r.Object("environment", [&](ObjectReader& env) { ReadEnvironment(env); });
+    r.StringList("labels", &c_.labels);
+    r.List("bind_mounts", [&](ObjectReader& m, size_t) { ReadBindMount(m); });
+    CheckContainerPaths(r, "bind_mounts");
+    r.Object("checkpoint_storage", [&](ObjectReader& cs) { ReadCheckpointStorage(cs); });
+    r.Object("optimizations", [&](ObjectReader& o) {
+      o.Int("aggregation_frequency", &c_.optimizations.aggregation_frequency, 1, 1000000);
+      o.Bool("average_training_metrics", &c_.optimizations.average_training_metrics);
+    });
+    // Free-form sections: stored and handed to workers as written.
+    YAML::Node free_form;
+    r.Any("data", &free_form);
+    r.Any("profiling", &free_form);
+    if (!partial_) CrossChecks(r);
+  }
+
+  std::vector<std::string> warnings;
+
+ private:
+  bool Req(bool required = true) const { return required && !partial_; }
+
+  void ReadLength(ObjectReader& parent, const std::string& key, Length* out, bool required) {
+    parent.Object(
+        key,
+        [&](ObjectReader& r) {
+          bool batches = r.Has("batches"), epochs = r.Has("epochs");
+          if (batches && epochs) {
+            r.Fail("", "expected exactly one of 'batches' or 'epochs', got both");
+            return;
+          }
+          if (!batches && !epochs) {
+            if (!partial_) r.Fail("", "expected exactly one of 'batches' or 'epochs'");
+            r.Known("batches");
+            r.Known("epochs");
+            return;
+          }
+          out->unit = batches ? Length::Unit::kBatches : Length::Unit::kEpochs;
+          r.Int(batches ? "batches" : "epochs", &out->value, 0);
+          r.Known(batches ? "epochs" : "batches");
+        },
+        Req(required));
+  }
+
+  void ReadSearcher(ObjectReader& s) {
+    SearcherConfig& sc = c_.searcher;
+    const bool named = s.Has("name");
+    s.String("name", &sc.name, Req());
+    if (!s.ok()) return;
+    if (named && std::find(SearcherNames().begin(), SearcherNames().end(), sc.name) ==
+                     SearcherNames().end()) {
+      s.Fail("name", absl::StrCat("expected one of ", absl::StrJoin(SearcherNames(), ", "),
+                                  ", got \"", sc.name, "\""));
+      return;
+    }
+    for (const auto& [key, searchers] : SearcherKeys()) {
+      if (named && s.Has(key) && !searchers.count(sc.name)) {
+        s.Fail(key, absl::StrCat("not a setting of the ", sc.name, " searcher (only of ",
+                                 absl::StrJoin(searchers, ", "), ")"));
+        return;
+      }
+    }
+    s.String("metric", &sc.metric, Req());
+    s.Bool("smaller_is_better", &sc.smaller_is_better);
+    ReadLength(s, "max_length", &sc.max_length, true);
+    const bool needs_max_trials = sc.name == "random" || sc.name == "adaptive_asha";
+    s.Int("max_trials", &sc.max_trials, 1, kMaxTrials, Req(needs_max_trials));
+    s.Int("max_concurrent_trials", &sc.max_concurrent_trials, 0, kMaxTrials);
+    if (s.Has("divisor")) {
+      s.Double("divisor", &sc.divisor);
+      if (s.ok() && !(sc.divisor > 1 && sc.divisor <= 1000)) {
+        s.Fail("divisor", absl::StrCat("expected a number in (1, 1000], got \"",
+                                       s.node()["divisor"].Scalar(), "\""));
+      }
+    }
+    s.Int("max_rungs", &sc.max_rungs, 1, kMaxRungs);
+    s.String("mode", &sc.mode);
+    if (s.ok() && sc.mode != "aggressive" && sc.mode != "standard" && sc.mode != "conservative") {
+      s.Fail("mode", absl::StrCat("expected aggressive, standard or conservative, got \"",
+                                  sc.mode, "\""));
+    }
+    bool stop_once = true;
+    s.Bool("stop_once", &stop_once);
+    if (s.ok() && !stop_once) {
+      s.Fail("stop_once",
+             "det's adaptive_asha stops trials and never resumes them; only true is supported");
+    }
+    s.Known("source_trial_id");
+    s.Known("source_checkpoint_uuid");
+  }
+
+  // Reads the members of a hyperparameter group (the `hyperparameters` section or a nested
+  // mapping without `type`).
+  void ReadGroup(ObjectReader& h, Hyperparameter* group) {
+    group->type = Hyperparameter::Type::kObject;
+    for (const auto& kv : h.node()) {
+      if (!h.ok()) return;
+      if (!kv.first.IsScalar()) {
+        h.Fail("", "expected hyperparameter names (strings) as keys");
+        return;
+      }
+      const std::string name = kv.first.Scalar();
+      Hyperparameter hp;
+      hp.name = name;
+      const YAML::Node value = kv.second;
+      if (value.IsMap() && value["type"]) {
+        h.Object(name, [&](ObjectReader& r) { ReadDefinition(r, &hp); });
+      } else if (value.IsMap()) {
+        h.Object(name, [&](ObjectReader& r) { ReadGroup(r, &hp); });
+      } else {
+        h.Known(name);
+        hp.type = Hyperparameter::Type::kConst;
+        hp.value_json = YamlToJson(value);
+      }
+      group->fields.push_back(std::move(hp));
+    }
+    std::sort(group->fields.begin(), group->fields.end(),
+              [](const Hyperparameter& a, const Hyperparameter& b) { return a.name < b.name; });
+  }
+
+  void ReadDefinition(ObjectReader& r, Hyperparameter* hp) {
+    std::string type;
+    r.String("type", &type, true);
+    if (!r.ok()) return;
+    if (type == "const") {
+      hp->type = Hyperparameter::Type::kConst;
+      YAML::Node val;
+      const bool present = r.node()["val"].IsDefined();
+      r.Any("val", &val);
+      if (!present && !partial_) r.Fail("", "a const hyperparameter needs 'val'");
+      hp->value_json = YamlToJson(val);
+    } else if (type == "int") {
+      hp->type = Hyperparameter::Type::kInt;
+      int64_t lo = 0, hi = 0;
+      r.Int("minval", &lo, -kMaxIntHyperparameter, kMaxIntHyperparameter, Req());
+      r.Int("maxval", &hi, -kMaxIntHyperparameter, kMaxIntHyperparameter, Req());
+      hp->minval = static_cast<double>(lo);
+      hp->maxval = static_cast<double>(hi);
+      ReadCount(r, hp);
+    } else if (type == "double" || type == "log") {
+      hp->type = type == "double" ? Hyperparameter::Type::kDouble : Hyperparameter::Type::kLog;
+      r.Double("minval", &hp->minval, Req());
+      r.Double("maxval", &hp->maxval, Req());
+      if (r.ok() && !std::isfinite(hp->maxval - hp->minval)) {
+        r.Fail("maxval", "maxval - minval must be a finite number");
+      }
+      if (type == "log") {
+        r.Double("base", &hp->base);
+        if (r.ok() && !(hp->base > 0) ) {
+          r.Fail("base", absl::StrCat("expected a number > 0, got \"",
+                                      r.node()["base"].Scalar(), "\""));
         }
-        s.String("metric", &c.searcher.metric, true);
-        s.Bool("smaller_is_better", &c.searcher.smaller_is_better);
-        ReadLength(s, "max_length", &c.searcher.max_length, true);
-        s.Int("max_trials", &c.searcher.max_trials, 1, 100000);
-        s.Known("source_trial_id");
-      },
-      /*required=*/true);
-  r.Object("resources", [&](ObjectReader& res) {
-    res.Int("slots_per_trial", &c.resources.slots_per_trial, 0);
-    res.Int("priority", &c.resources.priority, 1, 99);
-    res.String("resource_pool", &c.resources.resource_pool);
-    YAML::Node ignored;
-    res.Any("devices", &ignored);
-    res.Any("max_slots", &ignored);
-  });
-  ReadLength(r, "min_validation_period", &c.min_validation_period, false);
-  ReadLength(r, "min_checkpoint_period", &c.min_checkpoint_period, false);
-  r.Int("max_restarts", &c.max_restarts, 0, 1000000);
-  r.Int("records_per_epoch", &c.records_per_epoch, 0);
-  r.Int("scheduling_unit", &c.scheduling_unit, 1, 1 << 30);
-  r.Object("reproducibility",
-           [&](ObjectReader& rep) { rep.Int("experiment_seed", &c.experiment_seed, 0, kMaxSeed); });
-  r.Object("environment", [&](ObjectReader& env) {
+        if (r.ok() && (!std::isfinite(std::pow(hp->base, hp->minval)) ||
+                       !std::isfinite(std::pow(hp->base, hp->maxval)))) {
+          r.Fail("maxval", "base^minval and base^maxval must be finite numbers");
+        }
+      }
+      ReadCount(r, hp);
+    } else if (type == "categorical") {
+      hp->type = Hyperparameter::Type::kCategorical;
+      YAML::Node vals;
+      const bool present = r.node()["vals"].IsDefined();
+      r.Any("vals", &vals);
+      if (!present && partial_) return;
+      if (!vals.IsSequence() || vals.size() == 0) {
+        r.Fail(present ? "vals" : "", "expected a non-empty list 'vals'");
+        return;
+      }
+      for (const auto& v : vals) hp->vals_json.push_back(YamlToJson(v));
+    } else {
+      r.Fail("type", absl::StrCat(
+                         "expected one of const, int, double, log, categorical, got \"", type, "\""));
+    }
+  }
+
+  void ReadCount(ObjectReader& r, Hyperparameter* hp) {
+    if (r.ok() && hp->minval > hp->maxval) r.Fail("maxval", "must be >= minval");
+    r.Int("count", &hp->count, 1, kMaxGridTrials);
+    if (r.ok() && !partial_ && c_.searcher.name == "grid" && hp->count == 0) {
+      r.Fail("", "the grid searcher needs 'count' (the number of points on this axis)");
+    }
+  }
+
+  void ReadResources(ObjectReader& res) {
+    ResourcesConfig& rc = c_.resources;
+    res.Int("slots_per_trial", &rc.slots_per_trial, 0);
+    res.Int("priority", &rc.priority, 1, 99);
+    res.String("resource_pool", &rc.resource_pool);
+    res.Int("max_slots", &rc.max_slots, 0);
+    res.List("devices", [&](ObjectReader& d, size_t) {
+      Device dev;
+      d.String("host_path", &dev.host_path, Req());
+      d.String("container_path", &dev.container_path, Req());
+      d.String("mode", &dev.mode);
+      if (d.ok() && (dev.mode.empty() || dev.mode.find_first_not_of("rwm") != std::string::npos)) {
+        d.Fail("mode", absl::StrCat("expected some of the letters r, w and m, got \"", dev.mode,
+                                    "\""));
+      }
+      rc.devices.push_back(std::move(dev));
+    });
+    CheckContainerPaths(res, "devices");
+  }
+
+  void ReadBindMount(ObjectReader& m) {
+    BindMount b;
+    m.String("host_path", &b.host_path, Req());
+    m.String("container_path", &b.container_path, Req());
+    m.Bool("read_only", &b.read_only);
+    m.String("propagation", &b.propagation);
+    if (m.ok() && m.Has("host_path") && !IsAbsolute(b.host_path)) {
+      m.Fail("host_path", absl::StrCat("expected an absolute path, got \"", b.host_path, "\""));
+    }
+    static const std::set<std::string> kPropagations = {"rprivate", "private", "rshared",
+                                                       "shared",   "rslave",  "slave"};
+    if (m.ok() && !kPropagations.count(b.propagation)) {
+      m.Fail("propagation",
+             absl::StrCat("expected one of ", absl::StrJoin(kPropagations, ", "), ", got \"",
+                          b.propagation, "\""));
+    }
+    c_.bind_mounts.push_back(std::move(b));
+  }
+
+  // Two items of the list `key` of `parent` with one container_path is an error.
+  void CheckContainerPaths(ObjectReader& parent, const std::string& key) {
+    if (!parent.ok() || !parent.Has(key)) return;
+    const YAML::Node list = parent.node()[key];
+    std::map<std::string, size_t> first;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node p = list[i]["container_path"];
+      if (!p || !p.IsScalar()) continue;
+      auto [it, inserted] = first.emplace(p.Scalar(), i);
+      if (!inserted) {
+        const std::string path = parent.PathOf(key);
+        parent.FailAt(p, absl::StrCat(path, "[", i, "].container_path"),
+                      absl::StrCat("\"", p.Scalar(), "\" is already the container_path of ",
+                                   path, "[", it->second, "]"));
+        return;
+      }
+    }
+  }
+
+  void ReadCheckpointStorage(ObjectReader& cs) {
+    CheckpointStorageConfig s;
+    const bool typed = cs.Has("type");
+    cs.String("type", &s.type, Req());
+    if (cs.ok() && typed && s.type != "shared_fs") {
+      cs.Fail("type", absl::StrCat("expected shared_fs (the only checkpoint storage det "
+                                   "supports), got \"", s.type, "\""));
+      return;
+    }
+    cs.String("host_path", &s.host_path, Req());
+    if (cs.ok() && cs.Has("host_path") && !IsAbsolute(s.host_path)) {
+      cs.Fail("host_path", absl::StrCat("expected an absolute path, got \"", s.host_path, "\""));
+    }
+    cs.String("storage_path", &s.storage_path);
+    if (cs.ok() && !s.storage_path.empty()) {
+      std::vector<std::string> parts = absl::StrSplit(s.storage_path, '/');
+      bool climbs = std::find(parts.begin(), parts.end(), "..") != parts.end();
+      std::string base = s.host_path;
+      while (base.size() > 1 && base.back() == '/') base.pop_back();
+      bool outside = IsAbsolute(s.storage_path) && !s.host_path.empty() &&
+                     s.storage_path != base && s.storage_path.rfind(base + "/", 0) != 0;
+      if (climbs || outside) {
+        cs.Fail("storage_path",
+                absl::StrCat("expected a path inside host_path \"", s.host_path, "\", got \"",
+                             s.storage_path, "\""));
+      }
+    }
+    cs.Int("save_experiment_best", &s.save_experiment_best, 0, 1000000);
+    cs.Int("save_trial_best", &s.save_trial_best, 0, 1000000);
+    cs.Int("save_trial_latest", &s.save_trial_latest, 0, 1000000);
+    c_.checkpoint_storage = s;
+  }
+
+  void ReadEnvironment(ObjectReader& env) {
+    YAML::Node image;
+    env.Any("image", &image);  // Accepted for Determined configs; det runs no containers.
     env.Known("environment_variables");
     YAML::Node vars = env.node()["environment_variables"];
     if (!vars || vars.IsNull()) return;
     if (vars.IsMap()) {
-      for (const auto& kv : vars) c.environment_variables[kv.first.Scalar()] = kv.second.Scalar();
+      for (const auto& kv : vars) {
+        if (!kv.second.IsScalar()) {
+          env.Fail("environment_variables",
+                   absl::StrCat("expected NAME: VALUE strings, got a ",
+                                kv.second.IsMap() ? "mapping" : "list", " for ", kv.first.Scalar()));
+          return;
+        }
+        c_.environment_variables[kv.first.Scalar()] = kv.second.Scalar();
+      }
     } else if (vars.IsSequence()) {
       for (const auto& v : vars) {
         std::string item = v.IsScalar() ? v.Scalar() : "";
@@ -160,106 +377,193 @@ absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
                    absl::StrCat("expected NAME=VALUE items, got \"", item, "\""));
           return;
         }
-        c.environment_variables[item.substr(0, eq)] = item.substr(eq + 1);
+        c_.environment_variables[item.substr(0, eq)] = item.substr(eq + 1);
       }
     } else {
       env.Fail("environment_variables", "expected a list of NAME=VALUE or a mapping");
     }
-  });
-  r.StringList("labels", &c.labels);
-  // Sections validated by later schema work; accepted and stored as written.
-  YAML::Node free_form;
-  for (const char* key :
-       {"data", "bind_mounts", "checkpoint_storage", "optimizations", "profiling"}) {
-    r.Any(key, &free_form);
   }
-  absl::Status st = r.Finish();
-  if (!st.ok()) return st;
 
-  // global_batch_size comes from the hyperparameters, as in Determined.
-  auto gbs = c.hyperparameters.find("global_batch_size");
-  if (gbs != c.hyperparameters.end()) {
-    int64_t v = 0;
-    if (gbs->second.type != Hyperparameter::Type::kConst ||
-        !absl::SimpleAtoi(gbs->second.value_json, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ": hyperparameters.global_batch_size: expected a positive integer constant"));
+  void CrossChecks(ObjectReader& r) {
+    if (!r.ok()) return;
+    // global_batch_size comes from the hyperparameters, as in Determined.
+    if (const Hyperparameter* gbs = c_.hyperparameters.Find("global_batch_size")) {
+      int64_t v = 0;
+      if (gbs->type != Hyperparameter::Type::kConst || !absl::SimpleAtoi(gbs->value_json, &v) ||
+          v <= 0) {
+        r.FailAt(r.node()["hyperparameters"]["global_batch_size"],
+                 "hyperparameters.global_batch_size", "expected a positive integer constant");
+        return;
+      }
+      c_.global_batch_size = v;
     }
-    c.global_batch_size = v;
+    for (const auto& [path, length] :
+         {std::pair<std::string, const Length*>{"searcher.max_length", &c_.searcher.max_length},
+          {"min_validation_period", &c_.min_validation_period},
+          {"min_checkpoint_period", &c_.min_checkpoint_period}}) {
+      if (length->unit == Length::Unit::kEpochs && c_.BatchesPerEpoch() == 0) {
+        YAML::Node node = path == "searcher.max_length" ? r.node()["searcher"]["max_length"]
+                                                        : r.node()[path];
+        r.FailAt(node, path,
+                 "a length in epochs needs records_per_epoch and hyperparameters.global_batch_size");
+        return;
+      }
+    }
+    const SearcherConfig& s = c_.searcher;
+    if (s.name == "adaptive_asha" && s.max_length.Batches(c_.BatchesPerEpoch()) < 1) {
+      r.FailAt(r.node()["searcher"]["max_length"], "searcher.max_length",
+               "adaptive_asha needs a max_length of at least 1 batch");
+      return;
+    }
+    if (s.name == "grid") {
+      int64_t points = GridSize(c_.hyperparameters);
+      if (points > kMaxGridTrials) {
+        r.Fail(r.Has("hyperparameters") ? "hyperparameters" : "searcher",
+               absl::StrCat("the grid has more than ", kMaxGridTrials,
+                            " points (one trial each); lower the counts"));
+        return;
+      }
+    }
+    if (c_.global_batch_size > 0 && c_.resources.slots_per_trial > 1 &&
+        c_.global_batch_size % c_.resources.slots_per_trial != 0) {
+      int64_t slots = c_.resources.slots_per_trial;
+      int64_t per_slot = c_.global_batch_size / slots;
+      warnings.push_back(absl::StrCat(
+          "global_batch_size ", c_.global_batch_size, " is not divisible by slots_per_trial ",
+          slots, ": each slot trains on ", per_slot, " records per batch (", per_slot * slots,
+          " per global batch; ", c_.global_batch_size - per_slot * slots, " dropped)"));
+    }
   }
-  if (c.searcher.max_length.unit == Length::Unit::kEpochs && c.BatchesPerEpoch() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": searcher.max_length: a length in epochs needs records_per_epoch and "
-              "hyperparameters.global_batch_size"));
-  }
-  if (c.global_batch_size > 0 && c.resources.slots_per_trial > 1 &&
-      c.global_batch_size % c.resources.slots_per_trial != 0) {
-    int64_t per_slot = c.global_batch_size / c.resources.slots_per_trial;
-    out.warnings.push_back(absl::StrCat(
-        "global_batch_size ", c.global_batch_size, " is not divisible by slots_per_trial ",
-        c.resources.slots_per_trial, ": each slot trains on ", per_slot, " records per batch (",
-        per_slot * c.resources.slots_per_trial, " per global batch; ",
-        c.global_batch_size - per_slot * c.resources.slots_per_trial, " dropped)"));
-  }
-  if (c.experiment_seed < 0) c.experiment_seed = seed_if_unset & kMaxSeed;
 
-  // The effective configuration: defaults written in.
-  if (c.name.empty()) c.name = "Experiment";
-  root["name"] = c.name;
+  // Points on the grid (saturating above kMaxGridTrials).
+  static int64_t GridSize(const Hyperparameter& hp) {
+    switch (hp.type) {
+      case Hyperparameter::Type::kConst:
+        return 1;
+      case Hyperparameter::Type::kCategorical:
+        return static_cast<int64_t>(hp.vals_json.size());
+      case Hyperparameter::Type::kInt:
+        return std::min<int64_t>(hp.count, static_cast<int64_t>(hp.maxval - hp.minval) + 1);
+      case Hyperparameter::Type::kDouble:
+      case Hyperparameter::Type::kLog:
+        return hp.count;
+      case Hyperparameter::Type::kObject: {
+        int64_t n = 1;
+        for (const auto& f : hp.fields) {
+          n *= std::max<int64_t>(1, GridSize(f));
+          if (n > kMaxGridTrials) return kMaxGridTrials + 1;
+        }
+        return n;
+      }
+    }
+    return 1;
+  }
+
+  ExperimentConfig& c_;
+  bool partial_;
+};
+
+// Writes the defaults of `c` into `root`, the effective config.
+void FillDefaults(const ExperimentConfig& c, YAML::Node root) {
+  Default(root, "name", c.name);
   Default(root, "description", "");
   Default(root, "max_restarts", c.max_restarts);
   Default(root, "scheduling_unit", c.scheduling_unit);
   YAML::Node res = Child(root, "resources");
   Default(res, "slots_per_trial", c.resources.slots_per_trial);
   Default(res, "priority", c.resources.priority);
-  Default(res, "resource_pool", c.resources.resource_pool.empty() ? "default" : c.resources.resource_pool);
-  if (c.resources.resource_pool.empty()) c.resources.resource_pool = "default";
+  Default(res, "resource_pool", c.resources.resource_pool);
+  if (res["devices"].IsSequence()) {
+    for (YAML::Node d : res["devices"]) Default(d, "mode", std::string("mrw"));
+  }
   YAML::Node searcher = root["searcher"];
-  Default(searcher, "smaller_is_better", c.searcher.smaller_is_better);
-  if (c.searcher.name == "random") Default(searcher, "max_trials", c.searcher.max_trials);
-  if (c.searcher.name == "single") c.searcher.max_trials = 1;
+  const SearcherConfig& s = c.searcher;
+  Default(searcher, "smaller_is_better", s.smaller_is_better);
+  if (s.name == "random" || s.name == "grid" || s.name == "adaptive_asha") {
+    Default(searcher, "max_concurrent_trials", s.max_concurrent_trials);
+  }
+  if (s.name == "adaptive_asha") {
+    Default(searcher, "divisor", s.divisor);
+    Default(searcher, "max_rungs", s.max_rungs);
+    Default(searcher, "mode", s.mode);
+    Default(searcher, "stop_once", true);
+  }
+  if (root["bind_mounts"].IsSequence()) {
+    for (YAML::Node m : root["bind_mounts"]) {
+      Default(m, "read_only", false);
+      Default(m, "propagation", std::string("rprivate"));
+    }
+  }
+  if (c.checkpoint_storage) {
+    YAML::Node cs = root["checkpoint_storage"];
+    Default(cs, "save_experiment_best", c.checkpoint_storage->save_experiment_best);
+    Default(cs, "save_trial_best", c.checkpoint_storage->save_trial_best);
+    Default(cs, "save_trial_latest", c.checkpoint_storage->save_trial_latest);
+  }
+  YAML::Node opt = Child(root, "optimizations");
+  Default(opt, "aggregation_frequency", c.optimizations.aggregation_frequency);
+  Default(opt, "average_training_metrics", c.optimizations.average_training_metrics);
   Child(root, "reproducibility")["experiment_seed"] = c.experiment_seed;
+}
+
+}  // namespace
+
+const Hyperparameter* Hyperparameter::Find(absl::string_view member) const {
+  for (const auto& f : fields) {
+    if (f.name == member) return &f;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<ParsedExperiment> ParseExperimentConfig(const ConfigInput& input,
+                                                       const TemplateLookup& lookup,
+                                                       uint32_t seed_if_unset) {
+  absl::StatusOr<AssembledConfig> assembled = AssembleConfig(input, lookup);
+  if (!assembled.ok()) return assembled.status();
+  YAML::Node root = assembled->root;
+  ParsedExperiment out;
+  out.template_name = assembled->template_name;
+  ExperimentConfig& c = out.config;
+
+  ObjectReader r(root, "", assembled->sources);
+  SchemaReader schema(&c, /*partial=*/false);
+  schema.Read(r);
+  absl::Status st = r.Finish();
+  if (!st.ok()) return st;
+  out.warnings = std::move(schema.warnings);
+
+  if (c.experiment_seed < 0) c.experiment_seed = seed_if_unset & kMaxSeed;
+  if (c.name.empty()) c.name = "Experiment";
+  if (c.resources.resource_pool.empty()) c.resources.resource_pool = "default";
+  if (c.searcher.name == "single" || c.searcher.name == "grid") c.searcher.max_trials = 1;
+  FillDefaults(c, root);
   out.effective_yaml = EmitYaml(root);
   out.effective_json = YamlToJson(root);
   return out;
 }
 
-std::string SampleHyperparameters(const std::map<std::string, Hyperparameter>& hps,
-                                  uint64_t seed) {
-  uint64_t state = seed;
-  std::string json = "{";
-  bool first = true;
-  for (const auto& [name, hp] : hps) {  // std::map: sorted by name.
-    std::string value;
-    switch (hp.type) {
-      case Hyperparameter::Type::kConst:
-        value = hp.value_json;
-        break;
-      case Hyperparameter::Type::kInt: {
-        int64_t lo = static_cast<int64_t>(std::ceil(hp.minval));
-        int64_t hi = static_cast<int64_t>(std::floor(hp.maxval));
-        value = absl::StrCat(lo + static_cast<int64_t>(SplitMix64(&state) % (hi - lo + 1)));
-        break;
-      }
-      case Hyperparameter::Type::kDouble:
-        value = absl::StrCat(hp.minval + (hp.maxval - hp.minval) * Uniform01(&state));
-        break;
-      case Hyperparameter::Type::kLog:
-        value = absl::StrCat(std::pow(hp.base, hp.minval + (hp.maxval - hp.minval) * Uniform01(&state)));
-        break;
-      case Hyperparameter::Type::kCategorical:
-        value = hp.vals_json[SplitMix64(&state) % hp.vals_json.size()];
-        break;
-    }
-    absl::StrAppend(&json, first ? "" : ",", "\"", name, "\":", value);
-    first = false;
-  }
-  return json + "}";
+absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
+                                                       absl::string_view filename,
+                                                       uint32_t seed_if_unset) {
+  ConfigInput input;
+  input.config_yaml = std::string(text);
+  input.config_path = std::string(filename);
+  return ParseExperimentConfig(
+      input,
+      [](const std::string& name) -> absl::StatusOr<std::string> {
+        return absl::NotFoundError(absl::StrCat("template '", name, "' does not exist"));
+      },
+      seed_if_unset);
 }
 
-uint32_t TrialSeed(uint32_t experiment_seed, int64_t trial_index) {
-  uint64_t state = (static_cast<uint64_t>(experiment_seed) << 32) ^ static_cast<uint64_t>(trial_index);
-  return static_cast<uint32_t>(SplitMix64(&state) & kMaxSeed);
+absl::Status ValidateTemplate(absl::string_view yaml, const std::string& source) {
+  absl::StatusOr<YAML::Node> node = ParseTemplate(yaml, source);
+  if (!node.ok()) return node.status();
+  ExperimentConfig c;
+  ObjectReader r(*node, "", source);
+  SchemaReader schema(&c, /*partial=*/true);
+  schema.Read(r);
+  return r.Finish();
 }
 
 }  // namespace det::config

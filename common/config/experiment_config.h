@@ -1,5 +1,7 @@
-// The experiment configuration users write (a subset of Determined's schema, growing), its
-// validation and defaults, and hyperparameter sampling.
+// The experiment configuration users write (Determined's schema, as far as det runs it):
+// typed reading, validation, defaults, templates and --config overrides. The effective
+// configuration (merged, defaulted, seed chosen) is what the master stores.
+// docs/configuration.md describes every key.
 #ifndef DET_COMMON_CONFIG_EXPERIMENT_CONFIG_H_
 #define DET_COMMON_CONFIG_EXPERIMENT_CONFIG_H_
 
@@ -7,10 +9,12 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/config/config_input.h"
 
 namespace det::config {
 
@@ -25,34 +29,87 @@ struct Length {
   }
 };
 
+// One hyperparameter, or (kObject) a nested group of them.
 struct Hyperparameter {
-  enum class Type { kConst, kInt, kDouble, kLog, kCategorical };
+  enum class Type { kConst, kInt, kDouble, kLog, kCategorical, kObject };
+  std::string name;
   Type type = Type::kConst;
-  // kConst: the value as JSON text. kCategorical: each value as JSON text.
+  // kConst: the value as JSON text.
   std::string value_json;
+  // kCategorical: each value as JSON text.
   std::vector<std::string> vals_json;
+  // kInt (whole numbers), kDouble, kLog (exponents of `base`).
   double minval = 0, maxval = 0, base = 10;
+  // kInt, kDouble, kLog: points on the grid searcher's axis; 0 when not given.
+  int count = 0;
+  // kObject: the members, sorted by name.
+  std::vector<Hyperparameter> fields;
+
+  // kObject: the member named `name`, or nullptr.
+  const Hyperparameter* Find(absl::string_view member) const;
 };
 
 struct SearcherConfig {
+  // "single", "grid", "random" or "adaptive_asha".
   std::string name = "single";
   std::string metric;
   bool smaller_is_better = true;
   Length max_length;
+  // random, adaptive_asha: trials in all.
   int max_trials = 1;
+  // grid, random, adaptive_asha: trials running at once; 0: no limit. Default 16.
+  int max_concurrent_trials = 16;
+  // adaptive_asha.
+  double divisor = 4;
+  int max_rungs = 5;
+  // "aggressive", "standard" or "conservative".
+  std::string mode = "standard";
+};
+
+struct Device {
+  std::string host_path;
+  std::string container_path;
+  std::string mode = "mrw";
 };
 
 struct ResourcesConfig {
   int slots_per_trial = 1;
   int priority = 42;
   std::string resource_pool;
+  // 0: no limit.
+  int max_slots = 0;
+  std::vector<Device> devices;
+};
+
+struct BindMount {
+  std::string host_path;
+  std::string container_path;
+  bool read_only = false;
+  std::string propagation = "rprivate";
+};
+
+struct CheckpointStorageConfig {
+  // Only "shared_fs".
+  std::string type = "shared_fs";
+  std::string host_path;
+  // Under host_path; "" for host_path itself.
+  std::string storage_path;
+  int save_experiment_best = 0;
+  int save_trial_best = 1;
+  int save_trial_latest = 1;
+};
+
+struct OptimizationsConfig {
+  int aggregation_frequency = 1;
+  bool average_training_metrics = true;
 };
 
 struct ExperimentConfig {
   std::string name;
   std::string description;
   std::vector<std::string> entrypoint;
-  std::map<std::string, Hyperparameter> hyperparameters;
+  // The `hyperparameters` section: a kObject, members sorted by name.
+  Hyperparameter hyperparameters{"", Hyperparameter::Type::kObject};
   SearcherConfig searcher;
   ResourcesConfig resources;
   Length min_validation_period;
@@ -63,6 +120,9 @@ struct ExperimentConfig {
   int64_t experiment_seed = -1;  // -1 until chosen.
   std::map<std::string, std::string> environment_variables;
   std::vector<std::string> labels;
+  std::vector<BindMount> bind_mounts;
+  std::optional<CheckpointStorageConfig> checkpoint_storage;
+  OptimizationsConfig optimizations;
 
   // Global batch size from hyperparameters.global_batch_size (0 if absent).
   int64_t global_batch_size = 0;
@@ -79,21 +139,33 @@ struct ParsedExperiment {
   std::string effective_yaml;
   // The same, as JSON, for workers.
   std::string effective_json;
+  // The template merged in, or "".
+  std::string template_name;
   std::vector<std::string> warnings;
 };
 
-// Validates `text` (from `filename`, for messages) and fills defaults. `seed_if_unset` is
-// the experiment seed to use when the config names none. Errors are InvalidArgument
-// "FILE:LINE: field.path: what was expected".
+// The largest number of trials a grid may have.
+inline constexpr int64_t kMaxGridTrials = 100000;
+
+// Assembles the config (input.config_yaml, merged over the template it names, then the
+// overrides; see config_merge.h), validates it and fills defaults. `seed_if_unset` is the
+// experiment seed to use when the config names none. Errors are InvalidArgument
+// "WHERE: field.path: what was expected", WHERE being "FILE:LINE", "template NAME:LINE" or
+// "--config KEY=VALUE"; a missing template is NotFound naming it.
+absl::StatusOr<ParsedExperiment> ParseExperimentConfig(const ConfigInput& input,
+                                                       const TemplateLookup& lookup,
+                                                       uint32_t seed_if_unset);
+
+// The same for a config without template or overrides (a stored effective config, tests).
 absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
                                                        absl::string_view filename,
                                                        uint32_t seed_if_unset);
 
-// Draws one sample of every hyperparameter (sorted by name) from `seed`, as a JSON object.
-std::string SampleHyperparameters(const std::map<std::string, Hyperparameter>& hps, uint64_t seed);
-
-// Per-trial seed in [0, 2^31-1], derived from the experiment seed and the trial's index.
-uint32_t TrialSeed(uint32_t experiment_seed, int64_t trial_index);
+// Checks a template before it is stored: a YAML mapping, naming no template, whose keys
+// and values are those of an experiment config (required keys may be missing, since the
+// config brings them). Errors read "SOURCE:LINE: field.path: ...", SOURCE being the file
+// it came from, e.g. "tpl.yaml", or "template NAME".
+absl::Status ValidateTemplate(absl::string_view yaml, const std::string& source);
 
 }  // namespace det::config
 

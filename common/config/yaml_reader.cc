@@ -130,17 +130,66 @@ void ToJson(const YAML::Node& node, std::string* out) {
   }
 }
 
+// False when `node` nests deeper than kMaxYamlDepth or the walk exceeds `budget` nodes.
+bool WithinBounds(const YAML::Node& node, int depth, int64_t* budget) {
+  if (--*budget < 0 || depth > kMaxYamlDepth) return false;
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (!WithinBounds(kv.first, depth + 1, budget) || !WithinBounds(kv.second, depth + 1, budget)) {
+        return false;
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      if (!WithinBounds(item, depth + 1, budget)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename) {
+absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename,
+                                     int first_line) {
+  absl::StatusOr<YAML::Node> node = ParseYamlValue(text, filename, first_line);
+  if (node.ok() && (!node->IsDefined() || node->IsNull())) return YAML::Node(YAML::NodeType::Map);
+  return node;
+}
+
+absl::StatusOr<YAML::Node> ParseYamlValue(absl::string_view text, absl::string_view filename,
+                                          int first_line) {
+  const int shift = std::max(0, first_line - 1);
+  YAML::Node node;
   try {
-    YAML::Node node = YAML::Load(std::string(text));
-    if (!node.IsDefined() || node.IsNull()) return YAML::Node(YAML::NodeType::Map);
-    return node;
+    node = YAML::Load(std::string(shift, '\n') + std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(filename, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(
+        filename, ":", std::max(1, e.mark.line + 1 - shift), ": malformed YAML: ", e.msg));
   }
+  int64_t budget = kMaxYamlNodes;
+  if (!WithinBounds(node, 0, &budget)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        filename, ": the document is nested more than ", kMaxYamlDepth,
+        " levels deep or has more than ", kMaxYamlNodes,
+        " values (counting each use of an alias)"));
+  }
+  return node;
+}
+
+SourceMap::SourceMap(std::string filename) { segments_.push_back({1, std::move(filename), true}); }
+
+void SourceMap::Add(int first_line, std::string name, bool numbered) {
+  segments_.push_back({first_line, std::move(name), numbered});
+}
+
+std::string SourceMap::Locate(int line) const {
+  if (line <= 0) return segments_.front().name;
+  const Segment* s = &segments_.front();
+  for (const auto& seg : segments_) {
+    if (seg.first_line <= line) s = &seg;
+  }
+  if (!s->numbered) return s->name;
+  return absl::StrCat(s->name, ":", line - s->first_line + 1);
 }
 
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
@@ -177,12 +226,17 @@ std::string DidYouMean(absl::string_view word, const std::vector<std::string>& c
 }
 
 ObjectReader::ObjectReader(const YAML::Node& node, std::string path, std::string filename)
-    : ObjectReader(node, std::move(path), std::move(filename),
+    : ObjectReader(node, std::move(path), std::make_shared<const SourceMap>(std::move(filename)),
                    std::make_shared<absl::Status>()) {}
 
-ObjectReader::ObjectReader(const YAML::Node& node, std::string path, std::string filename,
+ObjectReader::ObjectReader(const YAML::Node& node, std::string path,
+                           std::shared_ptr<const SourceMap> sources)
+    : ObjectReader(node, std::move(path), std::move(sources), std::make_shared<absl::Status>()) {}
+
+ObjectReader::ObjectReader(const YAML::Node& node, std::string path,
+                           std::shared_ptr<const SourceMap> sources,
                            std::shared_ptr<absl::Status> status)
-    : node_(node), path_(std::move(path)), filename_(std::move(filename)),
+    : node_(node), path_(std::move(path)), sources_(std::move(sources)),
       status_(std::move(status)) {
   if (!node_.IsMap() && !(node_.IsNull() && path_.empty())) {
     Error("", absl::StrCat("expected a mapping, got ", Quote(node_)));
@@ -197,7 +251,7 @@ std::string ObjectReader::PathOf(const std::string& key) const {
 std::string ObjectReader::Where(const std::string& key) const {
   int line = Line(node_);
   if (!key.empty() && node_.IsMap() && node_[key]) line = Line(node_[key]);
-  return line > 0 ? absl::StrCat(filename_, ":", line, ": ") : absl::StrCat(filename_, ": ");
+  return absl::StrCat(sources_->Locate(line), ": ");
 }
 
 void ObjectReader::Error(const std::string& key, const std::string& message) {
@@ -207,6 +261,13 @@ void ObjectReader::Error(const std::string& key, const std::string& message) {
 
 void ObjectReader::Fail(const std::string& key, const std::string& message) {
   Error(key, message);
+}
+
+void ObjectReader::FailAt(const YAML::Node& node, const std::string& path,
+                          const std::string& message) {
+  if (!status_->ok()) return;
+  *status_ = absl::InvalidArgumentError(
+      absl::StrCat(sources_->Locate(Line(node)), ": ", path, ": ", message));
 }
 
 bool ObjectReader::Has(const std::string& key) const {
@@ -335,10 +396,31 @@ void ObjectReader::Object(const std::string& key, const std::function<void(Objec
     if (required) Error(key, "is required");
     return;
   }
-  ObjectReader child(node_[key], PathOf(key), filename_, status_);
+  ObjectReader child(node_[key], PathOf(key), sources_, status_);
   if (!status_->ok()) return;
   read(child);
   child.Finish().IgnoreError();  // Recorded in the shared status.
+}
+
+void ObjectReader::List(const std::string& key,
+                        const std::function<void(ObjectReader& item, size_t i)>& read,
+                        bool required) {
+  known_.insert(key);
+  if (!Has(key)) {
+    if (required) Error(key, "is required (a list)");
+    return;
+  }
+  const YAML::Node list = node_[key];
+  if (!list.IsSequence()) {
+    Error(key, absl::StrCat("expected a list, got ", Quote(list)));
+    return;
+  }
+  for (size_t i = 0; i < list.size() && status_->ok(); ++i) {
+    ObjectReader item(list[i], absl::StrCat(PathOf(key), "[", i, "]"), sources_, status_);
+    if (!status_->ok()) return;
+    read(item, i);
+    item.Finish().IgnoreError();
+  }
 }
 
 void ObjectReader::Any(const std::string& key, YAML::Node* out) {
@@ -349,6 +431,17 @@ void ObjectReader::Any(const std::string& key, YAML::Node* out) {
 void ObjectReader::Known(const std::string& key) { known_.insert(key); }
 
 absl::Status ObjectReader::Finish() {
+  if (status_->ok() && node_.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : node_) {
+      std::string key = kv.first.Scalar();
+      if (!seen.insert(key).second) {
+        *status_ = absl::InvalidArgumentError(absl::StrCat(
+            sources_->Locate(Line(kv.first)), ": ", PathOf(key), ": the key appears twice"));
+        break;
+      }
+    }
+  }
   if (status_->ok() && node_.IsMap()) {
     for (const auto& kv : node_) {
       std::string key = kv.first.Scalar();

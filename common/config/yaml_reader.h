@@ -21,9 +21,48 @@
 
 namespace det::config {
 
+// Names the origin of each line of a document assembled from several texts (a config file,
+// a template, --config overrides): every text is parsed with its lines shifted past those
+// of the texts before it (ParseYaml's `first_line`), so one line number identifies both
+// the text and the line in it. Immutable once built; cheap to copy.
+class SourceMap {
+ public:
+  // One text, `filename`, from line 1.
+  explicit SourceMap(std::string filename);
+  // Lines from `first_line` on come from `name`. `numbered`: located as "NAME:L" with L
+  // counted from `first_line`; otherwise just "NAME" (a one-line command-line value).
+  // REQUIRES: `first_line` greater than that of every earlier call.
+  void Add(int first_line, std::string name, bool numbered);
+  // "exp.yaml:12", "template base:3", "--config a.b=1"; the first text's name when
+  // `line` <= 0.
+  std::string Locate(int line) const;
+  // The first text's name.
+  const std::string& primary() const { return segments_.front().name; }
+
+ private:
+  struct Segment {
+    int first_line;
+    std::string name;
+    bool numbered;
+  };
+  std::vector<Segment> segments_;
+};
+
+// Bounds on a parsed document (aliases expanded), so that crafted input such as a
+// self-referencing anchor or "billion laughs" aliases is an error, not a hang.
+inline constexpr int kMaxYamlDepth = 64;
+inline constexpr int kMaxYamlNodes = 100000;
+
 // Parses one YAML document. Malformed YAML is InvalidArgument "FILE:LINE: malformed YAML:
-// ...". An empty document is an empty map.
-absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename);
+// ...". An empty document is an empty map. `first_line`: the line number the text's
+// first line gets in the returned nodes' marks (see SourceMap); messages still count from
+// the text's own line 1. A document nested deeper than kMaxYamlDepth or with more than
+// kMaxYamlNodes nodes is InvalidArgument.
+absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename,
+                                     int first_line = 1);
+// The same, but an empty document is a null node and any value may be at the top.
+absl::StatusOr<YAML::Node> ParseYamlValue(absl::string_view text, absl::string_view filename,
+                                          int first_line = 1);
 
 // Reads a whole file and parses it. A missing file is NotFound naming the file.
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
@@ -45,6 +84,9 @@ class ObjectReader {
  public:
   // `path` is the dotted path of `node` ("" for the document root).
   ObjectReader(const YAML::Node& node, std::string path, std::string filename);
+  // The same for a document assembled from several texts: messages name the text and
+  // line each node came from.
+  ObjectReader(const YAML::Node& node, std::string path, std::shared_ptr<const SourceMap> sources);
 
   bool Has(const std::string& key) const;
 
@@ -63,6 +105,10 @@ class ObjectReader {
   // A nested mapping; `read` is called only when the key is present.
   void Object(const std::string& key, const std::function<void(ObjectReader&)>& read,
               bool required = false);
+  // A list of mappings; `read` is called for each item (path "key[i]") when the key is
+  // present.
+  void List(const std::string& key, const std::function<void(ObjectReader& item, size_t i)>& read,
+            bool required = false);
   // Any value, unchecked (free-form sections such as `data`).
   void Any(const std::string& key, YAML::Node* out);
   // Marks a key as known without reading it.
@@ -70,6 +116,8 @@ class ObjectReader {
 
   // Records a custom error about `key` (or the object itself when `key` is empty).
   void Fail(const std::string& key, const std::string& message);
+  // Records a custom error about `node` (anywhere in the document), named `path`.
+  void FailAt(const YAML::Node& node, const std::string& path, const std::string& message);
   bool ok() const { return status_->ok(); }
   const YAML::Node& node() const { return node_; }
   // The dotted path of `key` inside this object.
@@ -81,8 +129,8 @@ class ObjectReader {
   absl::Status Finish();
 
  private:
-  ObjectReader(const YAML::Node& node, std::string path, std::string filename,
-               std::shared_ptr<absl::Status> status);
+  ObjectReader(const YAML::Node& node, std::string path,
+               std::shared_ptr<const SourceMap> sources, std::shared_ptr<absl::Status> status);
   // The scalar at `key`, or nullptr (after recording an error if it is not a scalar).
   const YAML::Node* Scalar(const std::string& key, const char* expected, YAML::Node* holder,
                            bool required);
@@ -90,7 +138,7 @@ class ObjectReader {
 
   YAML::Node node_;
   std::string path_;
-  std::string filename_;
+  std::shared_ptr<const SourceMap> sources_;
   std::set<std::string> known_;
   // Shared with nested readers so the first error anywhere wins.
   std::shared_ptr<absl::Status> status_;

@@ -26,6 +26,11 @@ void EventLoop::Post(std::function<void()> fn) {
   queue_.push_back(std::move(fn));
 }
 
+void EventLoop::PostUrgent(std::function<void()> fn) {
+  absl::MutexLock l(&mu_);
+  urgent_.push_back(std::move(fn));
+}
+
 EventLoop::TimerId EventLoop::PostAfter(absl::Duration delay, std::function<void()> fn) {
   absl::Time deadline = clock_.Now() + delay;
   absl::MutexLock l(&mu_);
@@ -63,7 +68,8 @@ void EventLoop::Run() {
   // timer can fire if the clock is not the real one.
   constexpr absl::Duration kMaxIdle = absl::Milliseconds(50);
   while (true) {
-    std::deque<std::function<void()>> work;
+    std::function<void()> fn;
+    std::deque<std::function<void()>> timers;
     {
       absl::MutexLock l(&mu_);
       absl::Duration wait = kMaxIdle;
@@ -72,20 +78,30 @@ void EventLoop::Run() {
                                        timers_.begin()->first.first - clock_.Now()));
       }
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || woken_ || !queue_.empty();
+        return stopping_ || woken_ || !queue_.empty() || !urgent_.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
       if (stopping_) return;
       woken_ = false;
-      work.swap(queue_);
       absl::Time now = clock_.Now();
       while (!timers_.empty() && timers_.begin()->first.first <= now) {
         auto node = timers_.extract(timers_.begin());
         timer_deadlines_.erase(node.key().second);
-        work.push_back(std::move(node.mapped()));
+        timers.push_back(std::move(node.mapped()));
       }
+      // One closure at a time, urgent ones first, so urgent work never waits behind more
+      // than the closure already running.
+      if (!urgent_.empty()) {
+        fn = std::move(urgent_.front());
+        urgent_.pop_front();
+      } else if (!queue_.empty()) {
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (fn || !timers.empty()) woken_ = true;  // Look again without waiting.
     }
-    for (auto& fn : work) fn();
+    for (auto& t : timers) t();
+    if (fn) fn();
   }
 }
 

@@ -32,6 +32,9 @@ class EventLoop {
 
   // Thread-safe. Runs `fn` on the loop thread, after everything posted before it.
   void Post(std::function<void()> fn);
+  // Thread-safe. Runs `fn` on the loop thread before any work posted with Post() that has
+  // not started yet (for cheap reads that must not wait behind heavy writes).
+  void PostUrgent(std::function<void()> fn);
   // Thread-safe. Runs `fn` on the loop thread once `delay` has passed on the clock.
   TimerId PostAfter(absl::Duration delay, std::function<void()> fn);
   // Thread-safe. A timer that has not fired yet never fires.
@@ -51,6 +54,7 @@ class EventLoop {
   Clock& clock_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> urgent_ ABSL_GUARDED_BY(mu_);
   // (deadline, id) -> closure.
   std::map<std::pair<absl::Time, TimerId>, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
   std::map<TimerId, absl::Time> timer_deadlines_ ABSL_GUARDED_BY(mu_);

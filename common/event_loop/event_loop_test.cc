@@ -1,5 +1,6 @@
 #include "common/event_loop/event_loop.h"
 
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -25,6 +26,22 @@ TEST(EventLoop, RunsPostedWorkInOrderOnItsThread) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
   EXPECT_TRUE(all_in_loop);
   EXPECT_FALSE(loop.InLoop());
+}
+
+TEST(EventLoop, UrgentWorkOvertakesQueuedWork) {
+  RealClock clock;
+  EventLoop loop(clock);
+  loop.Start();
+  std::vector<std::string> order;
+  absl::Notification release;
+  // Hold the loop so the following posts queue up behind this closure.
+  loop.Post([&] { release.WaitForNotification(); });
+  loop.Post([&] { order.push_back("normal-1"); });
+  loop.Post([&] { order.push_back("normal-2"); });
+  loop.PostUrgent([&] { order.push_back("urgent"); });
+  release.Notify();
+  loop.RunSync([] {});
+  EXPECT_EQ(order, (std::vector<std::string>{"urgent", "normal-1", "normal-2"}));
 }
 
 TEST(EventLoop, TimersFollowTheClockAndCanBeCancelled) {

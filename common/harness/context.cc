@@ -1,5 +1,7 @@
 #include "common/harness/context.h"
 
+#include <unistd.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -43,6 +45,69 @@ int64_t LengthInBatches(const nlohmann::json& length, int64_t batches_per_epoch)
     return length["epochs"].get<int64_t>() * batches_per_epoch;
   }
   return 0;
+}
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// Reads the searcher, checkpoint and optimizations settings of c->config.
+absl::Status ReadTrainingConfig(TrialContext* c) {
+  const nlohmann::json& cfg = c->config;
+  if (cfg.contains("searcher") && cfg["searcher"].is_object()) {
+    const auto& s = cfg["searcher"];
+    if (s.contains("metric") && s["metric"].is_string()) c->searcher_metric = s["metric"].get<std::string>();
+    if (s.contains("smaller_is_better") && s["smaller_is_better"].is_boolean()) {
+      c->smaller_is_better = s["smaller_is_better"].get<bool>();
+    }
+  }
+  if (cfg.contains("checkpoint_policy")) {
+    if (!cfg["checkpoint_policy"].is_string()) return Invalid("checkpoint_policy", "expected best, all or none");
+    c->checkpoint_policy = cfg["checkpoint_policy"].get<std::string>();
+    if (c->checkpoint_policy != "best" && c->checkpoint_policy != "all" && c->checkpoint_policy != "none") {
+      return Invalid("checkpoint_policy", absl::StrCat("expected best, all or none, got \"", c->checkpoint_policy, "\""));
+    }
+  }
+  if (cfg.contains("checkpoint_storage") && cfg["checkpoint_storage"].is_object()) {
+    const auto& cs = cfg["checkpoint_storage"];
+    std::string type = cs.value("type", std::string("shared_fs"));
+    if (type != "shared_fs") {
+      return Invalid("checkpoint_storage.type", absl::StrCat("only shared_fs is supported, got \"", type, "\""));
+    }
+    if (!cs.contains("host_path") || !cs["host_path"].is_string() ||
+        cs["host_path"].get<std::string>().empty() || cs["host_path"].get<std::string>()[0] != '/') {
+      return Invalid("checkpoint_storage.host_path", "expected an absolute directory path");
+    }
+    c->checkpoint_dir = cs["host_path"].get<std::string>();
+    if (cs.contains("storage_path") && cs["storage_path"].is_string() &&
+        !cs["storage_path"].get<std::string>().empty()) {
+      std::string sp = cs["storage_path"].get<std::string>();
+      c->checkpoint_dir = sp[0] == '/' ? sp : absl::StrCat(c->checkpoint_dir, "/", sp);
+    }
+  }
+  if (cfg.contains("optimizations") && cfg["optimizations"].is_object()) {
+    const auto& o = cfg["optimizations"];
+    if (o.contains("aggregation_frequency")) {
+      if (!o["aggregation_frequency"].is_number_integer() || o["aggregation_frequency"].get<int64_t>() < 1 ||
+          o["aggregation_frequency"].get<int64_t>() > 1000000) {
+        return Invalid("optimizations.aggregation_frequency", "must be an integer in [1, 1000000]");
+      }
+      c->aggregation_frequency = o["aggregation_frequency"].get<int>();
+    }
+    if (o.contains("average_training_metrics")) {
+      if (!o["average_training_metrics"].is_boolean()) {
+        return Invalid("optimizations.average_training_metrics", "expected true or false");
+      }
+      c->average_training_metrics = o["average_training_metrics"].get<bool>();
+    }
+    if (o.contains("tensor_fusion_threshold")) {
+      if (!o["tensor_fusion_threshold"].is_number() || o["tensor_fusion_threshold"].get<double>() <= 0) {
+        return Invalid("optimizations.tensor_fusion_threshold", "expected a positive number of MB");
+      }
+      c->bucket_bytes = static_cast<int64_t>(o["tensor_fusion_threshold"].get<double>() * (1 << 20));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -94,6 +159,18 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   c.scheduling_unit = c.config.value("scheduling_unit", int64_t{100});
   if (c.config.contains("min_validation_period")) {
     c.validation_period = LengthInBatches(c.config["min_validation_period"], c.batches_per_epoch);
+  }
+  if (c.config.contains("min_checkpoint_period")) {
+    c.checkpoint_period = LengthInBatches(c.config["min_checkpoint_period"], c.batches_per_epoch);
+  }
+  if (auto st = ReadTrainingConfig(&c); !st.ok()) return st;
+  c.collective_host = get("DET_COLLECTIVE_HOST");
+  c.collective_iface = get("DET_COLLECTIVE_IFACE");
+  if (c.collective_host.empty()) {
+    char host[256] = {0};
+    c.collective_host = c.cross_size <= 1 || gethostname(host, sizeof(host) - 1) != 0
+                            ? "127.0.0.1"
+                            : std::string(host);
   }
   return c;
 }

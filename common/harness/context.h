@@ -43,8 +43,35 @@ struct TrialContext {
   int64_t scheduling_unit = 100;
   // Validation period in batches (0: only at the end).
   int64_t validation_period = 0;
+  // min_checkpoint_period in batches (0: none).
+  int64_t checkpoint_period = 0;
+  // checkpoint_policy: "best" (after a validation that is the trial's best so far; the
+  // default), "all" (after every validation) or "none".
+  std::string checkpoint_policy = "best";
+  // searcher.metric and searcher.smaller_is_better.
+  std::string searcher_metric;
+  bool smaller_is_better = true;
+  // Where checkpoints go: checkpoint_storage (type shared_fs) host_path/storage_path;
+  // empty when the experiment configures no checkpoint storage.
+  std::string checkpoint_dir;
+
+  // optimizations.aggregation_frequency: gradients are all-reduced (and the optimizer
+  // steps) every k batches.
+  int aggregation_frequency = 1;
+  // optimizations.average_training_metrics: training metrics averaged over every rank;
+  // when false, the chief's own.
+  bool average_training_metrics = true;
+  // optimizations.tensor_fusion_threshold (MB, default 64): size of one gradient bucket.
+  int64_t bucket_bytes = int64_t{64} << 20;
+  // Address the collective listens on (DET_COLLECTIVE_HOST; "127.0.0.1" when every rank
+  // runs on one agent, else the host name) and an interface that overrides it
+  // (DET_COLLECTIVE_IFACE, the cluster's dtrain_network_interface).
+  std::string collective_host;
+  std::string collective_iface;
 
   bool is_chief() const { return rank == 0; }
+  // The batch one step really trains on: per_slot_batch_size * world_size.
+  int64_t effective_global_batch_size() const { return per_slot_batch_size * world_size; }
   // A hyperparameter, or `fallback` when absent. InvalidArgument on a wrong type.
   absl::StatusOr<double> HparamDouble(const std::string& name, double fallback) const;
   absl::StatusOr<int64_t> HparamInt(const std::string& name, int64_t fallback) const;
@@ -54,6 +81,8 @@ struct TrialContext {
 
 // Reads `env` (name -> value). Missing or malformed required variables are
 // FailedPrecondition naming the variable: the process was not started by a det agent.
+// Invalid settings in the config are InvalidArgument naming the field (e.g.
+// "optimizations.aggregation_frequency: must be >= 1").
 absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
 
 // The current process environment as a map.

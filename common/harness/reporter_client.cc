@@ -23,15 +23,19 @@ class GrpcReporter : public Reporter {
 
   absl::Status ReportMetrics(const std::string& group, int64_t total_batches,
                              const std::map<std::string, double>& values) override {
+    return ReportMetricsBatch({MakeMetrics(group, total_batches, values)});
+  }
+
+  absl::Status ReportMetricsBatch(const std::vector<v1::Metrics>& metrics) override {
+    if (metrics.empty()) return absl::OkStatus();
     v1::ReportMetricsRequest req;
     *req.mutable_auth() = auth_;
     req.set_trial_id(context_.trial_id);
-    v1::Metrics* m = req.add_metrics();
-    m->set_trial_id(context_.trial_id);
-    m->set_group(group);
-    m->set_total_batches(total_batches);
-    m->set_report_time_ms(absl::ToUnixMillis(absl::Now()));
-    for (const auto& [k, v] : values) (*m->mutable_values())[k] = v;
+    for (const auto& m : metrics) {
+      v1::Metrics* row = req.add_metrics();
+      *row = m;
+      row->set_trial_id(context_.trial_id);
+    }
     return Retry([&](grpc::ClientContext* ctx) {
       v1::ReportMetricsResponse resp;
       return stub_->ReportMetrics(ctx, req, &resp);
@@ -74,6 +78,16 @@ class GrpcReporter : public Reporter {
 };
 
 }  // namespace
+
+v1::Metrics MakeMetrics(const std::string& group, int64_t total_batches,
+                        const std::map<std::string, double>& values) {
+  v1::Metrics m;
+  m.set_group(group);
+  m.set_total_batches(total_batches);
+  m.set_report_time_ms(absl::ToUnixMillis(absl::Now()));
+  for (const auto& [k, v] : values) (*m.mutable_values())[k] = v;
+  return m;
+}
 
 std::unique_ptr<Reporter> NewGrpcReporter(const TrialContext& context, absl::Duration give_up_after) {
   return std::make_unique<GrpcReporter>(context, give_up_after);

@@ -23,8 +23,14 @@ class Reporter {
   // `group` is "training", "validation" or "timings".
   virtual absl::Status ReportMetrics(const std::string& group, int64_t total_batches,
                                      const std::map<std::string, double>& values) = 0;
+  // Several reports (e.g. a batch group's training metrics and timings) in one call.
+  virtual absl::Status ReportMetricsBatch(const std::vector<v1::Metrics>& metrics) = 0;
   virtual absl::Status ReportCheckpoint(const v1::Checkpoint& checkpoint) = 0;
 };
+
+// One report of `group` at `total_batches`, stamped now.
+v1::Metrics MakeMetrics(const std::string& group, int64_t total_batches,
+                        const std::map<std::string, double>& values);
 
 std::unique_ptr<Reporter> NewGrpcReporter(const TrialContext& context,
                                           absl::Duration give_up_after = absl::Minutes(10));

@@ -229,6 +229,11 @@ void Mlp::Forward(const float* x, int batch, std::vector<std::vector<float>>* ac
 }
 
 float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch) {
+  return ForwardBackward(x, y, batch, nullptr);
+}
+
+float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch,
+                           const std::function<void(size_t begin, size_t end)>& on_layer_grads) {
   Forward(x, batch, &acts_);
   const int classes = num_classes();
   delta_.resize(static_cast<size_t>(batch) * classes);
@@ -253,6 +258,7 @@ float Mlp::ForwardBackward(const float* x, const uint8_t* y, int batch) {
     for (int r = 0; r < batch; ++r) {
       Axpy(1.0f, delta_.data() + static_cast<size_t>(r) * out, db, out);
     }
+    if (on_layer_grads) on_layer_grads(weights_offset(l), biases_offset(l) + out);
     if (l == 0) break;
 
     // d(input) = delta * W^T, through W transposed into [out x in] for contiguous rows;

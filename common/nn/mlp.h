@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,13 @@ class Mlp {
   // divide by the number of workers before Step().
   // REQUIRES: batch >= 1; every y[i] < num_classes() (checked; aborts otherwise).
   float ForwardBackward(const float* x, const uint8_t* y, int batch);
+
+  // As above, and calls `on_layer_grads(begin, end)` as soon as one layer's part of
+  // grads() ([weights_offset(l), biases_offset(l) + its outputs)) is final, last layer
+  // first, so that data-parallel training can reduce it while backward goes on with
+  // earlier layers. The callback must not touch params() or the rest of grads().
+  float ForwardBackward(const float* x, const uint8_t* y, int batch,
+                        const std::function<void(size_t begin, size_t end)>& on_layer_grads);
 
   // Loss and accuracy over `n` examples, in internal batches; leaves grads() alone.
   // REQUIRES: n >= 0; every y[i] < num_classes() (checked; aborts otherwise).

@@ -23,6 +23,7 @@ class ApiService final : public v1::Api::CallbackService {
  public:
   explicit ApiService(ApiHandler& h) : h_(h) {}
   DET_SERVE(ApiHandler, GetMasterInfo)
+  DET_SERVE(ApiHandler, GetMasterStats)
   DET_SERVE(ApiHandler, CreateExperiment)
   DET_SERVE(ApiHandler, ListExperiments)
   DET_SERVE(ApiHandler, GetExperiment)
@@ -30,7 +31,18 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE(ApiHandler, GetTrial)
   DET_SERVE(ApiHandler, GetTrialMetrics)
   DET_SERVE(ApiHandler, GetTrialLogs)
+  DET_SERVE(ApiHandler, ListCheckpoints)
   DET_SERVE(ApiHandler, ListAgents)
+  DET_SERVE(ApiHandler, EnableAgent)
+  DET_SERVE(ApiHandler, DisableAgent)
+  DET_SERVE(ApiHandler, ListJobs)
+  DET_SERVE(ApiHandler, UpdateJobPriority)
+  DET_SERVE(ApiHandler, ListTasks)
+  DET_SERVE(ApiHandler, ListResourcePools)
+  DET_SERVE(ApiHandler, SetTemplate)
+  DET_SERVE(ApiHandler, ListTemplates)
+  DET_SERVE(ApiHandler, GetTemplate)
+  DET_SERVE(ApiHandler, RemoveTemplate)
 
  private:
   ApiHandler& h_;

@@ -7,6 +7,7 @@
 #define DET_MASTER_API_HANDLERS_H_
 
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "proto/agent.pb.h"
@@ -21,6 +22,7 @@ class ApiHandler {
  public:
   virtual ~ApiHandler() = default;
   virtual void GetMasterInfo(const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
+  virtual void GetMasterStats(const v1::GetMasterStatsRequest& request, v1::GetMasterStatsResponse* response, Done done) = 0;
   virtual void CreateExperiment(const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
   virtual void ListExperiments(const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
   virtual void GetExperiment(const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
@@ -28,7 +30,40 @@ class ApiHandler {
   virtual void GetTrial(const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
   virtual void GetTrialMetrics(const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
   virtual void GetTrialLogs(const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;
+  virtual void ListCheckpoints(const v1::ListCheckpointsRequest& request, v1::ListCheckpointsResponse* response, Done done) = 0;
   virtual void ListAgents(const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
+  virtual void EnableAgent(const v1::EnableAgentRequest& request, v1::EnableAgentResponse* response, Done done) = 0;
+  virtual void DisableAgent(const v1::DisableAgentRequest& request, v1::DisableAgentResponse* response, Done done) = 0;
+  virtual void ListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* response, Done done) = 0;
+  virtual void UpdateJobPriority(const v1::UpdateJobPriorityRequest& request, v1::UpdateJobPriorityResponse* response, Done done) = 0;
+  virtual void ListTasks(const v1::ListTasksRequest& request, v1::ListTasksResponse* response, Done done) = 0;
+  virtual void ListResourcePools(const v1::ListResourcePoolsRequest& request, v1::ListResourcePoolsResponse* response, Done done) = 0;
+  virtual void SetTemplate(const v1::SetTemplateRequest& request, v1::SetTemplateResponse* response, Done done) = 0;
+  virtual void ListTemplates(const v1::ListTemplatesRequest& request, v1::ListTemplatesResponse* response, Done done) = 0;
+  virtual void GetTemplate(const v1::GetTemplateRequest& request, v1::GetTemplateResponse* response, Done done) = 0;
+  virtual void RemoveTemplate(const v1::RemoveTemplateRequest& request, v1::RemoveTemplateResponse* response, Done done) = 0;
+};
+
+// Who makes a user API call: established by UserHandler::Authenticate from the call's
+// session token.
+struct Caller {
+  v1::User user;
+  std::string token;
+};
+
+// Users and sessions. The gRPC and REST adapters call Authenticate before every user API
+// call except Login, and hand the caller to the methods below.
+class UserHandler {
+ public:
+  virtual ~UserHandler() = default;
+  // Fills `caller` for a live session token, else UNAUTHENTICATED.
+  virtual void Authenticate(const std::string& token, Caller* caller, Done done) = 0;
+  virtual void Login(const v1::LoginRequest& request, v1::LoginResponse* response, Done done) = 0;
+  virtual void Logout(const Caller& caller, const v1::LogoutRequest& request, v1::LogoutResponse* response, Done done) = 0;
+  virtual void WhoAmI(const Caller& caller, const v1::WhoAmIRequest& request, v1::WhoAmIResponse* response, Done done) = 0;
+  virtual void CreateUser(const Caller& caller, const v1::CreateUserRequest& request, v1::CreateUserResponse* response, Done done) = 0;
+  virtual void ListUsers(const Caller& caller, const v1::ListUsersRequest& request, v1::ListUsersResponse* response, Done done) = 0;
+  virtual void ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request, v1::ChangePasswordResponse* response, Done done) = 0;
 };
 
 class AgentHandler {

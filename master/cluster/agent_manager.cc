@@ -33,7 +33,10 @@ void AgentManager::Restore(const std::vector<v1::Agent>& agents) {
     Entry& e = agents_[a.id()];
     e.agent = a;
     e.agent.set_connected(false);
-    for (auto& s : *e.agent.mutable_slots()) s.clear_allocation_id();
+    for (auto& s : *e.agent.mutable_slots()) {
+      s.clear_allocation_id();
+      s.set_agent_id(a.id());
+    }
   }
 }
 
@@ -69,6 +72,7 @@ absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& re
     *slot = s;
     slot->set_enabled(true);
     slot->set_allocation_id(used.count(s.id()) ? used[s.id()] : "");
+    slot->set_agent_id(req.agent_id());
   }
   Persist(agent);
   if (e.waiter) {
@@ -173,6 +177,18 @@ void AgentManager::ReleaseSlots(const std::string& allocation_id) {
       if (s.allocation_id() == allocation_id) s.clear_allocation_id();
     }
   }
+}
+
+absl::StatusOr<v1::Agent> AgentManager::SetEnabled(const std::string& agent_id, bool enabled) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return absl::NotFoundError(absl::StrCat("agent ", agent_id, " not found"));
+  v1::Agent updated = it->second.agent;
+  updated.set_enabled(enabled);
+  absl::Status st = store_.UpsertAgent(updated);
+  if (!st.ok()) return st;
+  it->second.agent = updated;
+  Logger("agents")->info("agent {} {}", agent_id, enabled ? "enabled" : "disabled");
+  return updated;
 }
 
 const v1::Agent* AgentManager::Find(const std::string& agent_id) const {

@@ -57,6 +57,9 @@ class AgentManager {
   // Frees every slot used by `allocation_id`.
   void ReleaseSlots(const std::string& allocation_id);
 
+  // Enables or disables an agent (persisted). NotFound for an unknown agent.
+  absl::StatusOr<v1::Agent> SetEnabled(const std::string& agent_id, bool enabled);
+
   const v1::Agent* Find(const std::string& agent_id) const;
   std::vector<v1::Agent> List() const;
   // Connected agents, for the scheduler.

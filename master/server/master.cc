@@ -13,6 +13,8 @@
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "master/api/grpc_services.h"
+#include "master/http/downsample.h"
+#include "master/http/http_server.h"
 #include "master/scheduler/scheduler.h"
 #include "master/store/sqlite_store.h"
 
@@ -22,6 +24,14 @@ namespace {
 constexpr absl::Duration kAgentCheckPeriod = absl::Seconds(1);
 constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
 constexpr int kMaxMessageBytes = 256 << 20;
+// Metric rows stored by one group commit at most.
+constexpr size_t kMaxRowsPerFlush = 20000;
+// Largest model context an experiment may upload (the CLI checks the same limit first).
+constexpr int64_t kMaxContextBytes = int64_t{64} << 20;
+// How long agents' host metrics are kept, and how many of each agent's latest samples
+// GetTrial shows.
+constexpr absl::Duration kSystemMetricsRetention = absl::Hours(24);
+constexpr int kTrialSystemMetricsSamples = 12;
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
@@ -75,6 +85,10 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(const config::MasterConfig
   std::unique_ptr<Master> m(new Master(config, clock, std::move(store)));
   RETURN_IF_ERROR(m->Restore());
   m->loop_.Start();
+  m->checkpoint_deleter_ = std::make_unique<CheckpointDeleter>(
+      [mp = m.get()](const v1::Checkpoint& c, absl::Status st) {
+        mp->loop_.Post([mp, c, st] { mp->CheckpointDeleted(c, st); });
+      });
   m->loop_.Post([mp = m.get()] {
     mp->CheckAgents();
     mp->RequestSchedule();
@@ -91,6 +105,7 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
       agents_(clock, loop_, *store_,
               AgentManager::Options{config.cluster_secret, config.agent_timeout,
                                     std::min(absl::Seconds(5), config.agent_timeout / 3)}),
+      templates_(*store_, clock),
       start_time_ms_(clock.NowMs()) {}
 
 Master::~Master() { Shutdown(); }
@@ -109,6 +124,9 @@ absl::Status Master::Restore() {
     }
     es.config = parsed->config;
     es.config_json = parsed->effective_json;
+    if (e.priority() == 0) e.set_priority(parsed->config.resources.priority);
+    if (e.resource_pool().empty()) e.set_resource_pool(parsed->config.resources.resource_pool);
+    e.set_slots_per_trial(parsed->config.resources.slots_per_trial);
     es.experiment = std::move(e);
   }
   for (auto& t : snap.trials) {
@@ -149,6 +167,22 @@ absl::Status Master::Restore() {
                   "agent did not return");
     }
   });
+  // Searchers of the experiments still running, rebuilt from their trials; trials the
+  // searcher stopped before the restart end, and trials it wanted but had no time to
+  // create are created.
+  for (auto& [id, es] : experiments_) {
+    if (Terminal(es.experiment.state())) continue;
+    RETURN_IF_ERROR(RebuildSearcher(es));
+    for (int64_t tid : es.trial_ids) {
+      TrialState& ts = trials_.at(tid);
+      if (ts.trial.search().stopped_early() && !Terminal(ts.trial.state()) &&
+          ts.trial.allocation().id().empty()) {
+        FinishTrial(ts, v1::STATE_COMPLETED, "");
+      }
+    }
+    absl::Status st = CreateSearcherTrials(es);
+    if (!st.ok()) Logger("master")->error("experiment {}: {}", id, st.ToString());
+  }
   for (auto& [id, es] : experiments_) UpdateExperiment(es);
   Logger("master")->info("restored {} experiments, {} trials, {} open allocations from {}",
                          experiments_.size(), trials_.size(), allocation_trial_.size(),
@@ -183,6 +217,20 @@ absl::Status Master::Serve() {
   }
   Logger("master")->info("det-master {} serving on {} (cluster {}, database {})", kVersion,
                          address_, cluster_id_, config_.db_path);
+  if (!config_.http_listen.empty()) {
+    HttpServerOptions http_options;
+    http_options.listen = config_.http_listen;
+    ASSIGN_OR_RETURN(http_, HttpServer::Start(http_options, *this));
+    http_address_ = http_->address();
+    if (!config_.http_address_file.empty()) {
+      std::string tmp = config_.http_address_file + ".tmp";
+      std::ofstream(tmp) << http_address_ << "\n";
+      if (rename(tmp.c_str(), config_.http_address_file.c_str()) != 0) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot write http_address_file '", config_.http_address_file, "'"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -203,11 +251,14 @@ void Master::Shutdown() {
       for (auto& d : ts.rendezvous_waiters) d(bye);
       ts.rendezvous_waiters.clear();
       ts.rendezvous_responses.clear();
+      ts.rendezvous_keys.clear();
     }
   });
+  if (http_) http_->Stop();  // Before the loop stops: its calls in progress finish there.
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server_->Wait();
   server_.reset();
+  if (checkpoint_deleter_) checkpoint_deleter_->Stop();
   loop_.Stop();
   Logger("master")->info("det-master stopped");
 }
@@ -216,12 +267,16 @@ void Master::OnLoop(Done done, std::function<absl::Status()> fn) {
   loop_.Post([done = std::move(done), fn = std::move(fn)] { done(fn()); });
 }
 
+void Master::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
+  loop_.PostUrgent([done = std::move(done), fn = std::move(fn)] { done(fn()); });
+}
+
 // ---------------------------------------------------------------------------------------
 // User API.
 
 void Master::GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoResponse* resp,
                            Done done) {
-  OnLoop(std::move(done), [this, resp] {
+  OnLoopUrgent(std::move(done), [this, resp] {
     resp->set_version(kVersion);
     resp->set_cluster_id(cluster_id_);
     resp->set_cluster_name(config_.cluster_name);
@@ -232,14 +287,78 @@ void Master::GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoRes
   });
 }
 
+void Master::GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStatsResponse* resp,
+                            Done done) {
+  OnLoop(std::move(done), [this, resp] {
+    *resp = counters_;
+    resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
+    for (const auto& a : agents_.List()) {
+      resp->set_agents(resp->agents() + 1);
+      if (!a.connected()) continue;
+      resp->set_agents_connected(resp->agents_connected() + 1);
+      if (a.enabled()) resp->set_agents_enabled(resp->agents_enabled() + 1);
+      for (const auto& slot : a.slots()) {
+        resp->set_slots(resp->slots() + 1);
+        if (!slot.allocation_id().empty()) {
+          resp->set_slots_used(resp->slots_used() + 1);
+        } else if (a.enabled() && slot.enabled()) {
+          resp->set_slots_free(resp->slots_free() + 1);
+        }
+      }
+    }
+    for (const auto& [id, es] : experiments_) {
+      if (Terminal(es.experiment.state())) continue;
+      resp->set_experiments_active(resp->experiments_active() + 1);
+      bool queued = false;
+      for (int64_t tid : es.trial_ids) {
+        const v1::Trial& t = trials_.at(tid).trial;
+        if (t.state() == v1::STATE_QUEUED) {
+          resp->set_trials_queued(resp->trials_queued() + 1);
+          queued = true;
+        } else if (!t.allocation().id().empty()) {
+          resp->set_trials_running(resp->trials_running() + 1);
+        }
+      }
+      if (queued) resp->set_jobs_queued(resp->jobs_queued() + 1);
+    }
+    return absl::OkStatus();
+  });
+}
+
 void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
                               v1::CreateExperimentResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     std::string file = req.config_path().empty() ? "config" : req.config_path();
     std::random_device rd;
+    config::ConfigInput input;
+    input.config_yaml = req.config_yaml();
+    input.config_path = file;
+    input.template_name = req.template_();
+    input.overrides.assign(req.config_overrides().begin(), req.config_overrides().end());
     ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
-                     config::ParseExperimentConfig(req.config_yaml(), file, rd()));
+                     config::ParseExperimentConfig(input, templates_.Lookup(), rd()));
     const config::ExperimentConfig& c = parsed.config;
+    if (!FindPool(c.resources.resource_pool)) {
+      std::vector<std::string> names;
+      for (const auto& p : config_.resource_pools) names.push_back(p.name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": resources.resource_pool: unknown pool '", c.resources.resource_pool,
+          "' (the master has ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (std::string why = NeverFits(c.resources.resource_pool, c.resources.slots_per_trial);
+        !why.empty() && !req.force()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": resources.slots_per_trial: ", c.resources.slots_per_trial,
+          " can never be scheduled: ", why, " (submit with --force to queue it anyway)"));
+    }
+    int64_t context_bytes = 0;
+    for (const auto& f : req.context()) context_bytes += static_cast<int64_t>(f.content().size());
+    if (context_bytes > kMaxContextBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model context: ", req.context_size(), " files of ", context_bytes,
+          " bytes in all, over the master's limit of ", kMaxContextBytes >> 20,
+          " MiB; keep data sets and checkpoints out of the context directory"));
+    }
     v1::ModelContext context;
     for (const auto& f : req.context()) *context.add_files() = f;
 
@@ -251,31 +370,38 @@ void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
     e.set_start_time_ms(clock_.NowMs());
     e.set_searcher(c.searcher.name);
     e.set_experiment_seed(c.experiment_seed);
-    e.set_num_trials(c.searcher.max_trials);
+    ASSIGN_OR_RETURN(std::unique_ptr<searcher::Searcher> search, searcher::NewSearcher(c));
+    e.set_num_trials(search->PlannedTrials());
+    e.set_priority(c.resources.priority);
+    e.set_resource_pool(c.resources.resource_pool);
+    e.set_slots_per_trial(c.resources.slots_per_trial);
     for (const auto& w : parsed.warnings) e.add_warnings(w);
-    int64_t target = c.searcher.max_length.Batches(c.BatchesPerEpoch());
-    std::vector<v1::Trial> trials(c.searcher.max_trials);
-    for (int i = 0; i < c.searcher.max_trials; ++i) {
-      v1::Trial& t = trials[i];
+    // The searcher's first trials, stored with the experiment in one transaction.
+    std::vector<v1::Trial> trials;
+    for (const searcher::TrialRequest& r : search->NextTrials()) {
+      v1::Trial& t = trials.emplace_back();
       t.set_state(v1::STATE_QUEUED);
-      t.set_seed(config::TrialSeed(static_cast<uint32_t>(c.experiment_seed), i));
-      t.set_hparams_json(config::SampleHyperparameters(
-          c.hyperparameters, (static_cast<uint64_t>(c.experiment_seed) << 20) + i));
-      t.set_target_batches(target);
+      t.set_seed(r.seed);
+      t.set_hparams_json(r.hparams_json);
+      t.set_target_batches(r.target_batches);
+      t.mutable_search()->set_bracket(r.bracket);
     }
     ASSIGN_OR_RETURN(int64_t id,
                      store_->InsertExperiment(e, context.SerializeAsString(), &trials));
     e.set_id(id);
+    counters_.set_experiments_created_total(counters_.experiments_created_total() + 1);
     ExperimentState& es = experiments_[id];
     es.experiment = e;
     es.config = c;
     es.config_json = parsed.effective_json;
+    es.searcher = std::move(search);
     for (auto& t : trials) {
       es.trial_ids.push_back(t.id());
       trials_[t.id()].trial = std::move(t);
     }
-    Logger("master")->info("experiment {} created: {} ({} trial(s), {} slot(s) each)", id, c.name,
-                           c.searcher.max_trials, c.resources.slots_per_trial);
+    Logger("master")->info("experiment {} created: {} ({} searcher, {} trial(s), {} slot(s) each{})",
+                           id, c.name, c.searcher.name, e.num_trials(), c.resources.slots_per_trial,
+                           parsed.template_name.empty() ? "" : ", template " + parsed.template_name);
     for (const auto& w : parsed.warnings) TrialEvent(es.trial_ids[0], "warning: " + w);
     *resp->mutable_experiment() = e;
     for (const auto& w : parsed.warnings) resp->add_warnings(w);
@@ -286,21 +412,25 @@ void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
 
 void Master::ListExperiments(const v1::ListExperimentsRequest& req,
                              v1::ListExperimentsResponse* resp, Done done) {
-  OnLoop(std::move(done), [this, &req, resp] {
-    int skipped = 0;
+  OnLoopUrgent(std::move(done), [this, &req, resp] {
+    const std::set<int> states(req.states().begin(), req.states().end());
+    int matched = 0;
     for (const auto& [id, es] : experiments_) {
-      if (skipped++ < req.offset()) continue;
-      if (req.limit() > 0 && resp->experiments_size() >= req.limit()) break;
-      *resp->add_experiments() = es.experiment;
+      const v1::Experiment& e = es.experiment;
+      if (!states.empty() && !states.count(e.state())) continue;
+      if (!req.name().empty() && e.name().find(req.name()) == std::string::npos) continue;
+      if (matched++ < req.offset()) continue;
+      if (req.limit() > 0 && resp->experiments_size() >= req.limit()) continue;
+      *resp->add_experiments() = e;
     }
-    resp->set_total(static_cast<int32_t>(experiments_.size()));
+    resp->set_total(matched);
     return absl::OkStatus();
   });
 }
 
 void Master::GetExperiment(const v1::GetExperimentRequest& req, v1::GetExperimentResponse* resp,
                            Done done) {
-  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     auto it = experiments_.find(req.id());
     if (it == experiments_.end()) {
       return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
@@ -340,9 +470,15 @@ void Master::KillExperiment(const v1::KillExperimentRequest& req, v1::KillExperi
 }
 
 void Master::GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp, Done done) {
-  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(TrialState * t, FindTrial(req.id()));
     *resp->mutable_trial() = TrialView(*t);
+    std::set<std::string> agents;
+    for (const auto& r : t->trial.allocation().ranks()) agents.insert(r.agent_id());
+    for (const auto& agent_id : agents) {
+      ASSIGN_OR_RETURN(auto samples, store_->GetSystemMetrics(agent_id, kTrialSystemMetricsSamples));
+      for (auto& m : samples) *resp->add_system_metrics() = std::move(m);
+    }
     return absl::OkStatus();
   });
 }
@@ -352,7 +488,38 @@ void Master::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
     ASSIGN_OR_RETURN(auto rows, store_->GetMetrics(req.trial_id(), req.group()));
+    rows = DownsampleMetrics(std::move(rows), req.max_points());
     for (auto& m : rows) *resp->add_metrics() = std::move(m);
+    return absl::OkStatus();
+  });
+}
+
+void Master::ListCheckpoints(const v1::ListCheckpointsRequest& req, v1::ListCheckpointsResponse* resp,
+                             Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    auto it = experiments_.find(req.experiment_id());
+    if (it == experiments_.end()) {
+      return absl::NotFoundError(absl::StrCat("experiment ", req.experiment_id(), " not found"));
+    }
+    const auto& ids = it->second.trial_ids;
+    if (req.trial_id() != 0 && std::find(ids.begin(), ids.end(), req.trial_id()) == ids.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("trial ", req.trial_id(), " is not a trial of experiment ", req.experiment_id()));
+    }
+    std::vector<v1::Checkpoint> all;
+    for (int64_t tid : ids) {
+      if (req.trial_id() != 0 && tid != req.trial_id()) continue;
+      ASSIGN_OR_RETURN(auto cs, store_->GetCheckpoints(tid));
+      all.insert(all.end(), cs.begin(), cs.end());
+    }
+    std::stable_sort(all.begin(), all.end(), [](const v1::Checkpoint& a, const v1::Checkpoint& b) {
+      return a.report_time_ms() < b.report_time_ms();
+    });
+    for (auto& c : all) {
+      c.set_experiment_id(req.experiment_id());
+      if (c.state() == v1::STATE_UNSPECIFIED) c.set_state(v1::STATE_COMPLETED);
+      *resp->add_checkpoints() = std::move(c);
+    }
     return absl::OkStatus();
   });
 }
@@ -406,8 +573,188 @@ void Master::AnswerLogWaiters(int64_t trial_id) {
 }
 
 void Master::ListAgents(const v1::ListAgentsRequest&, v1::ListAgentsResponse* resp, Done done) {
-  OnLoop(std::move(done), [this, resp] {
+  OnLoopUrgent(std::move(done), [this, resp] {
     for (auto& a : agents_.List()) *resp->add_agents() = std::move(a);
+    return absl::OkStatus();
+  });
+}
+
+void Master::EnableAgent(const v1::EnableAgentRequest& req, v1::EnableAgentResponse* resp,
+                         Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_agent(), agents_.SetEnabled(req.agent_id(), true));
+    RequestSchedule();
+    return absl::OkStatus();
+  });
+}
+
+void Master::DisableAgent(const v1::DisableAgentRequest& req, v1::DisableAgentResponse* resp,
+                          Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_agent(), agents_.SetEnabled(req.agent_id(), false));
+    if (req.drain()) return absl::OkStatus();
+    // Not draining: its runs stop and are rescheduled elsewhere, not counted as restarts.
+    for (auto& [tid, t] : trials_) {
+      bool on_agent = false;
+      for (const auto& r : t.trial.allocation().ranks()) on_agent |= r.agent_id() == req.agent_id();
+      if (!on_agent) continue;
+      t.lost = true;
+      KillAllocation(t, absl::StrCat("agent ", req.agent_id(), " disabled"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void Master::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp, Done done) {
+  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
+    if (!req.resource_pool().empty() && !FindPool(req.resource_pool())) {
+      return absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found"));
+    }
+    std::vector<v1::Job> jobs;
+    for (const auto& [id, es] : experiments_) {
+      const v1::Experiment& e = es.experiment;
+      if (Terminal(e.state())) continue;
+      if (!req.resource_pool().empty() && e.resource_pool() != req.resource_pool()) continue;
+      v1::Job j;
+      j.set_experiment_id(id);
+      j.set_name(e.name());
+      j.set_priority(e.priority());
+      j.set_resource_pool(e.resource_pool());
+      j.set_slots_per_trial(e.slots_per_trial());
+      j.set_submitted_ms(e.start_time_ms());
+      for (int64_t tid : es.trial_ids) {
+        const TrialState& t = trials_.at(tid);
+        if (t.trial.state() == v1::STATE_QUEUED) {
+          j.set_queued_trials(j.queued_trials() + 1);
+          auto w = waiting_reason_.find(absl::StrCat(tid));
+          if (j.reason().empty() && w != waiting_reason_.end()) j.set_reason(w->second);
+        } else if (!t.trial.allocation().id().empty()) {
+          j.set_running_trials(j.running_trials() + 1);
+          j.set_slots_acquired(j.slots_acquired() + t.trial.allocation().slots());
+        }
+      }
+      if (j.queued_trials() == 0 && j.running_trials() == 0) continue;
+      j.set_state(j.running_trials() == 0 ? "QUEUED" : j.queued_trials() > 0 ? "SCHEDULED" : "RUNNING");
+      jobs.push_back(std::move(j));
+    }
+    // The order the scheduler considers them: priority, then submission.
+    std::stable_sort(jobs.begin(), jobs.end(), [](const v1::Job& a, const v1::Job& b) {
+      return a.priority() != b.priority() ? a.priority() < b.priority()
+                                          : a.experiment_id() < b.experiment_id();
+    });
+    for (auto& j : jobs) *resp->add_jobs() = std::move(j);
+    return absl::OkStatus();
+  });
+}
+
+void Master::UpdateJobPriority(const v1::UpdateJobPriorityRequest& req,
+                               v1::UpdateJobPriorityResponse*, Done done) {
+  OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    if (req.priority() < 1 || req.priority() > 99) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("priority: expected an integer in [1, 99], got ", req.priority()));
+    }
+    auto it = experiments_.find(req.experiment_id());
+    if (it == experiments_.end()) {
+      return absl::NotFoundError(absl::StrCat("job ", req.experiment_id(), " not found"));
+    }
+    v1::Experiment updated = it->second.experiment;
+    updated.set_priority(req.priority());
+    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
+    it->second.experiment = std::move(updated);
+    Logger("master")->info("experiment {}: priority set to {}", req.experiment_id(), req.priority());
+    RequestSchedule();
+    return absl::OkStatus();
+  });
+}
+
+void Master::ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse* resp, Done done) {
+  OnLoopUrgent(std::move(done), [this, resp] {
+    for (const auto& [tid, t] : trials_) {
+      const v1::Allocation& a = t.trial.allocation();
+      if (a.id().empty()) continue;
+      v1::Task* task = resp->add_tasks();
+      task->set_allocation_id(a.id());
+      task->set_type("TRIAL");
+      task->set_experiment_id(t.trial.experiment_id());
+      task->set_trial_id(tid);
+      task->set_state(t.killing ? v1::STATE_STOPPING : a.state());
+      task->set_slots(a.slots());
+      *task->mutable_ranks() = a.ranks();
+      task->set_start_time_ms(a.start_time_ms());
+      task->set_resource_pool(experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
+    }
+    return absl::OkStatus();
+  });
+}
+
+void Master::ListResourcePools(const v1::ListResourcePoolsRequest&,
+                               v1::ListResourcePoolsResponse* resp, Done done) {
+  OnLoopUrgent(std::move(done), [this, resp] {
+    std::vector<v1::Agent> agents = agents_.List();
+    for (const auto& cfg : config_.resource_pools) {
+      v1::ResourcePool* p = resp->add_pools();
+      p->set_name(cfg.name);
+      p->set_description(cfg.description);
+      p->set_preemption(cfg.preemption);
+      std::set<int> sizes;
+      for (const auto& a : agents) {
+        if (a.resource_pool() != cfg.name) continue;
+        p->set_agents(p->agents() + 1);
+        if (!a.connected()) continue;
+        p->set_connected_agents(p->connected_agents() + 1);
+        sizes.insert(a.slots_size());
+        for (const auto& s : a.slots()) {
+          p->set_slots(p->slots() + 1);
+          if (!s.allocation_id().empty()) p->set_slots_used(p->slots_used() + 1);
+        }
+      }
+      for (int s : sizes) p->add_agent_sizes(s);
+      for (const auto& [tid, t] : trials_) {
+        if (t.trial.state() == v1::STATE_QUEUED &&
+            experiments_.at(t.trial.experiment_id()).experiment.resource_pool() == cfg.name) {
+          p->set_queued_trials(p->queued_trials() + 1);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+void Master::SetTemplate(const v1::SetTemplateRequest& req, v1::SetTemplateResponse* resp,
+                         Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    bool created = false;
+    ASSIGN_OR_RETURN(*resp->mutable_template_(),
+                     templates_.Set(req.name(), req.config_yaml(), req.config_path(), &created));
+    resp->set_created(created);
+    Logger("master")->info("template {} {}", req.name(), created ? "created" : "replaced");
+    return absl::OkStatus();
+  });
+}
+
+void Master::ListTemplates(const v1::ListTemplatesRequest&, v1::ListTemplatesResponse* resp,
+                           Done done) {
+  OnLoop(std::move(done), [this, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<v1::Template> all, templates_.List());
+    for (auto& t : all) *resp->add_templates() = std::move(t);
+    return absl::OkStatus();
+  });
+}
+
+void Master::GetTemplate(const v1::GetTemplateRequest& req, v1::GetTemplateResponse* resp,
+                         Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_template_(), templates_.Get(req.name()));
+    return absl::OkStatus();
+  });
+}
+
+void Master::RemoveTemplate(const v1::RemoveTemplateRequest& req, v1::RemoveTemplateResponse*,
+                            Done done) {
+  OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    RETURN_IF_ERROR(templates_.Remove(req.name()));
+    Logger("master")->info("template {} removed", req.name());
     return absl::OkStatus();
   });
 }
@@ -417,6 +764,12 @@ void Master::ListAgents(const v1::ListAgentsRequest&, v1::ListAgentsResponse* re
 
 void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    std::string pool = req.resource_pool().empty() ? "default" : req.resource_pool();
+    if (!FindPool(pool)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "agent ", req.agent_id(), ": resource_pool '", pool,
+          "' is not defined in the master's resource_pools"));
+    }
     ASSIGN_OR_RETURN(std::string session, agents_.Register(req));
     resp->set_session_id(session);
     resp->set_heartbeat_interval_ms(
@@ -458,7 +811,15 @@ void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp
 }
 
 void Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*, Done done) {
-  OnLoop(std::move(done), [this, &req] { return agents_.Touch(req.agent_id(), req.session_id()); });
+  OnLoopUrgent(std::move(done), [this, &req]() -> absl::Status {
+    RETURN_IF_ERROR(agents_.Touch(req.agent_id(), req.session_id()));
+    if (req.system_metrics_size() == 0) return absl::OkStatus();
+    std::vector<v1::SystemMetrics> samples(req.system_metrics().begin(), req.system_metrics().end());
+    for (auto& m : samples) m.set_agent_id(req.agent_id());
+    // An error makes the agent keep the samples and send them again.
+    return store_->AddSystemMetrics(
+        samples, clock_.NowMs() - absl::ToInt64Milliseconds(kSystemMetricsRetention));
+  });
 }
 
 void Master::PollCommands(const v1::PollCommandsRequest& req, v1::PollCommandsResponse* resp,
@@ -508,6 +869,7 @@ void Master::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitResponse
                                         : absl::StrCat("exit code ", req.exit_code());
     if (!req.message().empty()) absl::StrAppend(&how, " (", req.message(), ")");
     bool abnormal = req.signal() != 0 || req.exit_code() != 0;
+    if (req.agent_stopping()) t.lost = true;
     OnRankExit(t, req.rank(), how, abnormal);
     return absl::OkStatus();
   });
@@ -535,6 +897,8 @@ void Master::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsResponse*, Don
       lines.insert(lines.begin(), note);
     }
     RETURN_IF_ERROR(store_->AddLogs(&lines));
+    counters_.set_log_lines_stored_total(counters_.log_lines_stored_total() +
+                                         static_cast<int64_t>(lines.size()));
     for (int64_t tid : touched) AnswerLogWaiters(tid);
     return absl::OkStatus();
   });
@@ -558,31 +922,96 @@ absl::StatusOr<Master::TrialState*> Master::AuthorizeWorker(const v1::WorkerAuth
 
 void Master::ReportMetrics(const v1::ReportMetricsRequest& req, v1::ReportMetricsResponse*,
                            Done done) {
-  OnLoop(std::move(done), [this, &req]() -> absl::Status {
-    ASSIGN_OR_RETURN(TrialState * t, AuthorizeWorker(req.auth()));
-    if (req.trial_id() != t->trial.id()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("allocation ", req.auth().allocation_id(), " may report only for trial ",
-                       t->trial.id(), ", not ", req.trial_id()));
+  loop_.Post([this, &req, done = std::move(done)]() mutable {
+    absl::Status st = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(TrialState * t, AuthorizeWorker(req.auth()));
+      if (req.trial_id() != t->trial.id()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("allocation ", req.auth().allocation_id(), " may report only for trial ",
+                         t->trial.id(), ", not ", req.trial_id()));
+      }
+      for (const auto& m : req.metrics()) {
+        if (m.group().empty()) return absl::InvalidArgumentError("metrics.group: must not be empty");
+      }
+      for (const auto& m : req.metrics()) {
+        v1::Metrics& row = pending_metrics_.rows.emplace_back(m);
+        row.set_trial_id(t->trial.id());
+        row.set_run_id(t->trial.run_id());
+        if (row.report_time_ms() == 0) row.set_report_time_ms(clock_.NowMs());
+      }
+      return absl::OkStatus();
+    }();
+    if (!st.ok()) {
+      done(st);
+      return;
     }
-    v1::Trial updated = t->trial;
-    std::vector<v1::Metrics> rows;
-    for (const auto& m : req.metrics()) {
-      if (m.group().empty()) return absl::InvalidArgumentError("metrics.group: must not be empty");
-      v1::Metrics row = m;
-      row.set_trial_id(updated.id());
-      row.set_run_id(updated.run_id());
-      if (row.report_time_ms() == 0) row.set_report_time_ms(clock_.NowMs());
-      if (m.group() == "training") Summarize(updated.mutable_training_summary(), m);
-      if (m.group() == "validation") Summarize(updated.mutable_validation_summary(), m);
-      updated.set_total_batches(std::max(updated.total_batches(), m.total_batches()));
-      rows.push_back(std::move(row));
+    pending_metrics_.acks.push_back(std::move(done));
+    pending_metrics_.ack_rows.push_back(static_cast<size_t>(req.metrics_size()));
+    if (!pending_metrics_.flush_posted) {
+      pending_metrics_.flush_posted = true;
+      loop_.Post([this] { FlushMetrics(); });
     }
-    RETURN_IF_ERROR(store_->AddMetrics(updated, rows));
-    t->trial = std::move(updated);
-    UpdateExperiment(experiments_.at(t->trial.experiment_id()));
-    return absl::OkStatus();
   });
+}
+
+void Master::FlushMetrics() {
+  PendingMetrics batch = std::move(pending_metrics_);
+  pending_metrics_ = PendingMetrics();
+  if (batch.rows.size() > kMaxRowsPerFlush) {
+    // Keep transactions short so nothing waits long behind one; the rest goes next.
+    size_t keep_acks = 0, rows = 0;
+    for (; keep_acks < batch.acks.size() && rows < kMaxRowsPerFlush; ++keep_acks) {
+      rows += batch.ack_rows[keep_acks];
+    }
+    pending_metrics_.rows.assign(std::make_move_iterator(batch.rows.begin() + rows),
+                                 std::make_move_iterator(batch.rows.end()));
+    pending_metrics_.acks.assign(std::make_move_iterator(batch.acks.begin() + keep_acks),
+                                 std::make_move_iterator(batch.acks.end()));
+    pending_metrics_.ack_rows.assign(batch.ack_rows.begin() + keep_acks, batch.ack_rows.end());
+    batch.rows.resize(rows);
+    batch.acks.resize(keep_acks);
+    batch.ack_rows.resize(keep_acks);
+    if (!pending_metrics_.acks.empty()) {
+      pending_metrics_.flush_posted = true;
+      loop_.Post([this] { FlushMetrics(); });
+    }
+  }
+  // The trials' summaries as they will be once the rows are stored.
+  std::map<int64_t, v1::Trial> updated;
+  for (const v1::Metrics& m : batch.rows) {
+    auto t = trials_.find(m.trial_id());
+    if (t == trials_.end()) continue;
+    auto [it, inserted] = updated.try_emplace(m.trial_id(), t->second.trial);
+    v1::Trial& u = it->second;
+    if (m.group() == "training") Summarize(u.mutable_training_summary(), m);
+    if (m.group() == "validation") Summarize(u.mutable_validation_summary(), m);
+    if (m.group() == "timings") Summarize(u.mutable_timings_summary(), m);
+    u.set_total_batches(std::max(u.total_batches(), m.total_batches()));
+  }
+  std::vector<v1::Trial> trials;
+  for (const auto& [id, t] : updated) trials.push_back(t);
+  absl::Status st = store_->AddMetrics(trials, batch.rows);
+  if (st.ok()) {
+    counters_.set_metric_rows_stored_total(counters_.metric_rows_stored_total() +
+                                           static_cast<int64_t>(batch.rows.size()));
+    std::set<int64_t> experiments;
+    for (auto& [id, u] : updated) {
+      v1::Trial& live = trials_.at(id).trial;
+      *live.mutable_training_summary() = u.training_summary();
+      *live.mutable_validation_summary() = u.validation_summary();
+      *live.mutable_timings_summary() = u.timings_summary();
+      live.set_total_batches(u.total_batches());
+      experiments.insert(live.experiment_id());
+    }
+    for (const v1::Metrics& m : batch.rows) {
+      if (m.group() == "validation") SearcherValidation(m);
+    }
+    for (int64_t e : experiments) UpdateExperiment(experiments_.at(e));
+  } else {
+    Logger("master")->error("cannot store {} metric rows: {}", batch.rows.size(), st.ToString());
+  }
+  // Acknowledged only now that the rows are stored (or refused with the reason).
+  for (auto& ack : batch.acks) ack(st);
 }
 
 void Master::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
@@ -592,8 +1021,11 @@ void Master::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
     v1::Checkpoint c = req.checkpoint();
     if (c.uuid().empty()) return absl::InvalidArgumentError("checkpoint.uuid: must not be empty");
     c.set_trial_id(t->trial.id());
+    c.set_experiment_id(t->trial.experiment_id());
+    c.set_state(v1::STATE_COMPLETED);
     if (c.report_time_ms() == 0) c.set_report_time_ms(clock_.NowMs());
     RETURN_IF_ERROR(store_->AddCheckpoint(c));
+    counters_.set_checkpoints_stored_total(counters_.checkpoints_stored_total() + 1);
     t->trial.set_latest_checkpoint(c.storage_path());
     PersistTrial(*t);
     TrialEvent(t->trial.id(), absl::StrCat("checkpoint ", c.uuid(), " at batch ", c.total_batches()));
@@ -616,18 +1048,27 @@ void Master::Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse
                                                    " is outside the world of ", world)));
       return;
     }
-    t.rendezvous[req.auth().rank()] = req.address();
+    const std::string key = req.key();  // `req` dies once its waiter is answered.
+    std::map<int, std::string>& round = t.rendezvous[key];
+    if (static_cast<int>(round.size()) < world) round[req.auth().rank()] = req.address();
     t.rendezvous_waiters.push_back(std::move(done));
     t.rendezvous_responses.push_back(resp);
-    if (static_cast<int>(t.rendezvous.size()) < world) return;
-    for (size_t i = 0; i < t.rendezvous_waiters.size(); ++i) {
+    t.rendezvous_keys.push_back(key);
+    if (static_cast<int>(round.size()) < world) return;
+    for (size_t i = 0; i < t.rendezvous_waiters.size();) {
+      if (t.rendezvous_keys[i] != key) {
+        ++i;
+        continue;
+      }
       v1::RendezvousResponse* r = t.rendezvous_responses[i];
       r->set_ready(true);
-      for (const auto& [rank, addr] : t.rendezvous) r->add_addresses(addr);
-      t.rendezvous_waiters[i](absl::OkStatus());
+      for (const auto& [rank, addr] : round) r->add_addresses(addr);
+      Done waiter = std::move(t.rendezvous_waiters[i]);
+      t.rendezvous_waiters.erase(t.rendezvous_waiters.begin() + i);
+      t.rendezvous_responses.erase(t.rendezvous_responses.begin() + i);
+      t.rendezvous_keys.erase(t.rendezvous_keys.begin() + i);
+      waiter(absl::OkStatus());
     }
-    t.rendezvous_waiters.clear();
-    t.rendezvous_responses.clear();
   });
 }
 
@@ -645,18 +1086,50 @@ void Master::RequestSchedule() {
 
 void Master::SchedulePass() {
   std::vector<scheduler::Request> queue;
+  std::vector<scheduler::Running> running;
   for (const auto& [id, t] : trials_) {
-    if (t.trial.state() != v1::STATE_QUEUED) continue;
-    const auto& c = experiments_.at(t.trial.experiment_id()).config;
-    queue.push_back({absl::StrCat(id), c.resources.slots_per_trial, c.resources.priority, id,
-                     c.resources.resource_pool});
+    const ExperimentState& es = experiments_.at(t.trial.experiment_id());
+    const v1::Experiment& e = es.experiment;
+    if (t.trial.state() == v1::STATE_QUEUED) {
+      queue.push_back({absl::StrCat(id), e.slots_per_trial(), e.priority(), id, e.resource_pool()});
+    } else if (!t.trial.allocation().id().empty() && !t.killing) {
+      scheduler::Running r{absl::StrCat(id), e.priority(), id, e.resource_pool(), {}};
+      std::map<std::string, std::vector<std::string>> shares;
+      for (const auto& rank : t.trial.allocation().ranks()) {
+        auto& slots = shares[rank.agent_id()];
+        slots.insert(slots.end(), rank.slot_ids().begin(), rank.slot_ids().end());
+      }
+      for (auto& [agent, slots] : shares) r.agents.push_back({agent, std::move(slots)});
+      running.push_back(std::move(r));
+    }
   }
   if (queue.empty()) return;
   auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
                                                   : scheduler::Fit::kBestFit;
-  scheduler::Decision d = scheduler::Schedule(agents_.SchedulerView(), queue, fit);
-  for (const auto& [request, why] : d.waiting) {
+  std::vector<scheduler::AgentView> view = agents_.SchedulerView();
+  scheduler::Decision d = scheduler::Schedule(view, queue, fit);
+  std::vector<std::string> preemptible;
+  for (const auto& p : config_.resource_pools) {
+    if (p.preemption) preemptible.push_back(p.name);
+  }
+  std::map<std::string, int> stopping_for;  // waiting request -> trials being preempted
+  if (!preemptible.empty()) {
+    for (const auto& [victim, beneficiary] :
+         scheduler::SelectPreemptions(view, queue, running, d, fit, preemptible)) {
+      TrialState& t = trials_.at(std::stoll(victim));
+      t.preempting = true;
+      ++stopping_for[beneficiary];
+      const auto* pool = FindPool(experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
+      KillAllocation(t, absl::StrCat("preempted by trial ", beneficiary),
+                     pool ? pool->preemption_timeout : absl::ZeroDuration());
+    }
+  }
+  for (auto [request, why] : d.waiting) {
     int64_t tid = std::stoll(request);
+    if (stopping_for.count(request)) {
+      why = absl::StrCat("waiting for ", stopping_for[request],
+                         " less important trial(s) to stop (preempted)");
+    }
     if (waiting_reason_[request] != why) {
       waiting_reason_[request] = why;
       TrialEvent(tid, "waiting: " + why);
@@ -668,6 +1141,38 @@ void Master::SchedulePass() {
     for (const auto& a : p.agents) agents.push_back({a.agent_id, a.slots});
     StartAllocation(trials_.at(std::stoll(p.request_id)), agents);
   }
+}
+
+const config::ResourcePoolConfig* Master::FindPool(const std::string& name) const {
+  for (const auto& p : config_.resource_pools) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::string Master::NeverFits(const std::string& pool, int slots) const {
+  if (slots == 0) return "";
+  std::map<int, int> count_by_size;
+  int total = 0;
+  for (const auto& a : agents_.List()) {
+    if (a.resource_pool() != pool || a.slots_size() == 0) continue;
+    count_by_size[a.slots_size()]++;
+    total += a.slots_size();
+  }
+  if (count_by_size.empty()) return "";  // No agents yet: it waits, and says why.
+  int largest = count_by_size.rbegin()->first;
+  if (slots <= largest) return "";
+  std::string sizes;
+  for (const auto& [size, count] : count_by_size) {
+    if (slots % size == 0 && size * count >= slots) return "";
+    absl::StrAppend(&sizes, sizes.empty() ? "" : ", ", count, " x ", size, "-slot");
+  }
+  if (slots > total) {
+    return absl::StrCat("resource pool '", pool, "' has ", total, " slots in all (", sizes,
+                        " agents)");
+  }
+  return absl::StrCat("agents in resource pool '", pool, "' are ", sizes,
+                      "; a multi-agent trial must use a multiple of one agent size");
 }
 
 void Master::StartAllocation(
@@ -694,7 +1199,7 @@ void Master::StartAllocation(
   t.token = RandomHex(24);
   t.exits.clear();
   t.unattached.clear();
-  t.killing = t.lost = false;
+  t.killing = t.lost = t.preempting = false;
   t.failure.clear();
   t.rendezvous.clear();
   *t.trial.mutable_allocation() = a;
@@ -703,6 +1208,7 @@ void Master::StartAllocation(
   PersistAllocation(t);
   PersistTrial(t);
   allocation_trial_[a.id()] = t.trial.id();
+  counters_.set_allocations_started_total(counters_.allocations_started_total() + 1);
 
   v1::Experiment& e = es.experiment;
   std::map<std::string, std::string> env = {
@@ -750,7 +1256,7 @@ void Master::StartAllocation(
   UpdateExperiment(es);
 }
 
-void Master::KillAllocation(TrialState& t, const std::string& reason) {
+void Master::KillAllocation(TrialState& t, const std::string& reason, absl::Duration grace) {
   if (t.killing) return;
   t.killing = true;
   std::set<std::string> agents;
@@ -759,6 +1265,7 @@ void Master::KillAllocation(TrialState& t, const std::string& reason) {
     v1::AgentCommand cmd;
     cmd.mutable_kill()->set_allocation_id(t.trial.allocation().id());
     cmd.mutable_kill()->set_reason(reason);
+    cmd.mutable_kill()->set_grace_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(grace)));
     if (!agents_.Send(agent_id, std::move(cmd))) {
       // Unreachable agent: its ranks count as gone.
       ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
@@ -785,10 +1292,13 @@ void Master::EndAllocation(TrialState& t) {
   bool stopping = es.experiment.state() == v1::STATE_STOPPING;
   v1::State outcome = v1::STATE_COMPLETED;
   std::string error;
+  const bool stopped_early = t.trial.search().stopped_early();
   if (stopping) {
     outcome = v1::STATE_CANCELED;
-  } else if (t.lost) {
-    outcome = v1::STATE_QUEUED;  // Rerun; an agent's loss is not the trial's fault.
+  } else if (stopped_early) {
+    outcome = v1::STATE_COMPLETED;  // The searcher stopped it: done, with the length it has.
+  } else if (t.lost || t.preempting) {
+    outcome = v1::STATE_QUEUED;  // Rerun; losing an agent or a preemption is not the trial's fault.
   } else if (!t.failure.empty()) {
     if (t.trial.restarts() < es.config.max_restarts) {
       outcome = v1::STATE_QUEUED;
@@ -798,22 +1308,28 @@ void Master::EndAllocation(TrialState& t) {
       error = absl::StrCat(t.failure, "; max_restarts (", es.config.max_restarts, ") reached");
     }
   }
-  a->set_state(t.failure.empty() || stopping ? v1::STATE_COMPLETED : v1::STATE_ERROR);
+  a->set_state(t.failure.empty() || stopping || stopped_early ? v1::STATE_COMPLETED
+                                                              : v1::STATE_ERROR);
   a->set_end_time_ms(clock_.NowMs());
-  a->set_exit_reason(t.failure.empty() ? "all ranks exited normally" : t.failure);
+  a->set_exit_reason(stopped_early ? "stopped early by the searcher"
+                     : t.failure.empty() ? "all ranks exited normally"
+                                         : t.failure);
   PersistAllocation(t);
   agents_.ReleaseSlots(a->id());
   allocation_trial_.erase(a->id());
   for (auto& d : t.rendezvous_waiters) d(absl::AbortedError("allocation ended"));
   t.rendezvous_waiters.clear();
   t.rendezvous_responses.clear();
+  t.rendezvous_keys.clear();
   std::string alloc_id = a->id();
+  t.last_allocation = *a;
   t.trial.clear_allocation();
   if (outcome == v1::STATE_QUEUED) {
     t.trial.set_run_id(t.trial.run_id() + 1);
     t.trial.set_state(v1::STATE_QUEUED);
     TrialEvent(t.trial.id(),
-               t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
+               t.preempting ? absl::StrCat("allocation ", alloc_id, " preempted; requeued (not counted as a restart)")
+               : t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
                       : absl::StrCat("allocation ", alloc_id, " failed: ", t.failure, "; restart ",
                                      t.trial.restarts(), " of ", es.config.max_restarts));
     PersistTrial(t);
@@ -834,7 +1350,148 @@ void Master::FinishTrial(TrialState& t, v1::State state, const std::string& erro
   TrialEvent(t.trial.id(), absl::StrCat("trial ", StateName(state),
                                         error.empty() ? "" : absl::StrCat(": ", error)));
   AnswerLogWaiters(t.trial.id());
-  UpdateExperiment(experiments_.at(t.trial.experiment_id()));
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  if (es.searcher) {
+    es.searcher->OnTrialEnded(TrialIndex(es, t.trial.id()));
+    absl::Status st = CreateSearcherTrials(es);
+    if (!st.ok()) Logger("master")->error("experiment {}: {}", es.experiment.id(), st.ToString());
+  }
+  UpdateExperiment(es);
+  CollectCheckpoints(experiments_.at(t.trial.experiment_id()));
+}
+
+void Master::CollectCheckpoints(ExperimentState& es) {
+  if (!checkpoint_deleter_) return;
+  auto policy = GcPolicyFromConfig(es.config_json);
+  if (!policy.ok()) {
+    Logger("master")->error("experiment {}: no checkpoint garbage collection: {}", es.experiment.id(),
+                            policy.status().ToString());
+    return;
+  }
+  std::vector<v1::Checkpoint> all;
+  std::set<int64_t> ended;
+  for (int64_t tid : es.trial_ids) {
+    auto cs = store_->GetCheckpoints(tid);
+    if (!cs.ok()) {
+      Logger("master")->error("trial {}: cannot read checkpoints: {}", tid, cs.status().ToString());
+      return;
+    }
+    all.insert(all.end(), cs->begin(), cs->end());
+    if (Terminal(trials_.at(tid).trial.state())) ended.insert(tid);
+  }
+  std::set<std::string> doomed;
+  for (auto& uuid : CheckpointsToDelete(all, ended, *policy)) doomed.insert(uuid);
+  for (const auto& c : all) {
+    if (doomed.count(c.uuid())) checkpoint_deleter_->Delete(c);
+  }
+}
+
+void Master::CheckpointDeleted(const v1::Checkpoint& checkpoint, const absl::Status& status) {
+  if (!status.ok()) {
+    TrialEvent(checkpoint.trial_id(), absl::StrCat("checkpoint garbage collection: ", status.message()));
+    return;
+  }
+  v1::Checkpoint c = checkpoint;
+  c.set_state(v1::STATE_DELETED);
+  absl::Status st = store_->UpdateCheckpoint(c);
+  if (!st.ok()) {
+    Logger("master")->error("checkpoint {}: deleted but cannot persist: {}", c.uuid(), st.ToString());
+    return;
+  }
+  TrialEvent(c.trial_id(), absl::StrCat("checkpoint ", c.uuid(), " (batch ", c.total_batches(),
+                                        ") deleted by garbage collection"));
+}
+
+int Master::TrialIndex(const ExperimentState& es, int64_t trial_id) {
+  auto it = std::find(es.trial_ids.begin(), es.trial_ids.end(), trial_id);
+  return it == es.trial_ids.end() ? -1 : static_cast<int>(it - es.trial_ids.begin());
+}
+
+absl::Status Master::RebuildSearcher(ExperimentState& es) {
+  std::vector<searcher::TrialRecord> records;
+  for (int64_t tid : es.trial_ids) {
+    const v1::Trial& t = trials_.at(tid).trial;
+    searcher::TrialRecord& r = records.emplace_back();
+    r.bracket = t.search().bracket();
+    r.rung_metrics.assign(t.search().rung_metrics().begin(), t.search().rung_metrics().end());
+    r.stopped = t.search().stopped_early();
+    r.ended = Terminal(t.state());
+  }
+  auto search = searcher::NewSearcher(es.config, std::move(records));
+  if (!search.ok()) {
+    return absl::DataLossError(absl::StrCat("experiment ", es.experiment.id(),
+                                            ": cannot rebuild its searcher: ",
+                                            search.status().message()));
+  }
+  es.searcher = *std::move(search);
+  return absl::OkStatus();
+}
+
+absl::Status Master::CreateSearcherTrials(ExperimentState& es) {
+  const v1::State state = es.experiment.state();
+  if (!es.searcher || Terminal(state) || state == v1::STATE_STOPPING) return absl::OkStatus();
+  for (const searcher::TrialRequest& r : es.searcher->NextTrials()) {
+    v1::Trial t;
+    t.set_experiment_id(es.experiment.id());
+    t.set_state(v1::STATE_QUEUED);
+    t.set_seed(r.seed);
+    t.set_hparams_json(r.hparams_json);
+    t.set_target_batches(r.target_batches);
+    t.mutable_search()->set_bracket(r.bracket);
+    absl::StatusOr<int64_t> id = store_->InsertTrial(t);
+    if (!id.ok()) {
+      // The searcher counted trials that do not exist: start it again from those that do.
+      absl::Status rebuilt = RebuildSearcher(es);
+      return absl::Status(id.status().code(),
+                          absl::StrCat("cannot create trial ", r.index, " of the search: ",
+                                       id.status().message(),
+                                       rebuilt.ok() ? "" : absl::StrCat("; ", rebuilt.message())));
+    }
+    t.set_id(*id);
+    es.trial_ids.push_back(*id);
+    trials_[*id].trial = t;
+    TrialEvent(*id, absl::StrCat("created by the ", es.config.searcher.name, " searcher (trial ",
+                                 r.index + 1, " of ", es.searcher->PlannedTrials(), ")"));
+  }
+  RequestSchedule();
+  return absl::OkStatus();
+}
+
+void Master::SearcherValidation(const v1::Metrics& m) {
+  auto t_it = trials_.find(m.trial_id());
+  if (t_it == trials_.end()) return;
+  TrialState& t = t_it->second;
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  if (!es.searcher || Terminal(t.trial.state()) || t.trial.search().stopped_early()) return;
+  const std::string& metric = es.config.searcher.metric;
+  auto value = m.values().find(metric);
+  if (value == m.values().end()) {
+    if (!t.searcher_metric_missing) {
+      t.searcher_metric_missing = true;
+      TrialEvent(t.trial.id(), absl::StrCat("warning: the validation metrics lack searcher.metric '",
+                                            metric, "'; the searcher cannot judge this trial"));
+    }
+    return;
+  }
+  const int index = TrialIndex(es, t.trial.id());
+  if (index < 0) return;
+  searcher::Decision d = es.searcher->OnValidation(index, m.total_batches(), value->second);
+  const searcher::TrialRecord& r = es.searcher->Record(index);
+  v1::TrialSearch* s = t.trial.mutable_search();
+  if (r.rung_metrics.size() == static_cast<size_t>(s->rung_metrics_size()) && !d.stop) return;
+  s->mutable_rung_metrics()->Assign(r.rung_metrics.begin(), r.rung_metrics.end());
+  if (d.stop) {
+    s->set_stopped_early(true);
+    s->set_stop_reason(d.reason);
+  }
+  PersistTrial(t);
+  if (!d.stop) return;
+  TrialEvent(t.trial.id(), d.reason);
+  if (!t.trial.allocation().id().empty()) {
+    KillAllocation(t, "stopped early by the searcher");
+  } else {
+    FinishTrial(t, v1::STATE_COMPLETED, "");
+  }
 }
 
 void Master::UpdateExperiment(ExperimentState& es) {
@@ -852,8 +1509,12 @@ void Master::UpdateExperiment(ExperimentState& es) {
     }
   }
   int n = static_cast<int>(es.trial_ids.size());
-  updated.set_progress(n ? progress / n : 0);
-  if (!Terminal(updated.state()) && n > 0 && done == n) {
+  // Trials the searcher has yet to create count as not started.
+  const int planned = std::max(n, es.searcher ? es.searcher->PlannedTrials() : 0);
+  updated.set_progress(planned ? progress / planned : 0);
+  const bool search_done = !es.searcher || es.searcher->Done() ||
+                           updated.state() == v1::STATE_STOPPING;
+  if (!Terminal(updated.state()) && n > 0 && done == n && search_done) {
     if (updated.state() == v1::STATE_STOPPING) {
       updated.set_state(v1::STATE_CANCELED);
     } else if (completed > 0) {
@@ -888,6 +1549,36 @@ void Master::AgentLost(const std::string& agent_id, const std::string& why) {
   }
 }
 
+void Master::AgentDisconnected(const std::string& agent_id) {
+  int generation = ++agent_disconnects_[agent_id];
+  std::string wait = absl::FormatDuration(config_.agent_reconnect_wait);
+  std::vector<std::string> allocations;
+  for (auto& [tid, t] : trials_) {
+    const v1::Allocation& a = t.trial.allocation();
+    bool on_agent = false;
+    for (const auto& r : a.ranks()) on_agent |= r.agent_id() == agent_id;
+    if (!on_agent) continue;
+    t.unattached.insert(agent_id);
+    allocations.push_back(a.id());
+    TrialEvent(tid, absl::StrCat("agent ", agent_id, " stopped answering; its workers may still run: "
+                                 "waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
+  }
+  if (allocations.empty()) return;
+  loop_.PostAfter(config_.agent_reconnect_wait, [this, agent_id, generation, allocations, wait] {
+    if (agent_disconnects_[agent_id] != generation) return;  // Lost again since: a later timer.
+    for (const auto& id : allocations) {
+      auto at = allocation_trial_.find(id);
+      if (at == allocation_trial_.end()) continue;
+      TrialState& t = trials_.at(at->second);
+      if (!t.unattached.erase(agent_id)) continue;  // It came back and reattached.
+      t.lost = true;
+      TrialEvent(t.trial.id(), absl::StrCat("agent ", agent_id, " did not return within ", wait,
+                                            " (agent_reconnect_wait)"));
+      ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; }, "agent lost");
+    }
+  });
+}
+
 void Master::ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
                          const std::string& how) {
   // OnRankExit may end the allocation (and clear it): walk a copy, stop when it changes.
@@ -900,7 +1591,7 @@ void Master::ExitRanksOn(TrialState& t, const std::function<bool(const std::stri
 
 void Master::CheckAgents() {
   if (shutting_down_) return;
-  for (const auto& id : agents_.ExpireSilent()) AgentLost(id, "agent lost");
+  for (const auto& id : agents_.ExpireSilent()) AgentDisconnected(id);
   loop_.PostAfter(kAgentCheckPeriod, [this] { CheckAgents(); });
 }
 
@@ -938,6 +1629,9 @@ absl::StatusOr<Master::TrialState*> Master::FindTrial(int64_t id) {
 
 v1::Trial Master::TrialView(const TrialState& t) const {
   v1::Trial view = t.trial;
+  if (view.allocation().id().empty() && !t.last_allocation.id().empty()) {
+    *view.mutable_allocation() = t.last_allocation;
+  }
   auto w = waiting_reason_.find(absl::StrCat(t.trial.id()));
   if (t.trial.state() == v1::STATE_QUEUED && w != waiting_reason_.end()) {
     view.set_pending_reason(w->second);

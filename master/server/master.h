@@ -16,7 +16,10 @@
 #include "common/config/experiment_config.h"
 #include "common/event_loop/event_loop.h"
 #include "master/api/handlers.h"
+#include "master/checkpoints/checkpoint_gc.h"
 #include "master/cluster/agent_manager.h"
+#include "master/searcher/searcher.h"
+#include "master/templates/templates.h"
 #include "master/store/store.h"
 
 namespace grpc {
@@ -25,6 +28,8 @@ class Service;
 }  // namespace grpc
 
 namespace det::master {
+
+class HttpServer;
 
 inline constexpr char kVersion[] = "0.1.0";
 
@@ -38,11 +43,15 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
 
   // host:port the gRPC server is bound to.
   const std::string& address() const { return address_; }
+  // host:port of the HTTP server (REST API, web page), or "" without http_listen.
+  const std::string& http_address() const { return http_address_; }
   // Stops serving: answers pending long polls, shuts the server and the loop down.
   void Shutdown();
 
   // ApiHandler.
   void GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoResponse*, Done) override;
+  void GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStatsResponse*,
+                      Done) override;
   void CreateExperiment(const v1::CreateExperimentRequest&, v1::CreateExperimentResponse*,
                         Done) override;
   void ListExperiments(const v1::ListExperimentsRequest&, v1::ListExperimentsResponse*,
@@ -53,7 +62,21 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void GetTrialMetrics(const v1::GetTrialMetricsRequest&, v1::GetTrialMetricsResponse*,
                        Done) override;
   void GetTrialLogs(const v1::GetTrialLogsRequest&, v1::GetTrialLogsResponse*, Done) override;
+  void ListCheckpoints(const v1::ListCheckpointsRequest&, v1::ListCheckpointsResponse*, Done) override;
   void ListAgents(const v1::ListAgentsRequest&, v1::ListAgentsResponse*, Done) override;
+  void EnableAgent(const v1::EnableAgentRequest&, v1::EnableAgentResponse*, Done) override;
+  void DisableAgent(const v1::DisableAgentRequest&, v1::DisableAgentResponse*, Done) override;
+  void ListJobs(const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;
+  void UpdateJobPriority(const v1::UpdateJobPriorityRequest&, v1::UpdateJobPriorityResponse*,
+                         Done) override;
+  void ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse*, Done) override;
+  void ListResourcePools(const v1::ListResourcePoolsRequest&, v1::ListResourcePoolsResponse*,
+                         Done) override;
+  void SetTemplate(const v1::SetTemplateRequest&, v1::SetTemplateResponse*, Done) override;
+  void ListTemplates(const v1::ListTemplatesRequest&, v1::ListTemplatesResponse*, Done) override;
+  void GetTemplate(const v1::GetTemplateRequest&, v1::GetTemplateResponse*, Done) override;
+  void RemoveTemplate(const v1::RemoveTemplateRequest&, v1::RemoveTemplateResponse*,
+                      Done) override;
 
   // AgentHandler.
   void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;
@@ -76,6 +99,9 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
     config::ExperimentConfig config;
     std::string config_json;
     std::vector<int64_t> trial_ids;
+    // Decides which trials to create and stop; null for an experiment that had ended when
+    // the master started.
+    std::unique_ptr<searcher::Searcher> searcher;
   };
   // The trial and its current allocation's runtime bookkeeping (not persisted).
   struct TrialState {
@@ -85,10 +111,24 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
     std::set<std::string> unattached;      // agents that must re-register to keep the run
     bool killing = false;                  // the master asked for the workers to stop
     bool lost = false;                     // an agent was lost: rerun without counting it
+    bool preempting = false;               // stopped for a more important trial: requeue
+    bool searcher_metric_missing = false;  // reported once: no searcher.metric in validation
+    v1::Allocation last_allocation;        // the latest ended run, for display
     std::string failure;                   // first abnormal exit
-    std::map<int, std::string> rendezvous;  // rank -> address
+    // Rendezvous rounds of the current run: key -> rank -> value. A completed round keeps
+    // its values, so a rank that retries gets the same answer.
+    std::map<std::string, std::map<int, std::string>> rendezvous;
     std::vector<Done> rendezvous_waiters;
     std::vector<v1::RendezvousResponse*> rendezvous_responses;
+    std::vector<std::string> rendezvous_keys;  // parallel to rendezvous_waiters
+  };
+  // Metric rows accepted on the loop but not yet stored; one transaction stores them all
+  // (group commit) before any of their reports is acknowledged.
+  struct PendingMetrics {
+    std::vector<v1::Metrics> rows;
+    std::vector<Done> acks;
+    std::vector<size_t> ack_rows;  // rows of each ack, in order
+    bool flush_posted = false;
   };
   struct LogWaiter {
     const v1::GetTrialLogsRequest* request;
@@ -103,16 +143,42 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
 
   // Runs `fn` on the loop; its status goes to `done`.
   void OnLoop(Done done, std::function<absl::Status()> fn);
+  // The same, ahead of queued work: for cheap reads and heartbeats.
+  void OnLoopUrgent(Done done, std::function<absl::Status()> fn);
 
+  // Stores the pending metric rows and the trials' summaries, then acknowledges them.
+  void FlushMetrics();
   void RequestSchedule();
   void SchedulePass();
   void StartAllocation(TrialState& t, const std::vector<std::pair<std::string, std::vector<std::string>>>& agents);
   void OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal);
   void EndAllocation(TrialState& t);
-  void KillAllocation(TrialState& t, const std::string& reason);
+  // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
+  // agent's default).
+  void KillAllocation(TrialState& t, const std::string& reason,
+                      absl::Duration grace = absl::ZeroDuration());
+  // Why a request of `slots` can never be placed in `pool` as its agents are configured,
+  // or "" when it can (or when the pool has no agents yet).
+  std::string NeverFits(const std::string& pool, int slots) const;
+  const config::ResourcePoolConfig* FindPool(const std::string& name) const;
   void FinishTrial(TrialState& t, v1::State state, const std::string& error);
+  // The searcher (master/searcher): builds es.searcher from the trials es has; creates the
+  // trials it asks for (unless the experiment is stopping or ended); hands it a validation
+  // report, stopping the trial when it says so.
+  absl::Status RebuildSearcher(ExperimentState& es);
+  absl::Status CreateSearcherTrials(ExperimentState& es);
+  void SearcherValidation(const v1::Metrics& metrics);
+  // Position of `trial_id` in es.trial_ids (its index for the searcher), or -1.
+  static int TrialIndex(const ExperimentState& es, int64_t trial_id);
+  // Checkpoint garbage collection of the experiment's ended trials (see
+  // master/checkpoints/checkpoint_gc.h); deletions finish on checkpoint_deleter_'s thread.
+  void CollectCheckpoints(ExperimentState& es);
+  void CheckpointDeleted(const v1::Checkpoint& checkpoint, const absl::Status& status);
   void UpdateExperiment(ExperimentState& e);
   void AgentLost(const std::string& agent_id, const std::string& why);
+  // An agent stopped heartbeating: its runs wait agent_reconnect_wait for it to register
+  // again (reattach) before their ranks on it count as lost.
+  void AgentDisconnected(const std::string& agent_id);
   // Records an abnormal exit of every rank of t's current run placed on an agent for which
   // `on_agent` holds.
   void ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
@@ -132,20 +198,29 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::unique_ptr<Store> store_;
   EventLoop loop_;
   AgentManager agents_;
+  Templates templates_;
   std::string cluster_id_;
   int64_t start_time_ms_;
   std::string address_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> server_;
+  // Posts its results to loop_; stopped before loop_ in Shutdown().
+  std::unique_ptr<CheckpointDeleter> checkpoint_deleter_;
+  std::unique_ptr<HttpServer> http_;
+  std::string http_address_;
 
   // Loop-thread state.
   std::map<int64_t, ExperimentState> experiments_;
   std::map<int64_t, TrialState> trials_;
   std::map<std::string, int64_t> allocation_trial_;  // open allocation id -> trial id
   std::map<int64_t, std::vector<LogWaiter>> log_waiters_;
+  PendingMetrics pending_metrics_;
   bool schedule_requested_ = false;
+  // Counters since start, for GetMasterStats (loop thread).
+  v1::GetMasterStatsResponse counters_;
   bool shutting_down_ = false;
   std::map<std::string, std::string> waiting_reason_;  // trial id -> reason
+  std::map<std::string, int> agent_disconnects_;  // agent id -> times it stopped answering
 };
 
 }  // namespace det::master

@@ -66,6 +66,24 @@ CREATE TABLE checkpoints (
   data BLOB NOT NULL);
 CREATE INDEX checkpoints_by_trial ON checkpoints(trial_id);
 )sql",
+    // 2: config templates (det template ...).
+    R"sql(
+CREATE TABLE templates (
+  name TEXT PRIMARY KEY,
+  config_yaml TEXT NOT NULL,
+  create_ms INTEGER NOT NULL,
+  update_ms INTEGER NOT NULL);
+)sql",
+    // 3: agents' host metrics (SystemMetrics in `data`), kept for a bounded time.
+    R"sql(
+CREATE TABLE system_metrics (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  agent_id TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  data BLOB NOT NULL);
+CREATE INDEX system_metrics_by_agent ON system_metrics(agent_id, time_ms);
+CREATE INDEX system_metrics_by_time ON system_metrics(time_ms);
+)sql",
 };
 
 absl::Status SqlError(sqlite3* db, const std::string& what) {
@@ -381,7 +399,7 @@ absl::Status SqliteStore::UpsertAgent(const v1::Agent& agent) {
   return s.Bind(1, agent.id()).BindBlob(2, agent.SerializeAsString()).Run();
 }
 
-absl::Status SqliteStore::AddMetrics(const v1::Trial& trial,
+absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
                                      const std::vector<v1::Metrics>& metrics) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
@@ -394,7 +412,7 @@ absl::Status SqliteStore::AddMetrics(const v1::Trial& trial,
     RETURN_IF_ERROR(s.Run());
     s.Reset();
   }
-  RETURN_IF_ERROR(WriteTrial(trial));
+  for (const auto& t : trials) RETURN_IF_ERROR(WriteTrial(t));
   return tx.Commit();
 }
 
@@ -470,11 +488,112 @@ absl::Status SqliteStore::AddCheckpoint(const v1::Checkpoint& checkpoint) {
   return s.Run();
 }
 
+absl::Status SqliteStore::UpdateCheckpoint(const v1::Checkpoint& checkpoint) {
+  Stmt s(db_, "UPDATE checkpoints SET data = ? WHERE uuid = ?");
+  s.BindBlob(1, checkpoint.SerializeAsString()).Bind(2, checkpoint.uuid());
+  RETURN_IF_ERROR(s.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.uuid(), " not found"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<v1::Checkpoint>> SqliteStore::GetCheckpoints(int64_t trial_id) {
   Stmt s(db_, "SELECT data FROM checkpoints WHERE trial_id = ? ORDER BY total_batches, time_ms");
   s.Bind(1, trial_id);
   std::vector<v1::Checkpoint> out;
   while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &out.emplace_back(), "checkpoints"));
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
+absl::StatusOr<v1::Template> SqliteStore::PutTemplate(const std::string& name,
+                                                      const std::string& config_yaml,
+                                                      int64_t now_ms, bool* created) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  v1::Template t;
+  t.set_name(name);
+  t.set_config_yaml(config_yaml);
+  t.set_create_time_ms(now_ms);
+  t.set_update_time_ms(now_ms);
+  {
+    Stmt s(db_, "SELECT create_ms FROM templates WHERE name = ?");
+    s.Bind(1, name);
+    *created = !s.Step();
+    RETURN_IF_ERROR(s.status());
+    if (!*created) t.set_create_time_ms(s.Int(0));
+  }
+  Stmt s(db_,
+         "INSERT INTO templates (name, config_yaml, create_ms, update_ms) VALUES (?, ?, ?, ?) "
+         "ON CONFLICT(name) DO UPDATE SET config_yaml = excluded.config_yaml, "
+         "update_ms = excluded.update_ms");
+  s.Bind(1, name).Bind(2, config_yaml).Bind(3, t.create_time_ms()).Bind(4, now_ms);
+  RETURN_IF_ERROR(s.Run());
+  RETURN_IF_ERROR(tx.Commit());
+  return t;
+}
+
+absl::StatusOr<v1::Template> SqliteStore::GetTemplate(const std::string& name) {
+  Stmt s(db_, "SELECT config_yaml, create_ms, update_ms FROM templates WHERE name = ?");
+  s.Bind(1, name);
+  if (!s.Step()) {
+    RETURN_IF_ERROR(s.status());
+    return absl::NotFoundError(absl::StrCat("template '", name, "' does not exist"));
+  }
+  v1::Template t;
+  t.set_name(name);
+  t.set_config_yaml(s.Text(0));
+  t.set_create_time_ms(s.Int(1));
+  t.set_update_time_ms(s.Int(2));
+  return t;
+}
+
+absl::StatusOr<std::vector<v1::Template>> SqliteStore::ListTemplates() {
+  Stmt s(db_, "SELECT name, config_yaml, create_ms, update_ms FROM templates ORDER BY name");
+  std::vector<v1::Template> out;
+  while (s.Step()) {
+    v1::Template& t = out.emplace_back();
+    t.set_name(s.Text(0));
+    t.set_config_yaml(s.Text(1));
+    t.set_create_time_ms(s.Int(2));
+    t.set_update_time_ms(s.Int(3));
+  }
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
+absl::Status SqliteStore::DeleteTemplate(const std::string& name) {
+  Stmt s(db_, "DELETE FROM templates WHERE name = ?");
+  RETURN_IF_ERROR(s.Bind(1, name).Run());
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("template '", name, "' does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
+                                           int64_t keep_after_ms) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  Stmt s(db_, "INSERT INTO system_metrics (agent_id, time_ms, data) VALUES (?, ?, ?)");
+  for (const auto& m : samples) {
+    RETURN_IF_ERROR(s.Bind(1, m.agent_id()).Bind(2, m.time_ms()).BindBlob(3, m.SerializeAsString()).Run());
+    s.Reset();
+  }
+  Stmt old(db_, "DELETE FROM system_metrics WHERE time_ms < ?");
+  RETURN_IF_ERROR(old.Bind(1, keep_after_ms).Run());
+  return tx.Commit();
+}
+
+absl::StatusOr<std::vector<v1::SystemMetrics>> SqliteStore::GetSystemMetrics(
+    const std::string& agent_id, int limit) {
+  Stmt s(db_,
+         "SELECT data FROM (SELECT id, data FROM system_metrics WHERE agent_id = ? "
+         "ORDER BY time_ms DESC, id DESC LIMIT ?) ORDER BY id");
+  s.Bind(1, agent_id).Bind(2, limit);
+  std::vector<v1::SystemMetrics> out;
+  while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &out.emplace_back(), "system_metrics"));
   RETURN_IF_ERROR(s.status());
   return out;
 }

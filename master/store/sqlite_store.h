@@ -35,7 +35,8 @@ class SqliteStore : public Store {
   absl::Status UpsertAllocation(const v1::Allocation& allocation,
                                 const std::string& token) override;
   absl::Status UpsertAgent(const v1::Agent& agent) override;
-  absl::Status AddMetrics(const v1::Trial& trial, const std::vector<v1::Metrics>& metrics) override;
+  absl::Status AddMetrics(const std::vector<v1::Trial>& trials,
+                          const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;
@@ -43,6 +44,16 @@ class SqliteStore : public Store {
                                                    std::optional<int> rank) override;
   absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) override;
   absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override;
+  absl::Status UpdateCheckpoint(const v1::Checkpoint& checkpoint) override;
+  absl::StatusOr<v1::Template> PutTemplate(const std::string& name, const std::string& config_yaml,
+                                           int64_t now_ms, bool* created) override;
+  absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
+  absl::StatusOr<std::vector<v1::Template>> ListTemplates() override;
+  absl::Status DeleteTemplate(const std::string& name) override;
+  absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
+                                int64_t keep_after_ms) override;
+  absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,
+                                                                  int limit) override;
 
  private:
   SqliteStore(sqlite3* db, std::string path);

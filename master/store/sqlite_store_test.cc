@@ -29,7 +29,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 1);
+    EXPECT_EQ((*store)->SchemaVersion(), 3);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -59,7 +59,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
     m.set_total_batches(100);
     (*m.mutable_values())["accuracy"] = 0.875;
     (*t.mutable_validation_summary())["accuracy"].set_last(0.875);
-    ASSERT_TRUE((*store)->AddMetrics(t, {m}).ok());
+    ASSERT_TRUE((*store)->AddMetrics({t}, {m}).ok());
 
     v1::Allocation a;
     a.set_id("alloc-1");
@@ -172,6 +172,58 @@ TEST(SqliteStore, NewerSchemaIsRefused) {
   auto store = SqliteStore::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
+}
+
+TEST(SqliteStore, SystemMetricsAreKeptPerAgentForABoundedTime) {
+  auto store = SqliteStore::Open(TempPath("sysmetrics.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto sample = [](const std::string& agent, int64_t t, double cpu) {
+    v1::SystemMetrics m;
+    m.set_agent_id(agent);
+    m.set_time_ms(t);
+    m.set_cpu_utilization_percent(cpu);
+    m.add_gpus()->set_uuid("GPU-1");
+    return m;
+  };
+  ASSERT_TRUE((*store)->AddSystemMetrics({sample("a", 1000, 10), sample("b", 1000, 50)}, 0).ok());
+  ASSERT_TRUE((*store)->AddSystemMetrics({sample("a", 2000, 20), sample("a", 3000, 30)}, 0).ok());
+  auto latest = (*store)->GetSystemMetrics("a", 2);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_EQ(latest->size(), 2u);
+  EXPECT_EQ((*latest)[0].time_ms(), 2000);  // Oldest first.
+  EXPECT_EQ((*latest)[1].cpu_utilization_percent(), 30);
+  EXPECT_EQ((*latest)[1].gpus(0).uuid(), "GPU-1");
+  // Samples before keep_after_ms go, whichever agent they belong to.
+  ASSERT_TRUE((*store)->AddSystemMetrics({sample("a", 4000, 40)}, 2500).ok());
+  auto a = (*store)->GetSystemMetrics("a", 100);
+  ASSERT_EQ(a->size(), 2u);
+  EXPECT_EQ((*a)[0].time_ms(), 3000);
+  EXPECT_TRUE((*store)->GetSystemMetrics("b", 100)->empty());
+}
+
+}  // namespace
+}  // namespace det::master
+
+namespace det::master {
+namespace {
+
+TEST(SqliteStore, ACheckpointCanBeMarkedDeleted) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Checkpoint c;
+  c.set_uuid("u-1");
+  c.set_trial_id(7);
+  c.set_total_batches(100);
+  c.set_state(v1::STATE_COMPLETED);
+  ASSERT_TRUE((*store)->AddCheckpoint(c).ok());
+  c.set_state(v1::STATE_DELETED);
+  ASSERT_TRUE((*store)->UpdateCheckpoint(c).ok());
+  auto got = (*store)->GetCheckpoints(7);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].state(), v1::STATE_DELETED);
+  c.set_uuid("nope");
+  EXPECT_EQ((*store)->UpdateCheckpoint(c).code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -49,8 +49,9 @@ class Store {
                                         const std::string& token) = 0;
   virtual absl::Status UpsertAgent(const v1::Agent& agent) = 0;
 
-  // Appends metric rows and writes `trial` (with its updated summaries) in one transaction.
-  virtual absl::Status AddMetrics(const v1::Trial& trial,
+  // Appends metric rows and writes `trials` (with their updated summaries) in one
+  // transaction.
+  virtual absl::Status AddMetrics(const std::vector<v1::Trial>& trials,
                                   const std::vector<v1::Metrics>& metrics) = 0;
   // Rows of `trial_id` (of `group` unless empty), in report order.
   virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
@@ -63,6 +64,30 @@ class Store {
 
   virtual absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) = 0;
   virtual absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) = 0;
+  // Rewrites a stored checkpoint (its state, after garbage collection). NotFound for an
+  // unknown uuid.
+  virtual absl::Status UpdateCheckpoint(const v1::Checkpoint& checkpoint) = 0;
+
+  // Config templates, by unique name. PutTemplate creates or replaces `name`'s row with
+  // `config_yaml` at `now_ms`, keeping the creation time of a replaced one, and returns
+  // the row with `*created` telling which happened.
+  virtual absl::StatusOr<v1::Template> PutTemplate(const std::string& name,
+                                                   const std::string& config_yaml,
+                                                   int64_t now_ms, bool* created) = 0;
+  // NotFound "template 'NAME' does not exist" when absent.
+  virtual absl::StatusOr<v1::Template> GetTemplate(const std::string& name) = 0;
+  // Every template, by name.
+  virtual absl::StatusOr<std::vector<v1::Template>> ListTemplates() = 0;
+  // NotFound as GetTemplate when absent.
+  virtual absl::Status DeleteTemplate(const std::string& name) = 0;
+
+  // Agents' host metrics. AddSystemMetrics appends `samples` and deletes every sample
+  // older than `keep_after_ms` (bounded retention) in one transaction.
+  virtual absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
+                                        int64_t keep_after_ms) = 0;
+  // The latest `limit` samples of `agent_id`, oldest first.
+  virtual absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(
+      const std::string& agent_id, int limit) = 0;
 };
 
 }  // namespace det::master

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 
 namespace det::testing {
@@ -101,10 +102,19 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
   std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   std::string addr_file = dir_ + "/master.addr";
   unlink(addr_file.c_str());
+  std::string http_listen = http_address_.empty() ? "127.0.0.1:0" : http_address_;
+  std::string http_addr_file = dir_ + "/master.http_addr";
+  unlink(http_addr_file.c_str());
   std::string config = WriteFile(
       "master.yaml", absl::StrCat("grpc_listen: \"", listen, "\"\ndata_dir: ", dir_,
                                   "/master\naddress_file: ", addr_file,
-                                  "\ncluster_secret: test-secret\nagent_reconnect_wait: 30s\n",
+                                  "\ncluster_secret: test-secret\n",
+                                  "http_listen: \"", http_listen, "\"\nhttp_address_file: ",
+                                  http_addr_file, "\n",
+                                  // A default only: a key may appear once.
+                                  extra_yaml.find("agent_reconnect_wait:") == std::string::npos
+                                      ? "agent_reconnect_wait: 30s\n"
+                                      : "",
                                   extra_yaml));
   SpawnOptions opts;
   opts.argv = {BinDir() + "/det-master", "--config", config};
@@ -121,6 +131,12 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
     return absl::UnavailableError(absl::StrCat("master did not start:\n", LogTail("master")));
   }
   address_ = std::string(absl::StripAsciiWhitespace(Slurp(addr_file)));
+  // The HTTP server starts right after gRPC.
+  if (!WaitUntil([&] { return access(http_addr_file.c_str(), R_OK) == 0; }, absl::Seconds(10))) {
+    return absl::UnavailableError(absl::StrCat("master's HTTP server did not start:\n",
+                                               LogTail("master")));
+  }
+  http_address_ = std::string(absl::StripAsciiWhitespace(Slurp(http_addr_file)));
   return absl::OkStatus();
 }
 
@@ -132,31 +148,66 @@ void TestCluster::StopMaster(int signal) {
 }
 
 absl::Status TestCluster::StartAgent(const std::string& id, int slots) {
-  std::string config = WriteFile(
-      id + ".yaml",
-      absl::StrCat("master: \"", address_, "\"\nagent_id: ", id, "\nslot_type: cpu\nslots: ", slots,
-                   "\nwork_dir: ", dir_, "/", id, "\nworker_path: [", BinDir(),
-                   "]\ncluster_secret: test-secret\nheartbeat_interval: 1s\nkill_grace: 3s\n"));
+  return StartAgentWithYaml(id, AgentYaml(id, slots));
+}
+
+std::string TestCluster::AgentYaml(const std::string& id, int slots) const {
+  return absl::StrCat("master: \"", address_, "\"\nagent_id: ", id, "\nslot_type: cpu\nslots: ",
+                      slots, "\nwork_dir: ", dir_, "/", id, "\nworker_path: [", BinDir(),
+                      "]\ncluster_secret: test-secret\nheartbeat_interval: 1s\nkill_grace: 3s\n");
+}
+
+absl::Status TestCluster::StartAgentWithYaml(const std::string& id, const std::string& yaml,
+                                             const std::vector<std::string>& extra_args,
+                                             bool wait_joined) {
+  // Registration time of an earlier instance of the agent, so that a restart is seen.
+  auto registered_ms = [&]() -> int64_t {
+    nlohmann::json agents = DetJson({"agent", "list"});
+    if (!agents.is_object() || !agents.contains("agents")) return -1;
+    for (const auto& a : agents["agents"]) {
+      if (a.value("id", "") != id || !a.value("connected", false)) continue;
+      const nlohmann::json& t = a["registered_time_ms"];
+      int64_t ms = 0;
+      if (t.is_number()) return t.get<int64_t>();
+      return t.is_string() && absl::SimpleAtoi(t.get<std::string>(), &ms) ? ms : 0;
+    }
+    return -1;
+  };
+  int64_t before = registered_ms();
+  std::string config = WriteFile(id + ".yaml", yaml);
   SpawnOptions opts;
   opts.argv = {BinDir() + "/det-agent", "--config", config};
+  opts.argv.insert(opts.argv.end(), extra_args.begin(), extra_args.end());
   opts.env = CurrentEnvironment();
   opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
   opts.stdout_path = opts.stderr_path = dir_ + "/" + id + ".log";
   auto proc = Subprocess::Spawn(opts);
   if (!proc.ok()) return proc.status();
   agents_[id] = std::move(*proc);
-  bool joined = WaitUntil(
-      [&] {
-        nlohmann::json agents = DetJson({"agent", "list"});
-        if (!agents.is_object() || !agents.contains("agents")) return false;
-        for (const auto& a : agents["agents"]) {
-          if (a.value("id", "") == id && a.value("connected", false)) return true;
-        }
-        return false;
-      },
-      absl::Seconds(30));
+  if (!wait_joined) return absl::OkStatus();
+  bool joined = WaitUntil([&] { return registered_ms() > before; }, absl::Seconds(30));
   if (!joined) return absl::UnavailableError(absl::StrCat("agent ", id, " did not join:\n", LogTail(id)));
   return absl::OkStatus();
+}
+
+ExitStatus TestCluster::StopAgent(const std::string& id, int signal) {
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return {};
+  // The agent alone: its workers lead process groups of their own.
+  kill(it->second->pid(), signal);
+  absl::StatusOr<ExitStatus> st = it->second->WaitFor(absl::Seconds(60));
+  ExitStatus exit = st.ok() ? *st : ExitStatus{-1, 0};
+  agents_.erase(it);
+  return exit;
+}
+
+std::optional<ExitStatus> TestCluster::WaitAgentExit(const std::string& id,
+                                                     absl::Duration timeout) {
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return std::nullopt;
+  absl::StatusOr<ExitStatus> st = it->second->WaitFor(timeout);
+  if (!st.ok()) return std::nullopt;
+  return *st;
 }
 
 CommandResult TestCluster::Det(const std::vector<std::string>& args, absl::Duration timeout) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,18 @@ class TestCluster {
   void StopMaster(int signal);
   // Starts agent `id` with `slots` CPU slots; waits until the master lists it connected.
   absl::Status StartAgent(const std::string& id, int slots = 1);
+  // The agent.yaml StartAgent uses for agent `id`.
+  std::string AgentYaml(const std::string& id, int slots = 1) const;
+  // Starts det-agent `id` with `yaml` and `extra_args`. With `wait_joined`, waits until the
+  // master lists it connected with a registration newer than any earlier instance's.
+  absl::Status StartAgentWithYaml(const std::string& id, const std::string& yaml,
+                                  const std::vector<std::string>& extra_args = {},
+                                  bool wait_joined = true);
+  // Sends `signal` to agent `id` (its process alone, not its workers) and waits for it to
+  // exit; returns how it exited.
+  ExitStatus StopAgent(const std::string& id, int signal);
+  // Waits up to `timeout` for agent `id` to exit by itself.
+  std::optional<ExitStatus> WaitAgentExit(const std::string& id, absl::Duration timeout);
 
   // Runs the det CLI against this cluster's master.
   CommandResult Det(const std::vector<std::string>& args,
@@ -52,6 +65,8 @@ class TestCluster {
 
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
+  // host:port of the master's HTTP server (REST API, web page).
+  const std::string& http_address() const { return http_address_; }
   std::string db_path() const { return dir_ + "/master/det.db"; }
   // Writes `text` to dir()/name and returns the path.
   std::string WriteFile(const std::string& name, const std::string& text);
@@ -63,6 +78,7 @@ class TestCluster {
  private:
   std::string dir_;
   std::string address_;
+  std::string http_address_;
   std::unique_ptr<Subprocess> master_;
   std::map<std::string, std::unique_ptr<Subprocess>> agents_;
 };

@@ -1,12 +1,28 @@
 // det-fashion-mnist: the example worker. Trains a multi-layer perceptron on Fashion-MNIST
 // (Debian's dataset-fashion-mnist package) for the number of batches the searcher asks for,
-// reporting training loss every scheduling unit and validation loss and accuracy on the
-// 10,000 test images every min_validation_period and at the end.
+// data-parallel over every rank of the trial (Gloo all-reduce over TCP on CPUs), reporting
+// training loss and timings every scheduling unit, validation loss and accuracy on the
+// 10,000 test images every min_validation_period and at the end, and checkpoints to
+// checkpoint_storage; a restarted trial resumes from DET_LATEST_CHECKPOINT.
+//
+// Each global batch is the next window of effective_global_batch_size positions of the
+// epoch's sample order (a pure function of the trial seed and the epoch); rank r trains
+// on its per-slot slice of the window, and the gradients are averaged over the ranks, so
+// 1 rank and N ranks with the same global batch make the same steps up to the order of
+// floating-point sums.
 //
 // Hyperparameters: global_batch_size (64), learning_rate (0.05, falling linearly to 0 over
-// the run), momentum (0.9), hidden_size (128). config.data.dir: the IDX files' directory.
+// the run), momentum (0.9), hidden_size (128), lr_warmup_epochs (0 = off: with N slots
+// the rate rises linearly from learning_rate to N x learning_rate over that many epochs,
+// for weak scaling, where the global batch grows with the slots). config.data.dir: the
+// IDX files' directory.
+#include <unistd.h>
+
 #include <iostream>
 #include <map>
+#include <optional>
+#include <random>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,101 +30,343 @@
 #include "common/clock/clock.h"
 #include "common/data/idx.h"
 #include "common/data/sampler.h"
+#include "common/harness/checkpoint.h"
 #include "common/harness/context.h"
+#include "common/harness/distributed.h"
+#include "common/harness/gradient_reducer.h"
+#include "common/harness/rendezvous_client.h"
 #include "common/harness/reporter_client.h"
+#include "common/harness/timings.h"
 #include "common/nn/mlp.h"
 #include "common/status/status_macros.h"
 
 namespace det {
 namespace {
 
-absl::Status Train(Clock& clock) {
-  ASSIGN_OR_RETURN(harness::TrialContext ctx,
-                   harness::ContextFromEnvironment(harness::ProcessEnvironment()));
-  if (ctx.world_size != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "det-fashion-mnist trains on one slot; this trial has ", ctx.world_size,
-        " (set resources.slots_per_trial: 1)"));
-  }
-  ASSIGN_OR_RETURN(int64_t global_batch, ctx.HparamInt("global_batch_size", 64));
-  ASSIGN_OR_RETURN(double lr0, ctx.HparamDouble("learning_rate", 0.05));
-  ASSIGN_OR_RETURN(double momentum, ctx.HparamDouble("momentum", 0.9));
-  ASSIGN_OR_RETURN(int64_t hidden, ctx.HparamInt("hidden_size", 128));
-  if (global_batch <= 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: must be > 0");
-  std::string dir = ctx.DataString("dir", "/usr/share/datasets/fashion-mnist");
+// The sample order this worker uses (data::EpochOrder), recorded in checkpoints.
+constexpr char kOrderAlgorithm[] = "epoch_order_v1";
 
-  ASSIGN_OR_RETURN(data::Dataset train, data::LoadIdxDataset(dir + "/train-images-idx3-ubyte.gz",
-                                                             dir + "/train-labels-idx1-ubyte.gz"));
-  ASSIGN_OR_RETURN(data::Dataset test, data::LoadIdxDataset(dir + "/t10k-images-idx3-ubyte.gz",
-                                                            dir + "/t10k-labels-idx1-ubyte.gz"));
-  const int64_t batches_per_epoch = train.num_examples / global_batch;
-  const int64_t target = ctx.target_batches > 0 ? ctx.target_batches : batches_per_epoch;
-  const int64_t unit = std::max<int64_t>(1, ctx.scheduling_unit);
-  const int64_t validate_every = ctx.validation_period > 0 ? ctx.validation_period : target;
+absl::Status Annotate(const absl::Status& st, const std::string& what) {
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
+}
+
+class Trainer {
+ public:
+  Trainer(harness::TrialContext ctx, Clock& clock) : ctx_(std::move(ctx)), clock_(clock) {}
+
+  absl::Status Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status Restore();
+  absl::Status TrainBatch(int64_t batch);
+  absl::Status ReportTraining(int64_t done);
+  absl::Status Validate(int64_t done);
+  absl::Status Checkpoint(int64_t done);
+  double LearningRate(int64_t batch) const;
+
+  harness::TrialContext ctx_;
+  Clock& clock_;
+  std::unique_ptr<harness::Reporter> reporter_;
+  std::unique_ptr<collective::Rendezvous> rendezvous_;
+  std::unique_ptr<collective::Collective> collective_;
+  std::unique_ptr<harness::GradientReducer> reducer_;
+  std::optional<nn::Mlp> model_;
+  data::Dataset train_, test_;
+  // Random generator of this rank (for augmentation, dropout, ...); checkpointed.
+  std::mt19937_64 rng_;
+
+  double lr0_ = 0.05, momentum_ = 0.9, warmup_epochs_ = 0;
+  int64_t hidden_ = 128, requested_batch_ = 64, per_slot_ = 0, global_batch_ = 0;
+  int64_t batches_per_epoch_ = 0, target_ = 0, start_batch_ = 0;
+
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
+  std::vector<float> x_;
+  std::vector<uint8_t> y_;
+
+  harness::Timings timings_;
+  double loss_sum_ = 0;
+  int64_t group_batches_ = 0;
+  absl::Time group_start_;
+  // Validation of the latest batch validated, and the best value of the searcher metric.
+  int64_t validated_at_ = -1;
+  std::map<std::string, double> validation_;
+  std::optional<double> best_;
+  bool checkpoint_pending_ = false;
+  int64_t checkpointed_at_ = -1;
+};
+
+absl::Status Trainer::Setup() {
+  ASSIGN_OR_RETURN(requested_batch_, ctx_.HparamInt("global_batch_size", 64));
+  ASSIGN_OR_RETURN(lr0_, ctx_.HparamDouble("learning_rate", 0.05));
+  ASSIGN_OR_RETURN(momentum_, ctx_.HparamDouble("momentum", 0.9));
+  ASSIGN_OR_RETURN(hidden_, ctx_.HparamInt("hidden_size", 128));
+  ASSIGN_OR_RETURN(warmup_epochs_, ctx_.HparamDouble("lr_warmup_epochs", 0));
+  if (requested_batch_ <= 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: must be > 0");
+  per_slot_ = requested_batch_ / ctx_.world_size;
+  if (per_slot_ == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hyperparameters.global_batch_size (", requested_batch_,
+                                                   ") is smaller than the trial's ", ctx_.world_size, " slots"));
+  }
+  global_batch_ = per_slot_ * ctx_.world_size;
+  rng_.seed(ctx_.trial_seed * 1000003ULL + static_cast<uint64_t>(ctx_.rank));
   std::cout << absl::StrFormat(
-                   "trial %d: %d training and %d test images; %d batches of %d (%.2f epochs), "
-                   "hidden %d, lr %.3g, seed %u",
-                   ctx.trial_id, train.num_examples, test.num_examples, target, global_batch,
-                   static_cast<double>(target) / batches_per_epoch, hidden, lr0, ctx.trial_seed)
+                   "rank %d of %d (local rank %d, pid %d): per-slot batch %d, global batch %d%s",
+                   ctx_.rank, ctx_.world_size, ctx_.local_rank, getpid(), per_slot_, global_batch_,
+                   global_batch_ == requested_batch_
+                       ? ""
+                       : absl::StrFormat(" (%d requested; %d records per batch dropped)", requested_batch_,
+                                         requested_batch_ - global_batch_))
             << std::endl;
 
+  std::string dir = ctx_.DataString("dir", "/usr/share/datasets/fashion-mnist");
+  ASSIGN_OR_RETURN(train_, data::LoadIdxDataset(dir + "/train-images-idx3-ubyte.gz",
+                                                dir + "/train-labels-idx1-ubyte.gz"));
+  ASSIGN_OR_RETURN(test_, data::LoadIdxDataset(dir + "/t10k-images-idx3-ubyte.gz",
+                                               dir + "/t10k-labels-idx1-ubyte.gz"));
+  batches_per_epoch_ = train_.num_examples / global_batch_;
+  if (batches_per_epoch_ == 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: larger than the data set");
+  target_ = ctx_.target_batches > 0 ? ctx_.target_batches : batches_per_epoch_;
+
+  rendezvous_ = harness::NewMasterRendezvous(ctx_);
+  ASSIGN_OR_RETURN(collective_, harness::ConnectCollective(ctx_, *rendezvous_));
+
   nn::MlpOptions options;
-  options.layer_sizes = {train.rows * train.cols, static_cast<int>(hidden), 10};
-  options.momentum = static_cast<float>(momentum);
-  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(options, ctx.trial_seed));
-  auto reporter = harness::NewGrpcReporter(ctx);
+  options.layer_sizes = {train_.rows * train_.cols, static_cast<int>(hidden_), 10};
+  options.momentum = static_cast<float>(momentum_);
+  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(options, ctx_.trial_seed));
+  model_.emplace(std::move(model));
+  if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore());
+  // Every rank starts from rank 0's model and optimizer state.
+  RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->params(), 0), "broadcasting the parameters"));
+  RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->velocity(), 0), "broadcasting the optimizer state"));
 
-  const int64_t example = train.example_size();
-  std::vector<float> x(global_batch * example);
-  std::vector<uint8_t> y(global_batch);
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
-  double loss_sum = 0, load_s = 0, train_s = 0;
-  int64_t group_batches = 0;
-  absl::Time group_start = clock.Now();
-  for (int64_t batch = 0; batch < target; ++batch) {
-    absl::Time t0 = clock.Now();
-    int64_t epoch = batch / batches_per_epoch;
-    if (epoch != order_epoch) {
-      order = data::EpochOrder(train.num_examples, ctx.trial_seed, epoch);
-      order_epoch = epoch;
-    }
-    int64_t first = (batch % batches_per_epoch) * global_batch;
-    for (int64_t i = 0; i < global_batch; ++i) {
-      int64_t idx = order[first + i];
-      std::copy_n(&train.images[idx * example], example, &x[i * example]);
-      y[i] = train.labels[idx];
-    }
-    absl::Time t1 = clock.Now();
-    loss_sum += model.ForwardBackward(x.data(), y.data(), static_cast<int>(global_batch));
-    model.Step(static_cast<float>(lr0 * (1.0 - static_cast<double>(batch) / target)));
-    absl::Time t2 = clock.Now();
-    load_s += absl::ToDoubleSeconds(t1 - t0);
-    train_s += absl::ToDoubleSeconds(t2 - t1);
-    ++group_batches;
-
-    int64_t done = batch + 1;
-    if (done % unit == 0 || done == target) {
-      double loss = loss_sum / group_batches;
-      double rate = group_batches / std::max(1e-9, absl::ToDoubleSeconds(clock.Now() - group_start));
-      RETURN_IF_ERROR(reporter->ReportMetrics("training", done, {{"loss", loss}}));
-      RETURN_IF_ERROR(reporter->ReportMetrics(
-          "timings", done,
-          {{"dataloader_next_s", load_s / group_batches}, {"train_batch_s", train_s / group_batches}}));
-      std::cout << absl::StrFormat("batch %d/%d  loss %.4f  (%.0f batches/s)", done, target, loss, rate)
-                << std::endl;
-      loss_sum = load_s = train_s = 0;
-      group_batches = 0;
-      group_start = clock.Now();
-    }
-    if (done % validate_every == 0 || done == target) {
-      nn::Evaluation eval = model.Evaluate(test.images.data(), test.labels.data(), test.num_examples);
-      RETURN_IF_ERROR(reporter->ReportMetrics(
-          "validation", done, {{"validation_loss", eval.loss}, {"accuracy", eval.accuracy}}));
-      std::cout << absl::StrFormat("validation at batch %d: loss %.4f  accuracy %.4f", done,
-                                   eval.loss, eval.accuracy)
+  harness::GradientReducerOptions ro;
+  ro.bucket_bytes = ctx_.bucket_bytes;
+  ro.aggregation_frequency = ctx_.aggregation_frequency;
+  reducer_ = std::make_unique<harness::GradientReducer>(*collective_, model_->grads(), ro);
+  reporter_ = harness::NewGrpcReporter(ctx_);
+  x_.resize(per_slot_ * train_.example_size());
+  y_.resize(per_slot_);
+  if (ctx_.is_chief()) {
+    std::cout << absl::StrFormat(
+                     "trial %d: %d training and %d test images; batches %d..%d of %d (%.2f epochs), "
+                     "hidden %d, lr %.3g, seed %u, %s collective, %d gradient bucket(s), "
+                     "aggregation frequency %d",
+                     ctx_.trial_id, train_.num_examples, test_.num_examples, start_batch_, target_,
+                     global_batch_, static_cast<double>(target_) / batches_per_epoch_, hidden_, lr0_,
+                     ctx_.trial_seed, collective_->backend(), reducer_->buckets().size(),
+                     ctx_.aggregation_frequency)
+              << std::endl;
+    if (ctx_.checkpoint_dir.empty()) {
+      std::cout << "checkpoint_storage is not configured: no checkpoints; a restart begins from scratch"
                 << std::endl;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Restore() {
+  const std::string& path = ctx_.latest_checkpoint;
+  ASSIGN_OR_RETURN(auto files, harness::ReadCheckpoint(path));
+  if (!files.count("model.bin") || !files.count("state.json")) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": model.bin or state.json is missing"));
+  }
+  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Deserialize(files["model.bin"]));
+  if (model.options().layer_sizes != model_->options().layer_sizes) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " holds a model of another shape"));
+  }
+  ASSIGN_OR_RETURN(harness::TrainingState state, harness::ParseTrainingState(files["state.json"]));
+  if (state.order_algorithm != kOrderAlgorithm || state.dataset_fingerprint != train_.Fingerprint() ||
+      state.dataset_size != train_.num_examples) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s was written for sample order %s over a data set of %d examples (fingerprint "
+        "%016x); this run has %s over %d examples (fingerprint %016x)",
+        path, state.order_algorithm, state.dataset_size, state.dataset_fingerprint, kOrderAlgorithm,
+        train_.num_examples, train_.Fingerprint()));
+  }
+  model_.emplace(std::move(model));
+  start_batch_ = state.total_batches;
+  if (ctx_.rank < static_cast<int>(state.rng_states.size())) {
+    std::istringstream in(state.rng_states[ctx_.rank]);
+    in >> rng_;
+  }
+  if (state.extra.contains("best") && state.extra["best"].is_number()) best_ = state.extra["best"].get<double>();
+  if (ctx_.is_chief()) {
+    std::cout << absl::StrFormat("resuming from checkpoint %s at batch %d (epoch %d)%s", path, start_batch_,
+                                 state.epoch,
+                                 state.global_batch_size == global_batch_
+                                     ? ""
+                                     : absl::StrFormat("; its global batch was %d, now %d",
+                                                       state.global_batch_size, global_batch_))
+              << std::endl;
+  }
+  checkpointed_at_ = start_batch_;
+  return absl::OkStatus();
+}
+
+double Trainer::LearningRate(int64_t batch) const {
+  double decay = 1.0 - static_cast<double>(batch) / static_cast<double>(target_);
+  double scale = 1.0;
+  if (warmup_epochs_ > 0 && ctx_.world_size > 1) {
+    double epochs = static_cast<double>(batch) / static_cast<double>(batches_per_epoch_);
+    scale = 1.0 + (ctx_.world_size - 1) * std::min(1.0, epochs / warmup_epochs_);
+  }
+  return lr0_ * scale * decay;
+}
+
+absl::Status Trainer::TrainBatch(int64_t batch) {
+  {
+    harness::ScopedTiming t(timings_, "dataloader_next", clock_);
+    int64_t epoch = batch / batches_per_epoch_;
+    if (epoch != order_epoch_) {
+      order_ = data::EpochOrder(train_.num_examples, ctx_.trial_seed, epoch);
+      order_epoch_ = epoch;
+    }
+    const int64_t example = train_.example_size();
+    const int64_t first = (batch % batches_per_epoch_) * global_batch_ + ctx_.rank * per_slot_;
+    for (int64_t i = 0; i < per_slot_; ++i) {
+      int64_t idx = order_[first + i];
+      std::copy_n(&train_.images[idx * example], example, &x_[i * example]);
+      y_[i] = train_.labels[idx];
+    }
+  }
+  // The model lives in host memory: nothing moves to or from a device.
+  { harness::ScopedTiming t(timings_, "to_device", clock_); }
+  float lr;
+  {
+    harness::ScopedTiming t(timings_, "step_lr_schedulers", clock_);
+    lr = static_cast<float>(LearningRate(batch));
+  }
+  float loss;
+  {
+    harness::ScopedTiming t(timings_, "train_batch", clock_);
+    loss = model_->ForwardBackward(x_.data(), y_.data(), static_cast<int>(per_slot_),
+                                   [this](size_t begin, size_t end) { reducer_->MarkReady(begin, end); });
+    absl::StatusOr<bool> sync;
+    {
+      harness::ScopedTiming w(timings_, "gradient_sync", clock_);
+      sync = reducer_->Finish();
+    }
+    if (!sync.ok()) {
+      return Annotate(sync.status(), absl::StrCat("gradient all-reduce at batch ", batch));
+    }
+    if (*sync) model_->Step(lr);
+  }
+  {
+    harness::ScopedTiming t(timings_, "from_device", clock_);
+    loss_sum_ += loss;
+  }
+  ++group_batches_;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReportTraining(int64_t done) {
+  std::map<std::string, double> training = {{"loss", loss_sum_ / group_batches_}};
+  {
+    harness::ScopedTiming t(timings_, "reduce_metrics", clock_);
+    if (ctx_.average_training_metrics && ctx_.world_size > 1) {
+      ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*collective_, training, /*average=*/true));
+    }
+  }
+  double seconds = std::max(1e-9, absl::ToDoubleSeconds(clock_.Now() - group_start_));
+  std::map<std::string, double> timings = timings_.Summarize();
+  timings["samples_per_second"] = static_cast<double>(group_batches_ * global_batch_) / seconds;
+  timings["batches_per_second"] = static_cast<double>(group_batches_) / seconds;
+  if (ctx_.is_chief()) {
+    RETURN_IF_ERROR(reporter_->ReportMetricsBatch(
+        {harness::MakeMetrics("training", done, training), harness::MakeMetrics("timings", done, timings)}));
+    std::cout << absl::StrFormat("batch %d/%d  loss %.4f  (%.0f batches/s, %.0f samples/s)", done, target_,
+                                 training["loss"], timings["batches_per_second"], timings["samples_per_second"])
+              << std::endl;
+  }
+  loss_sum_ = 0;
+  group_batches_ = 0;
+  group_start_ = clock_.Now();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Validate(int64_t done) {
+  // Each rank evaluates its shard of the test set; the sums are all-reduced.
+  const int64_t n = test_.num_examples;
+  const int64_t lo = n * ctx_.rank / ctx_.world_size, hi = n * (ctx_.rank + 1) / ctx_.world_size;
+  nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, hi - lo);
+  std::map<std::string, double> sums = {{"loss_sum", e.loss * static_cast<double>(hi - lo)},
+                                        {"correct", std::round(e.accuracy * static_cast<double>(hi - lo))},
+                                        {"count", static_cast<double>(hi - lo)}};
+  if (ctx_.world_size > 1) {
+    ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*collective_, sums, /*average=*/false));
+  }
+  validation_ = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
+  validated_at_ = done;
+  if (ctx_.is_chief()) {
+    RETURN_IF_ERROR(reporter_->ReportMetrics("validation", done, validation_));
+    std::cout << absl::StrFormat("validation at batch %d: loss %.4f  accuracy %.4f", done,
+                                 validation_["validation_loss"], validation_["accuracy"])
+              << std::endl;
+  }
+  // Every rank holds the same reduced values, so every rank decides the same.
+  bool improved = false;
+  auto metric = validation_.find(ctx_.searcher_metric);
+  if (metric != validation_.end()) {
+    improved = !best_.has_value() ||
+               (ctx_.smaller_is_better ? metric->second < *best_ : metric->second > *best_);
+    if (improved) best_ = metric->second;
+  }
+  if (ctx_.checkpoint_policy == "all" || (ctx_.checkpoint_policy == "best" && improved)) checkpoint_pending_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Checkpoint(int64_t done) {
+  checkpoint_pending_ = false;
+  if (ctx_.checkpoint_dir.empty() || checkpointed_at_ == done) return absl::OkStatus();
+  std::ostringstream rng_text;
+  rng_text << rng_;
+  ASSIGN_OR_RETURN(std::vector<std::string> rngs, harness::AllGatherBytes(*collective_, rng_text.str()));
+  checkpointed_at_ = done;
+  if (!ctx_.is_chief()) return absl::OkStatus();
+  harness::TrainingState state;
+  state.total_batches = done;
+  state.epoch = done / batches_per_epoch_;
+  state.samples_in_epoch = (done % batches_per_epoch_) * global_batch_;
+  state.global_batch_size = global_batch_;
+  state.order_algorithm = kOrderAlgorithm;
+  state.dataset_fingerprint = train_.Fingerprint();
+  state.dataset_size = train_.num_examples;
+  state.trial_seed = ctx_.trial_seed;
+  state.world_size = ctx_.world_size;
+  state.rng_states = std::move(rngs);
+  if (best_.has_value()) state.extra["best"] = *best_;
+  std::string uuid = harness::NewCheckpointUuid();
+  ASSIGN_OR_RETURN(v1::Checkpoint c,
+                   harness::WriteCheckpoint(ctx_.checkpoint_dir, uuid,
+                                            {{"model.bin", model_->Serialize()},
+                                             {"state.json", harness::SerializeTrainingState(state)}}));
+  c.set_total_batches(done);
+  if (validated_at_ == done) c.mutable_metrics()->insert(validation_.begin(), validation_.end());
+  RETURN_IF_ERROR(reporter_->ReportCheckpoint(c));
+  std::cout << absl::StrFormat("checkpoint %s at batch %d", uuid, done) << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Run() {
+  RETURN_IF_ERROR(Setup());
+  const int64_t unit = std::max<int64_t>(1, ctx_.scheduling_unit);
+  const int64_t validate_every = ctx_.validation_period > 0 ? ctx_.validation_period : target_;
+  const int k = ctx_.aggregation_frequency;
+  group_start_ = clock_.Now();
+  for (int64_t batch = start_batch_; batch < target_; ++batch) {
+    RETURN_IF_ERROR(TrainBatch(batch));
+    const int64_t done = batch + 1;
+    const bool last = done == target_;
+    if (done % unit == 0 || last) RETURN_IF_ERROR(ReportTraining(done));
+    if (done % validate_every == 0 || last) RETURN_IF_ERROR(Validate(done));
+    if ((ctx_.checkpoint_period > 0 && done % ctx_.checkpoint_period == 0) || last) checkpoint_pending_ = true;
+    // Checkpoints only between aggregation groups: the group's partial gradient sum is
+    // not part of a checkpoint.
+    if (checkpoint_pending_ && (done % k == 0 || last)) RETURN_IF_ERROR(Checkpoint(done));
   }
   return absl::OkStatus();
 }
@@ -118,10 +376,19 @@ absl::Status Train(Clock& clock) {
 
 int main() {
   det::RealClock clock;
-  absl::Status st = det::Train(clock);
-  if (!st.ok()) {
-    std::cerr << "det-fashion-mnist: " << st.message() << std::endl;
+  auto ctx = det::harness::ContextFromEnvironment(det::harness::ProcessEnvironment());
+  if (!ctx.ok()) {
+    std::cerr << "det-fashion-mnist: " << ctx.status().message() << std::endl;
     return 1;
+  }
+  int rank = ctx->rank;
+  det::Trainer trainer(std::move(*ctx), clock);
+  absl::Status st = trainer.Run();
+  if (!st.ok()) {
+    std::cerr << "det-fashion-mnist: rank " << rank << ": " << st.message() << std::endl;
+    // Skip destructors: tearing down connections to failed peers must not delay the exit.
+    std::cout.flush();
+    _exit(1);
   }
   return 0;
 }

@@ -1,0 +1,434 @@
+// The agent with real worker processes (through the real det-agent shim) and a fake master.
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/supervisor/worker_process.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Queues commands for the agent's long poll and records what the agent reports.
+class FakeMasterClient : public MasterClient {
+ public:
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req) override {
+    absl::MutexLock l(&mu_);
+    registers_.push_back(req);
+    if (!register_error_.ok()) return register_error_;
+    v1::RegisterResponse resp;
+    resp.set_session_id(absl::StrCat("session-", registers_.size()));
+    resp.set_heartbeat_interval_ms(100);
+    for (const auto& id : kill_on_register_) resp.add_kill_allocations(id);
+    return resp;
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req) override {
+    absl::MutexLock l(&mu_);
+    for (const auto& m : req.system_metrics()) metrics_.push_back(m);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::PollCommandsResponse> PollCommands(const v1::PollCommandsRequest& req) override {
+    absl::MutexLock l(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !commands_.empty(); };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(req.wait_ms()));
+    if (shutdown_) return absl::CancelledError("shut down");
+    v1::PollCommandsResponse resp;
+    for (auto& c : commands_) *resp.add_commands() = std::move(c);
+    commands_.clear();
+    return resp;
+  }
+  absl::Status ReportLaunched(const v1::ReportLaunchedRequest& req) override {
+    absl::MutexLock l(&mu_);
+    if (!reports_error_.ok()) return reports_error_;
+    launched_.push_back(req);
+    return absl::OkStatus();
+  }
+  absl::Status ReportExit(const v1::ReportExitRequest& req) override {
+    absl::MutexLock l(&mu_);
+    if (!reports_error_.ok()) return reports_error_;
+    exits_.push_back(req);
+    return absl::OkStatus();
+  }
+  absl::Status ShipLogs(const v1::ShipLogsRequest& req) override {
+    absl::MutexLock l(&mu_);
+    if (!reports_error_.ok()) return reports_error_;
+    for (const auto& line : req.lines()) lines_.push_back(line);
+    return absl::OkStatus();
+  }
+  void Shutdown() override {
+    absl::MutexLock l(&mu_);
+    shutdown_ = true;
+  }
+
+  void Send(v1::AgentCommand cmd) {
+    absl::MutexLock l(&mu_);
+    commands_.push_back(std::move(cmd));
+  }
+  void FailRegister(absl::Status st) {
+    absl::MutexLock l(&mu_);
+    register_error_ = std::move(st);
+  }
+  void FailReports(absl::Status st) {
+    absl::MutexLock l(&mu_);
+    reports_error_ = std::move(st);
+  }
+  void KillOnRegister(const std::string& id) {
+    absl::MutexLock l(&mu_);
+    kill_on_register_.push_back(id);
+  }
+
+  // Waits (bounded) until `pred` holds over the recorded state.
+  bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(30)) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (pred()) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return pred();
+  }
+  std::vector<v1::ReportExitRequest> exits() {
+    absl::MutexLock l(&mu_);
+    return exits_;
+  }
+  std::vector<v1::ReportLaunchedRequest> launched() {
+    absl::MutexLock l(&mu_);
+    return launched_;
+  }
+  std::vector<v1::RegisterRequest> registers() {
+    absl::MutexLock l(&mu_);
+    return registers_;
+  }
+  std::vector<v1::SystemMetrics> metrics() {
+    absl::MutexLock l(&mu_);
+    return metrics_;
+  }
+  // Messages of `rank`'s lines on `stream`.
+  std::vector<std::string> Lines(int rank, const std::string& stream) {
+    absl::MutexLock l(&mu_);
+    std::vector<std::string> out;
+    for (const auto& line : lines_) {
+      if (line.rank() == rank && line.stream() == stream) out.push_back(line.message());
+    }
+    return out;
+  }
+  std::string AllLines() {
+    absl::MutexLock l(&mu_);
+    std::string out;
+    for (const auto& line : lines_) {
+      absl::StrAppend(&out, line.rank(), " ", line.stream(), ": ", line.message(), "\n");
+    }
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status register_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status reports_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> kill_on_register_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::AgentCommand> commands_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::RegisterRequest> registers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReportLaunchedRequest> launched_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::LogLine> lines_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::SystemMetrics> metrics_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// An agent running on its own thread.
+class RunningAgent {
+ public:
+  RunningAgent(config::AgentConfig config, MasterClient& client, AgentOptions options,
+               int slots = 2)
+      : agent_(config, client, CpuSlotsForTest(slots), options),
+        thread_([this] { result_ = agent_.Run(); }) {}
+  ~RunningAgent() { Stop().IgnoreError(); }
+  Agent& agent() { return agent_; }
+  absl::Status Stop() {
+    agent_.Stop();
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+  absl::Status Detach() {
+    agent_.Detach();
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+  absl::Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  static std::vector<v1::Slot> CpuSlotsForTest(int n) {
+    std::vector<v1::Slot> slots(n);
+    for (int i = 0; i < n; ++i) {
+      slots[i].set_id(absl::StrCat(i));
+      slots[i].set_type("cpu");
+    }
+    return slots;
+  }
+  Agent agent_;
+  absl::Status result_;
+  std::thread thread_;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::string rm = absl::StrCat("rm -rf '", dir_, "'");
+    ASSERT_EQ(std::system(rm.c_str()), 0);
+    mkdir(dir_.c_str(), 0755);
+    config_.master = "fake";
+    config_.agent_id = "agent-a";
+    config_.work_dir = dir_ + "/work";
+    config_.kill_grace = absl::Seconds(2);
+    config_.heartbeat_interval = absl::Milliseconds(100);
+    const char* srcdir = std::getenv("TEST_SRCDIR");
+    const char* ws = std::getenv("TEST_WORKSPACE");
+    options_.shim_path = absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det", "/agent/det-agent");
+  }
+
+  // A launch of allocation `id` with `ranks` ranks running ./train.sh with `script`.
+  v1::AgentCommand Launch(const std::string& id, int ranks, const std::string& script) {
+    v1::AgentCommand cmd;
+    v1::LaunchCommand* l = cmd.mutable_launch();
+    l->set_allocation_id(id);
+    l->set_trial_id(1);
+    l->add_argv("./train.sh");
+    (*l->mutable_env())["TEST_DIR"] = dir_;
+    for (int r = 0; r < ranks; ++r) {
+      v1::RankPlacement* p = l->add_ranks();
+      p->set_rank(r);
+      p->set_local_rank(r);
+      p->set_agent_id("agent-a");
+      p->add_slot_ids(absl::StrCat(r));
+    }
+    l->set_world_size(ranks);
+    l->set_num_agents(1);
+    v1::ContextFile* f = l->add_context();
+    f->set_path("train.sh");
+    f->set_content("#!/bin/sh\n" + script);
+    f->set_mode(0755);
+    return cmd;
+  }
+
+  pid_t WaitForPidFile(const std::string& name) {
+    pid_t pid = 0;
+    for (int i = 0; i < 600 && pid == 0; ++i) {
+      std::string text(absl::StripAsciiWhitespace(Slurp(dir_ + "/" + name)));
+      if (!absl::SimpleAtoi(text, &pid)) pid = 0;
+      if (pid == 0) absl::SleepFor(absl::Milliseconds(25));
+    }
+    return pid;
+  }
+
+  std::string dir_;
+  config::AgentConfig config_;
+  AgentOptions options_;
+};
+
+TEST_F(AgentTest, FailedRankStopsTheOthersAndEveryExitIsReported) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch("1.0", 2, R"sh(
+echo "rank $RANK of $WORLD_SIZE in $(pwd)"
+if [ "$RANK" = 1 ]; then
+  while [ ! -s "$TEST_DIR/rank0.pid" ]; do sleep 0.02; done
+  echo "rank 1 fails" >&2
+  exit 3
+fi
+echo $$ > "$TEST_DIR/rank0.tmp" && mv "$TEST_DIR/rank0.tmp" "$TEST_DIR/rank0.pid"
+exec sleep 1000
+)sh"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  std::map<int, v1::ReportExitRequest> by_rank;
+  for (const auto& e : master.exits()) by_rank[e.rank()] = e;
+  EXPECT_EQ(by_rank[1].exit_code(), 3);
+  EXPECT_EQ(by_rank[1].signal(), 0);
+  EXPECT_EQ(by_rank[0].signal(), SIGTERM);
+  EXPECT_FALSE(by_rank[0].agent_stopping());
+  ASSERT_EQ(master.launched().size(), 1u);
+  EXPECT_THAT(master.launched()[0].ranks(), ElementsAre(0, 1));
+  // rank 0's sleep is gone.
+  pid_t rank0 = WaitForPidFile("rank0.pid");
+  ASSERT_GT(rank0, 0);
+  EXPECT_TRUE(master.WaitFor([&] { return kill(rank0, 0) != 0; }, absl::Seconds(5)));
+  // Output, line by line, per rank and stream, in the per-allocation directory.
+  EXPECT_THAT(master.Lines(1, "stdout"), ElementsAre(absl::StrCat("rank 1 of 2 in ", dir_, "/work/1.0")));
+  EXPECT_THAT(master.Lines(1, "stderr"), ElementsAre("rank 1 fails"));
+  EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre(absl::StrCat("rank 0 of 2 in ", dir_, "/work/1.0")));
+  EXPECT_THAT(master.AllLines(), HasSubstr("worker exited: exit code 3"));
+  // Once the master has the exits, the allocation's directories are deleted.
+  EXPECT_TRUE(master.WaitFor([&] { return !Exists(dir_ + "/work/run/1.0") && !Exists(dir_ + "/work/1.0"); },
+                             absl::Seconds(5)));
+  EXPECT_TRUE(agent.Stop().ok());
+}
+
+TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch("2.0", 1, "trap '' TERM\necho $$ > \"$TEST_DIR/pid\"\nwhile true; do sleep 0.05; done\n"));
+  ASSERT_GT(WaitForPidFile("pid"), 0);
+  v1::AgentCommand kill;
+  kill.mutable_kill()->set_allocation_id("2.0");
+  kill.mutable_kill()->set_reason("test");
+  kill.mutable_kill()->set_grace_ms(300);
+  absl::Time sent = absl::Now();
+  master.Send(kill);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[0].signal(), SIGKILL);
+  EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));
+}
+
+TEST_F(AgentTest, MissingEntrypointExits127WithTheReason) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  v1::AgentCommand cmd = Launch("3.0", 1, "");
+  cmd.mutable_launch()->set_argv(0, "no-such-entrypoint");
+  master.Send(cmd);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
+  EXPECT_EQ(master.exits()[0].exit_code(), 127);
+  EXPECT_THAT(master.AllLines(), HasSubstr("cannot execute \"no-such-entrypoint\""));
+}
+
+TEST_F(AgentTest, RefusedAgentWithoutWorkersStops) {
+  FakeMasterClient master;
+  master.FailRegister(absl::UnauthenticatedError("cluster secret missing or wrong"));
+  RunningAgent agent(config_, master, options_);
+  absl::Status st = agent.Join();
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("cluster secret"));
+}
+
+TEST_F(AgentTest, StopKillsWorkersAndReportsThemAsStoppedByTheAgent) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch("4.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+  pid_t pid = WaitForPidFile("pid");
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(agent.Stop().ok());
+  ASSERT_EQ(master.exits().size(), 1u);
+  EXPECT_EQ(master.exits()[0].signal(), SIGTERM);
+  EXPECT_TRUE(master.exits()[0].agent_stopping());
+  EXPECT_NE(kill(pid, 0), 0);
+}
+
+// The agent process goes away (Detach, as on SIGUSR1, or a crash) while its worker runs; a
+// new agent on the same work_dir adopts the worker, reports the allocation as running,
+// ships only the output not yet shipped, and reports the exit.
+TEST_F(AgentTest, NewAgentAdoptsTheWorkersOfThePreviousOne) {
+  std::string script = R"sh(
+echo "before $$"
+echo $$ > "$TEST_DIR/pid"
+while [ ! -e "$TEST_DIR/go" ]; do sleep 0.05; done
+echo "after"
+exit 4
+)sh";
+  pid_t pid = 0;
+  {
+    FakeMasterClient first;
+    RunningAgent agent(config_, first, options_);
+    first.Send(Launch("5.0", 1, script));
+    pid = WaitForPidFile("pid");
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(first.WaitFor([&] { return first.Lines(0, "stdout").size() == 1; }));
+    ASSERT_TRUE(first.WaitFor([&] { return first.launched().size() == 1; }));
+    EXPECT_TRUE(agent.Detach().ok());
+    EXPECT_TRUE(first.exits().empty());
+  }
+  EXPECT_EQ(kill(pid, 0), 0) << "the worker died with its agent";
+  std::ofstream(dir_ + "/go") << "";
+
+  FakeMasterClient second;
+  RunningAgent agent(config_, second, options_);
+  ASSERT_TRUE(second.WaitFor([&] { return !second.registers().empty(); }));
+  EXPECT_THAT(second.registers()[0].running_allocations(), ElementsAre("5.0"));
+  ASSERT_TRUE(second.WaitFor([&] { return second.exits().size() == 1; })) << second.AllLines();
+  EXPECT_EQ(second.exits()[0].exit_code(), 4);
+  EXPECT_EQ(second.exits()[0].message(), "");
+  // "before" was shipped by the first agent; only "after" comes now.
+  EXPECT_THAT(second.Lines(0, "stdout"), ElementsAre("after"));
+  EXPECT_THAT(second.AllLines(), HasSubstr("watching the worker again"));
+  EXPECT_TRUE(second.launched().empty());  // The first agent had reported the launch.
+  EXPECT_TRUE(agent.Stop().ok());
+}
+
+TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
+  pid_t pid = 0;
+  {
+    FakeMasterClient first;
+    RunningAgent agent(config_, first, options_);
+    first.Send(Launch("6.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+    pid = WaitForPidFile("pid");
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(agent.Detach().ok());
+  }
+  FakeMasterClient second;
+  second.KillOnRegister("6.0");
+  RunningAgent agent(config_, second, options_);
+  ASSERT_TRUE(second.WaitFor([&] { return second.exits().size() == 1; })) << second.AllLines();
+  EXPECT_EQ(second.exits()[0].signal(), SIGTERM);
+  EXPECT_NE(kill(pid, 0), 0);
+  EXPECT_TRUE(second.WaitFor([&] { return !Exists(dir_ + "/work/run/6.0"); }, absl::Seconds(5)));
+}
+
+TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
+  FakeMasterClient master;
+  master.FailReports(absl::UnavailableError("master down"));
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch("7.0", 1, "for i in 1 2 3; do echo line $i; done\n"));
+  absl::SleepFor(absl::Milliseconds(500));  // Let the agent try (and fail) to deliver.
+  EXPECT_TRUE(master.exits().empty());
+  master.FailReports(absl::OkStatus());
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
+  EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("line 1", "line 2", "line 3"));
+}
+
+TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
+  FakeMasterClient master;
+  SystemSampler sampler;
+  options_.sampler = &sampler;
+  options_.system_metrics_period = absl::Milliseconds(100);
+  RunningAgent agent(config_, master, options_);
+  ASSERT_TRUE(master.WaitFor([&] { return master.metrics().size() >= 2; }));
+  for (const auto& m : master.metrics()) {
+    EXPECT_EQ(m.agent_id(), "agent-a");
+    EXPECT_GE(m.cpu_utilization_percent(), 0);
+    EXPECT_LE(m.cpu_utilization_percent(), 100);
+    EXPECT_GT(m.memory_free_bytes(), 0);
+    EXPECT_LE(m.memory_free_bytes(), m.memory_total_bytes());
+  }
+  // Each sample is sent once.
+  auto metrics = master.metrics();
+  for (size_t i = 1; i < metrics.size(); ++i) EXPECT_GT(metrics[i].time_ms(), metrics[i - 1].time_ms());
+}
+
+}  // namespace
+}  // namespace det::agent

@@ -1,0 +1,87 @@
+// Collectives on host memory over TCP with Gloo (Debian's libgloo): a full mesh of TCP
+// connections between the ranks, bootstrapped through a Rendezvous (each rank publishes
+// its listening addresses under `key`), then Gloo's ring all-reduce, one-to-all
+// broadcast and barrier.
+//
+// Failure handling: a peer that exits closes its sockets, so the ranks talking to it
+// fail at once with kAborted and exit; their exit closes their own sockets, so the
+// failure reaches every rank within one round trip. A peer that hangs without exiting
+// is caught by `timeout`. Gloo throws C++ exceptions; they are caught here and never
+// leave this class.
+#ifndef DET_COMMON_COLLECTIVE_GLOO_COLLECTIVE_H_
+#define DET_COMMON_COLLECTIVE_GLOO_COLLECTIVE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/collective/collective.h"
+#include "common/collective/rendezvous.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace det::collective {
+
+struct GlooOptions {
+  // Address to listen on and advertise to the other ranks: a host name or IP address
+  // ("127.0.0.1" for ranks on one machine). Ignored when `iface` is set.
+  std::string hostname = "127.0.0.1";
+  // A network interface name (e.g. "eth0"), whose address is used instead of hostname.
+  std::string iface;
+  // Longest wait of any single operation (and of connecting) for the other ranks.
+  absl::Duration timeout = absl::Minutes(5);
+  // Longest wait for every rank to publish its addresses.
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
+};
+
+class GlooCollective : public Collective {
+ public:
+  // Connects rank `rank` of `size` to the others: creates its TCP endpoints, publishes
+  // them through `rendezvous` under `key` (which must be fresh for this membership) and
+  // connects to every other rank. Errors name the rank, the key and the cause.
+  // REQUIRES: 0 <= rank < size. `rendezvous` is used only during Create().
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int size,
+                                                               Rendezvous& rendezvous,
+                                                               const std::string& key,
+                                                               const GlooOptions& options = {});
+  // After a failure the connections are abandoned rather than shut down cleanly (a clean
+  // shutdown may wait on dead peers), so destruction never blocks.
+  ~GlooCollective() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+  Device device() const override { return Device::kHost; }
+
+  absl::Status AllReduceSum(absl::Span<float> data) override;
+  absl::Status AllReduceSum(absl::Span<int64_t> data) override;
+  absl::Status BroadcastBytes(void* data, size_t bytes, int root) override;
+  absl::Status Barrier() override;
+
+  // The connected Gloo context, for benchmarks that compare with raw Gloo calls on the
+  // same connections. Do not use it while another operation runs.
+  const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
+
+ private:
+  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+                 absl::Duration timeout);
+
+  // Runs `op` (which may throw), mapping exceptions to a status that names the
+  // operation (`what()`, built only on failure) and marking the collective failed.
+  template <typename Describe, typename Op>
+  absl::Status Run(Describe what, Op op);
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<gloo::Context> context_;
+  const absl::Duration timeout_;
+  uint32_t next_tag_ = 1;
+  absl::Status failed_;
+};
+
+}  // namespace det::collective
+
+#endif  // DET_COMMON_COLLECTIVE_GLOO_COLLECTIVE_H_

@@ -1,0 +1,69 @@
+#include "common/harness/distributed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/collective/gloo_collective.h"
+#include "common/collective/local_collective.h"
+
+namespace det::harness {
+
+std::string MembershipKey(const TrialContext& context, const std::string& backend) {
+  std::string alloc = context.allocation_id.empty() ? absl::StrCat(context.trial_id, ".", context.run_id)
+                                                    : context.allocation_id;
+  return absl::StrCat(alloc, "/", backend);
+}
+
+absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
+    const TrialContext& context, collective::Rendezvous& rendezvous, const CollectiveOptions& options) {
+  if (context.world_size == 1) return std::make_unique<collective::LocalCollective>();
+  collective::GlooOptions gloo;
+  gloo.hostname = context.collective_host.empty() ? "127.0.0.1" : context.collective_host;
+  gloo.iface = context.collective_iface;
+  gloo.timeout = options.timeout;
+  gloo.rendezvous_timeout = options.rendezvous_timeout;
+  auto c = collective::GlooCollective::Create(context.rank, context.world_size, rendezvous,
+                                              MembershipKey(context, "gloo"), gloo);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<collective::Collective>(std::move(*c));
+}
+
+absl::StatusOr<std::map<std::string, double>> ReduceMetrics(collective::Collective& collective,
+                                                            const std::map<std::string, double>& values,
+                                                            bool average) {
+  std::vector<float> buf;
+  buf.reserve(values.size());
+  for (const auto& [name, v] : values) buf.push_back(static_cast<float>(v));
+  if (auto st = collective.AllReduceSum(absl::MakeSpan(buf)); !st.ok()) return st;
+  std::map<std::string, double> out;
+  size_t i = 0;
+  for (const auto& [name, v] : values) {
+    out[name] = average ? static_cast<double>(buf[i]) / collective.size() : buf[i];
+    ++i;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> AllGatherBytes(collective::Collective& collective,
+                                                        const std::string& mine) {
+  const int n = collective.size();
+  const int rank = collective.rank();
+  std::vector<int64_t> lengths(n, 0);
+  lengths[rank] = static_cast<int64_t>(mine.size());
+  if (auto st = collective.AllReduceSum(absl::MakeSpan(lengths)); !st.ok()) return st;
+  int64_t longest = 0;
+  for (int64_t l : lengths) longest = std::max(longest, l);
+  const size_t words = static_cast<size_t>((longest + 7) / 8);
+  std::vector<int64_t> buf(words * n, 0);
+  if (!mine.empty()) std::memcpy(&buf[words * rank], mine.data(), mine.size());
+  if (auto st = collective.AllReduceSum(absl::MakeSpan(buf)); !st.ok()) return st;
+  std::vector<std::string> out(n);
+  for (int r = 0; r < n; ++r) {
+    out[r].assign(reinterpret_cast<const char*>(&buf[words * r]), static_cast<size_t>(lengths[r]));
+  }
+  return out;
+}
+
+}  // namespace det::harness

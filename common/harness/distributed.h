@@ -1,0 +1,52 @@
+// Data-parallel plumbing for training code: the trial's collective, and metrics reduced
+// over the ranks.
+#ifndef DET_COMMON_HARNESS_DISTRIBUTED_H_
+#define DET_COMMON_HARNESS_DISTRIBUTED_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/collective/collective.h"
+#include "common/collective/rendezvous.h"
+#include "common/harness/context.h"
+
+namespace det::harness {
+
+// The rendezvous key prefix of this run of the trial: "<allocation id>/<backend>". The
+// allocation id changes with every run (it ends in the run id), so every restart is a
+// fresh membership generation.
+std::string MembershipKey(const TrialContext& context, const std::string& backend);
+
+struct CollectiveOptions {
+  // Longest wait of one operation for the other ranks.
+  absl::Duration timeout = absl::Minutes(5);
+  // Longest wait for every rank at the rendezvous (they load their data first).
+  absl::Duration rendezvous_timeout = absl::Minutes(10);
+};
+
+// The collective for a host-memory model: a LocalCollective for a world of one (no
+// rendezvous), else a GlooCollective over TCP on context.collective_host (or
+// collective_iface), bootstrapped through `rendezvous`. Models on CUDA devices create a
+// collective::NcclCollective with MembershipKey(context, "nccl") instead.
+absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
+    const TrialContext& context, collective::Rendezvous& rendezvous,
+    const CollectiveOptions& options = {});
+
+// Sums `values` (name -> value) over every rank, in one all-reduce; with `average`
+// divides by the world size. Every rank must pass the same names. Returns the result.
+absl::StatusOr<std::map<std::string, double>> ReduceMetrics(collective::Collective& collective,
+                                                            const std::map<std::string, double>& values,
+                                                            bool average);
+
+// Every rank's `mine`, indexed by rank, on every rank (two int64 all-reduces: each rank
+// fills only its own slot with its bytes, so the sums are exact copies).
+absl::StatusOr<std::vector<std::string>> AllGatherBytes(collective::Collective& collective,
+                                                        const std::string& mine);
+
+}  // namespace det::harness
+
+#endif  // DET_COMMON_HARNESS_DISTRIBUTED_H_

@@ -1,0 +1,121 @@
+#include "common/harness/gradient_reducer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::harness {
+
+GradientReducer::GradientReducer(collective::Collective& collective, absl::Span<float> grads,
+                                 GradientReducerOptions options)
+    : collective_(collective), grads_(grads), options_(options) {
+  const size_t per = std::max<size_t>(1, static_cast<size_t>(options_.bucket_bytes) / sizeof(float));
+  for (size_t end = grads_.size(); end > 0;) {
+    size_t begin = end > per ? end - per : 0;
+    buckets_.push_back({begin, end});
+    end = begin;
+  }
+  ready_.assign(buckets_.size(), 0);
+  if (options_.aggregation_frequency > 1) sum_.assign(grads_.size(), 0.0f);
+  if (options_.overlap && collective_.size() > 1) comm_ = std::thread([this] { CommThread(); });
+}
+
+GradientReducer::~GradientReducer() {
+  if (!comm_.joinable()) return;
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  comm_.join();
+}
+
+void GradientReducer::MarkReady(size_t begin, size_t end) {
+  end = std::min(end, grads_.size());
+  if (begin >= end) return;
+  if (options_.aggregation_frequency > 1) {
+    if (!IsSyncBatch()) {
+      for (size_t i = begin; i < end; ++i) sum_[i] += grads_[i];
+      return;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      grads_[i] += sum_[i];
+      sum_[i] = 0.0f;
+    }
+  } else if (!IsSyncBatch()) {
+    return;
+  }
+  const size_t per = buckets_.front().second - buckets_.front().first;
+  const size_t n = grads_.size();
+  const size_t first = (n - end) / per;       // bucket holding end - 1
+  const size_t last = (n - 1 - begin) / per;  // bucket holding begin
+  for (size_t b = first; b <= last && b < buckets_.size(); ++b) {
+    const auto [lo, hi] = buckets_[b];
+    ready_[b] += std::min(end, hi) - std::max(begin, lo);
+    if (ready_[b] == hi - lo) Enqueue(b);
+  }
+}
+
+void GradientReducer::Enqueue(size_t bucket) {
+  ++enqueued_;
+  if (!comm_.joinable()) return;  // Finish() reduces them.
+  absl::MutexLock l(&mu_);
+  queue_.push_back(bucket);
+}
+
+void GradientReducer::CommThread() {
+  absl::MutexLock l(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(this, &GradientReducer::HasWorkOrStopping));
+    if (stopping_) return;
+    size_t b = queue_.front();
+    queue_.pop_front();
+    bool ok = status_.ok();
+    mu_.Unlock();
+    absl::Status st = ok ? Reduce(b) : absl::OkStatus();
+    mu_.Lock();
+    if (status_.ok()) status_ = st;
+    ++reduced_;
+  }
+}
+
+absl::Status GradientReducer::Reduce(size_t bucket) {
+  const auto [lo, hi] = buckets_[bucket];
+  absl::Span<float> part = grads_.subspan(lo, hi - lo);
+  if (collective_.size() > 1) {
+    if (absl::Status st = collective_.AllReduceSum(part); !st.ok()) return st;
+  }
+  const int divisor = collective_.size() * options_.aggregation_frequency;
+  if (divisor > 1) {
+    const float scale = 1.0f / static_cast<float>(divisor);
+    for (float& g : part) g *= scale;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> GradientReducer::Finish() {
+  const bool sync = IsSyncBatch();
+  ++batch_;
+  if (!sync) return false;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (ready_[b] != buckets_[b].second - buckets_[b].first) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gradient reducer: elements [", buckets_[b].first, ", ", buckets_[b].second,
+          ") were not all marked ready before Finish()"));
+    }
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  absl::Status status;
+  if (comm_.joinable()) {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &GradientReducer::AllReduced));
+    reduced_ = 0;
+    status = status_;
+  } else {
+    for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) status = Reduce(b);
+  }
+  enqueued_ = 0;
+  if (!status.ok()) return status;
+  return true;
+}
+
+}  // namespace det::harness

@@ -1,0 +1,133 @@
+#include "master/checkpoints/checkpoint_gc.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+v1::Checkpoint C(const std::string& uuid, int64_t trial, int64_t batches, std::optional<double> loss = {}) {
+  v1::Checkpoint c;
+  c.set_uuid(uuid);
+  c.set_trial_id(trial);
+  c.set_total_batches(batches);
+  c.set_state(v1::STATE_COMPLETED);
+  if (loss) (*c.mutable_metrics())["validation_loss"] = *loss;
+  return c;
+}
+
+struct Case {
+  std::string name;
+  CheckpointGcPolicy policy;
+  std::set<int64_t> ended;
+  std::vector<std::string> deleted;
+};
+
+TEST(CheckpointsToDelete, KeepsWhatEachRuleAsksFor) {
+  // Trial 1: losses 0.5 (b100), 0.3 (b200), 0.4 (b300), none (b400).
+  // Trial 2: 0.2 (b100), 0.6 (b200).
+  std::vector<v1::Checkpoint> all = {C("1a", 1, 100, 0.5), C("1b", 1, 200, 0.3), C("1c", 1, 300, 0.4),
+                                     C("1d", 1, 400), C("2a", 2, 100, 0.2), C("2b", 2, 200, 0.6)};
+  auto policy = [](int exp_best, int trial_best, int latest) {
+    CheckpointGcPolicy p;
+    p.save_experiment_best = exp_best;
+    p.save_trial_best = trial_best;
+    p.save_trial_latest = latest;
+    p.metric = "validation_loss";
+    return p;
+  };
+  std::vector<Case> cases = {
+      {"defaults: trial best + trial latest", policy(0, 1, 1), {1, 2}, {"1a", "1c"}},
+      {"only ended trials are collected", policy(0, 1, 1), {1}, {"1a", "1c"}},
+      {"running trials keep everything", policy(0, 0, 0), {}, {}},
+      {"keep nothing", policy(0, 0, 0), {1, 2}, {"1a", "1b", "1c", "1d", "2a", "2b"}},
+      {"experiment best spans trials", policy(2, 0, 0), {1, 2}, {"1a", "1c", "1d", "2b"}},
+      {"latest two", policy(0, 0, 2), {1, 2}, {"1a", "1b"}},
+      {"best two per trial", policy(0, 2, 0), {1, 2}, {"1a", "1d"}},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT(CheckpointsToDelete(all, c.ended, c.policy), UnorderedElementsAreArray(c.deleted)) << c.name;
+  }
+  CheckpointGcPolicy larger = policy(1, 0, 0);
+  larger.smaller_is_better = false;
+  EXPECT_THAT(CheckpointsToDelete(all, {1, 2}, larger),
+              UnorderedElementsAreArray({"1a", "1b", "1c", "1d", "2a"}));
+  // Already deleted ones are not deleted again.
+  all[0].set_state(v1::STATE_DELETED);
+  EXPECT_THAT(CheckpointsToDelete(all, {1, 2}, policy(0, 1, 1)), UnorderedElementsAreArray({"1c"}));
+}
+
+TEST(GcPolicyFromConfig, ReadsTheConfigWithDeterminedDefaults) {
+  auto p = GcPolicyFromConfig(R"({"searcher": {"metric": "accuracy", "smaller_is_better": false},
+                                  "checkpoint_storage": {"type": "shared_fs", "save_trial_latest": 3}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->metric, "accuracy");
+  EXPECT_FALSE(p->smaller_is_better);
+  EXPECT_EQ(p->save_experiment_best, 0);
+  EXPECT_EQ(p->save_trial_best, 1);
+  EXPECT_EQ(p->save_trial_latest, 3);
+  auto bad = GcPolicyFromConfig(R"({"checkpoint_storage": {"save_trial_best": -1}})");
+  EXPECT_THAT(bad.status().message(), HasSubstr("checkpoint_storage.save_trial_best"));
+}
+
+std::string TempDir() {
+  std::string t = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/gc-XXXXXX";
+  return mkdtemp(t.data());
+}
+
+bool Exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+TEST(DeleteCheckpointFiles, RemovesTheTreeAndRefusesSuspiciousPaths) {
+  std::string dir = TempDir();
+  mkdir((dir + "/u-1").c_str(), 0755);
+  std::ofstream(dir + "/u-1/model.bin") << "x";
+  v1::Checkpoint c = C("u-1", 1, 1);
+  c.set_storage_path(dir + "/u-1");
+  ASSERT_TRUE(DeleteCheckpointFiles(c).ok());
+  EXPECT_FALSE(Exists(dir + "/u-1"));
+  EXPECT_TRUE(Exists(dir));
+  EXPECT_TRUE(DeleteCheckpointFiles(c).ok());  // Already gone.
+
+  c.set_storage_path(dir);  // Does not end in the uuid.
+  EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Exists(dir));
+  c.set_storage_path("u-1");
+  EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckpointDeleter, DeletesOnItsThreadAndReportsEachOnce) {
+  std::string dir = TempDir();
+  mkdir((dir + "/u-2").c_str(), 0755);
+  v1::Checkpoint c = C("u-2", 1, 1);
+  c.set_storage_path(dir + "/u-2");
+  absl::Mutex mu;
+  std::vector<std::string> reported;
+  absl::Notification done;
+  CheckpointDeleter deleter([&](const v1::Checkpoint& ck, absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    absl::MutexLock l(&mu);
+    reported.push_back(ck.uuid());
+    done.Notify();
+  });
+  deleter.Delete(c);
+  done.WaitForNotification();
+  deleter.Stop();
+  EXPECT_FALSE(Exists(dir + "/u-2"));
+  absl::MutexLock l(&mu);
+  EXPECT_EQ(reported, std::vector<std::string>{"u-2"});
+}
+
+}  // namespace
+}  // namespace det::master
