@@ -17,6 +17,10 @@ namespace det::agent {
 namespace {
 
 constexpr int64_t kMaxBufferedLines = 100000;
+// Supervisors stop reading worker output while the outbox holds this many lines, and read
+// about this many lines at a time, so that worker output never overflows the outbox.
+constexpr int64_t kReadPauseLines = 30000;
+constexpr int kMaxLinesPerRead = 10000;
 constexpr int kMaxLinesPerBatch = 1000;
 constexpr size_t kMaxBufferedSamples = 720;
 constexpr absl::Duration kPollWait = absl::Seconds(20);
@@ -120,8 +124,8 @@ absl::Status Agent::RegisterOnce() {
     heartbeat_interval_ = absl::Milliseconds(resp->heartbeat_interval_ms());
   }
   Logger("agent")->info("agent {} joined master {} with {} {} slot(s), {} running allocation(s)",
-                        config_.agent_id, config_.master, slots_.size(),
-                        launch_context_.slot_type, req.running_allocations_size());
+                        config_.agent_id, config_.master, slots_.size(), launch_context_.slot_type,
+                        req.running_allocations_size());
   return absl::OkStatus();
 }
 
@@ -209,8 +213,10 @@ absl::Status Agent::Run() {
       absl::MutexLock l(&mu_);
       left = allocations_.size();
     }
-    Logger("agent")->info("agent {} exited, leaving {} allocation(s) running for the next agent "
-                          "process", config_.agent_id, left);
+    Logger("agent")->info(
+        "agent {} exited, leaving {} allocation(s) running for the next agent "
+        "process",
+        config_.agent_id, left);
     return absl::OkStatus();
   }
 
@@ -223,13 +229,24 @@ absl::Status Agent::Run() {
   for (const auto& id : ids) {
     Kill(id, "agent shutting down", absl::ZeroDuration(), /*agent_stopping=*/true);
   }
-  absl::Time deadline = absl::Now() + config_.kill_grace + kShutdownDelivery;
+  // Workers exit within kill_grace (then SIGKILL); their exits get kShutdownDelivery more
+  // to reach the master, unless there is no session to deliver them on.
+  absl::Time delivery_deadline = absl::InfiniteFuture();
   while (true) {
-    ReapFinished(/*even_if_unreported=*/absl::Now() > deadline);
+    bool give_up;
     {
       absl::MutexLock l(&mu_);
       if (allocations_.empty()) break;
+      bool all_exited = true;
+      for (const auto& [id, a] : allocations_) {
+        for (const auto& w : a->workers) all_exited &= w->exited;
+      }
+      if (all_exited && delivery_deadline == absl::InfiniteFuture()) {
+        delivery_deadline = absl::Now() + kShutdownDelivery;
+      }
+      give_up = session_.empty() || absl::Now() > delivery_deadline;
     }
+    ReapFinished(/*even_if_unreported=*/give_up);
     absl::SleepFor(absl::Milliseconds(50));
   }
   StopThreads();
@@ -328,8 +345,8 @@ void Agent::OutboxLoop() {
       session = session_;
       // Consecutive log lines go in one batch; a report goes alone.
       if (outbox_.front().line) {
-        for (auto it = outbox_.begin(); it != outbox_.end() && it->line &&
-                                        static_cast<int>(batch.size()) < kMaxLinesPerBatch;
+        for (auto it = outbox_.begin();
+             it != outbox_.end() && it->line && static_cast<int>(batch.size()) < kMaxLinesPerBatch;
              ++it) {
           batch.push_back(*it);
         }
@@ -395,7 +412,8 @@ void Agent::Delivered(const std::vector<Outgoing>& batch) {
     int rank = o.line ? o.line->rank() : o.exit ? o.exit->rank() : -1;
     for (auto& w : a.workers) {
       if (w->rank.rank() != rank) continue;
-      if (o.line && o.stream >= 0) w->shipped[o.stream] = std::max(w->shipped[o.stream], o.end_offset);
+      if (o.line && o.stream >= 0)
+        w->shipped[o.stream] = std::max(w->shipped[o.stream], o.end_offset);
       if (o.exit) w->exit_reported = true;
     }
     if (o.launched) a.launched_reported = true;
@@ -477,7 +495,8 @@ void Agent::Restore() {
         w->shipped[1] = wr.shipped[1];
         w->exit_reported = wr.exit_reported;
         if (wr.pid > 0) {
-          w->process = WorkerProcess::Adopt(wr.pid, wr.start_ticks, RankExitPath(run_dir, r.rank()));
+          w->process =
+              WorkerProcess::Adopt(wr.pid, wr.start_ticks, RankExitPath(run_dir, r.rank()));
         }
       }
       w->exited = w->exit_reported || !w->process;
@@ -498,9 +517,9 @@ void Agent::Restore() {
                           adopted.empty() ? "nothing left to watch" : absl::StrJoin(adopted, ", "));
     for (const auto& w : ap->workers) {
       if (w->exited) continue;
-      AgentLine(ap->launch, w->rank.rank(),
-                absl::StrCat("agent restarted; watching the worker again (pid ",
-                             w->process->pid(), ")"));
+      AgentLine(
+          ap->launch, w->rank.rank(),
+          absl::StrCat("agent restarted; watching the worker again (pid ", w->process->pid(), ")"));
     }
     if (!ap->launched_reported && !running.empty()) {
       Outgoing o;
@@ -602,8 +621,8 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   }
 }
 
-void Agent::Kill(const std::string& allocation_id, const std::string& reason,
-                 absl::Duration grace, bool agent_stopping) {
+void Agent::Kill(const std::string& allocation_id, const std::string& reason, absl::Duration grace,
+                 bool agent_stopping) {
   absl::MutexLock l(&mu_);
   auto it = allocations_.find(allocation_id);
   if (it == allocations_.end()) return;
@@ -638,9 +657,16 @@ void Agent::Supervise(Allocation* a, Worker* w) {
   FileTailer out(RankOutputPath(a->run_dir, rank, 0), from[0]);
   FileTailer err(RankOutputPath(a->run_dir, rank, 1), from[1]);
   FileTailer* tailers[2] = {&out, &err};
+  // Reads new output while the outbox has room (the file keeps the rest: nothing is lost
+  // and memory stays bounded); true once both files were read to their end.
   auto ship = [&](bool final) {
+    {
+      absl::MutexLock l(&mu_);
+      if (outbox_lines_ >= kReadPauseLines) return false;
+    }
+    bool at_end = true;
     for (int i = 0; i < 2; ++i) {
-      tailers[i]->Poll(final, [&](std::string_view text, int64_t end) {
+      tailers[i]->Poll(final, kMaxLinesPerRead, [&](std::string_view text, int64_t end) {
         Outgoing o;
         v1::LogLine& line = o.line.emplace();
         line.set_trial_id(launch.trial_id());
@@ -653,7 +679,9 @@ void Agent::Supervise(Allocation* a, Worker* w) {
         o.end_offset = end;
         Enqueue(std::move(o));
       });
+      at_end &= tailers[i]->at_end();
     }
+    return at_end;
   };
   std::optional<WorkerExit> exit;
   bool sigkilled = false;
@@ -668,14 +696,23 @@ void Agent::Supervise(Allocation* a, Worker* w) {
       kill_now = a->killing && absl::Now() > a->kill_deadline && !sigkilled;
     }
     if (kill_now) {
-      Logger("agent")->warn("allocation {} rank {}: still running after the grace period; "
-                            "SIGKILL", launch.allocation_id(), rank);
+      Logger("agent")->warn(
+          "allocation {} rank {}: still running after the grace period; "
+          "SIGKILL",
+          launch.allocation_id(), rank);
       w->process->SignalGroup(SIGKILL).IgnoreError();
       sigkilled = true;
     }
   }
   // The worker and its process group are gone: whatever they wrote is complete.
-  ship(/*final=*/true);
+  while (!ship(/*final=*/true)) {
+    absl::MutexLock l(&mu_);
+    if (detaching_) return;
+    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return detaching_ || outbox_lines_ < kReadPauseLines;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&room), kSuperviseTick);
+  }
 
   v1::ReportExitRequest report;
   report.set_allocation_id(launch.allocation_id());

@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Queues commands for the agent's long poll and records what the agent reports.
 class FakeMasterClient : public MasterClient {
@@ -42,9 +43,11 @@ class FakeMasterClient : public MasterClient {
     for (const auto& m : req.system_metrics()) metrics_.push_back(m);
     return absl::OkStatus();
   }
-  absl::StatusOr<v1::PollCommandsResponse> PollCommands(const v1::PollCommandsRequest& req) override {
+  absl::StatusOr<v1::PollCommandsResponse> PollCommands(
+      const v1::PollCommandsRequest& req) override {
     absl::MutexLock l(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !commands_.empty(); };
+    auto ready = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !commands_.empty(); };
     mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(req.wait_ms()));
     if (shutdown_) return absl::CancelledError("shut down");
     v1::PollCommandsResponse resp;
@@ -68,6 +71,7 @@ class FakeMasterClient : public MasterClient {
     absl::MutexLock l(&mu_);
     if (!reports_error_.ok()) return reports_error_;
     for (const auto& line : req.lines()) lines_.push_back(line);
+    dropped_ = std::max(dropped_, req.dropped());
     return absl::OkStatus();
   }
   void Shutdown() override {
@@ -113,6 +117,10 @@ class FakeMasterClient : public MasterClient {
     absl::MutexLock l(&mu_);
     return registers_;
   }
+  int64_t dropped() {
+    absl::MutexLock l(&mu_);
+    return dropped_;
+  }
   std::vector<v1::SystemMetrics> metrics() {
     absl::MutexLock l(&mu_);
     return metrics_;
@@ -147,6 +155,7 @@ class FakeMasterClient : public MasterClient {
   std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LogLine> lines_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SystemMetrics> metrics_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 std::string Slurp(const std::string& path) {
@@ -212,7 +221,8 @@ class AgentTest : public ::testing::Test {
     config_.heartbeat_interval = absl::Milliseconds(100);
     const char* srcdir = std::getenv("TEST_SRCDIR");
     const char* ws = std::getenv("TEST_WORKSPACE");
-    options_.shim_path = absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det", "/agent/det-agent");
+    options_.shim_path =
+        absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det", "/agent/det-agent");
   }
 
   // A launch of allocation `id` with `ranks` ranks running ./train.sh with `script`.
@@ -281,20 +291,24 @@ exec sleep 1000
   ASSERT_GT(rank0, 0);
   EXPECT_TRUE(master.WaitFor([&] { return kill(rank0, 0) != 0; }, absl::Seconds(5)));
   // Output, line by line, per rank and stream, in the per-allocation directory.
-  EXPECT_THAT(master.Lines(1, "stdout"), ElementsAre(absl::StrCat("rank 1 of 2 in ", dir_, "/work/1.0")));
+  EXPECT_THAT(master.Lines(1, "stdout"),
+              ElementsAre(absl::StrCat("rank 1 of 2 in ", dir_, "/work/1.0")));
   EXPECT_THAT(master.Lines(1, "stderr"), ElementsAre("rank 1 fails"));
-  EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre(absl::StrCat("rank 0 of 2 in ", dir_, "/work/1.0")));
+  EXPECT_THAT(master.Lines(0, "stdout"),
+              ElementsAre(absl::StrCat("rank 0 of 2 in ", dir_, "/work/1.0")));
   EXPECT_THAT(master.AllLines(), HasSubstr("worker exited: exit code 3"));
   // Once the master has the exits, the allocation's directories are deleted.
-  EXPECT_TRUE(master.WaitFor([&] { return !Exists(dir_ + "/work/run/1.0") && !Exists(dir_ + "/work/1.0"); },
-                             absl::Seconds(5)));
+  EXPECT_TRUE(
+      master.WaitFor([&] { return !Exists(dir_ + "/work/run/1.0") && !Exists(dir_ + "/work/1.0"); },
+                     absl::Seconds(5)));
   EXPECT_TRUE(agent.Stop().ok());
 }
 
 TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch("2.0", 1, "trap '' TERM\necho $$ > \"$TEST_DIR/pid\"\nwhile true; do sleep 0.05; done\n"));
+  master.Send(Launch(
+      "2.0", 1, "trap '' TERM\necho $$ > \"$TEST_DIR/pid\"\nwhile true; do sleep 0.05; done\n"));
   ASSERT_GT(WaitForPidFile("pid"), 0);
   v1::AgentCommand kill;
   kill.mutable_kill()->set_allocation_id("2.0");
@@ -411,6 +425,20 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("line 1", "line 2", "line 3"));
 }
 
+// More output than the agent buffers in memory: read from the worker's file as fast as the
+// master takes it, nothing dropped.
+TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch("8.0", 1, "seq 1 250000\n"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }, absl::Seconds(60)));
+  std::vector<std::string> lines = master.Lines(0, "stdout");
+  ASSERT_EQ(lines.size(), 250000u);
+  for (size_t i = 0; i < lines.size(); i += 9973) EXPECT_EQ(lines[i], absl::StrCat(i + 1));
+  EXPECT_EQ(lines.back(), "250000");
+  EXPECT_EQ(master.dropped(), 0);
+}
+
 TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
   FakeMasterClient master;
   SystemSampler sampler;
@@ -427,7 +455,8 @@ TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
   }
   // Each sample is sent once.
   auto metrics = master.metrics();
-  for (size_t i = 1; i < metrics.size(); ++i) EXPECT_GT(metrics[i].time_ms(), metrics[i - 1].time_ms());
+  for (size_t i = 1; i < metrics.size(); ++i)
+    EXPECT_GT(metrics[i].time_ms(), metrics[i - 1].time_ms());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "agent/gpu/nvml.h"
 #include "agent/gpu/slots.h"
@@ -97,6 +98,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool gpus = !slots->empty() && (*slots)[0].type() == "cuda";
+  if (gpus) {
+    for (const auto& s : *slots) {
+      det::Logger("agent")->info("slot {}: {} {} ({} MiB)", s.id(), s.device_name(), s.uuid(),
+                                 s.memory_bytes() >> 20);
+    }
+  } else {
+    det::Logger("agent")->info("offering {} CPU slot(s){}", slots->size(),
+                               nvml.ok() ? "" : absl::StrCat(" (", nvml.status().message(), ")"));
+  }
   det::agent::SystemSampler sampler("/proc", gpus ? nvml->get() : nullptr);
 
   sigset_t stop_signals;

@@ -1,9 +1,14 @@
 #include "cli/api_client.h"
 
+#include <grpcpp/create_channel.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -59,6 +64,38 @@ absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master) {
   }
   return absl::StrCat(host, ":", port_number);
 }
+
+namespace {
+
+// Adds "authorization: Bearer TOKEN" to every call of a channel.
+class BearerInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string& value) : value_(value) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", value_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& value_;
+};
+
+class BearerInterceptorFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(std::string token) : value_("Bearer " + std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
+}  // namespace
 
 struct ApiClient::Rpc {
   std::shared_ptr<grpc::Channel> channel;
@@ -118,7 +155,15 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
   }
   auto rpc = std::make_unique<Rpc>();
   rpc->channel =
-      grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args);
+      options.token.empty()
+          ? grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args)
+          : [&] {
+              std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+                  interceptors;
+              interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
+              return grpc::experimental::CreateCustomChannelWithInterceptors(
+                  *address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+            }();
   rpc->stub = v1::Api::NewStub(rpc->channel);
   return std::unique_ptr<ApiClient>(
       new ApiClient(*std::move(address), options, std::move(rpc)));
@@ -258,6 +303,42 @@ absl::Status ApiClient::RemoveTemplate(const std::string& name) {
   v1::RemoveTemplateRequest request;
   request.set_name(name);
   return Call(*rpc_->stub, &v1::Api::Stub::RemoveTemplate, "RemoveTemplate", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::LoginResponse> ApiClient::Login(const std::string& username,
+                                                   const std::string& password) {
+  v1::LoginRequest request;
+  request.set_username(username);
+  request.set_password(password);
+  return Call(*rpc_->stub, &v1::Api::Stub::Login, "Login", request, options_.deadline, address_);
+}
+
+absl::Status ApiClient::Logout() {
+  return Call(*rpc_->stub, &v1::Api::Stub::Logout, "Logout", v1::LogoutRequest(),
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::WhoAmIResponse> ApiClient::WhoAmI() {
+  return Call(*rpc_->stub, &v1::Api::Stub::WhoAmI, "WhoAmI", v1::WhoAmIRequest(),
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::CreateUserResponse> ApiClient::CreateUser(
+    const v1::CreateUserRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::CreateUser, "CreateUser", request, options_.deadline,
+              address_);
+}
+
+absl::StatusOr<v1::ListUsersResponse> ApiClient::ListUsers() {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListUsers, "ListUsers", v1::ListUsersRequest(),
+              options_.deadline, address_);
+}
+
+absl::Status ApiClient::ChangePassword(const v1::ChangePasswordRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::ChangePassword, "ChangePassword", request,
               options_.deadline, address_)
       .status();
 }

@@ -27,6 +27,9 @@ struct ApiClientOptions {
   // Longest pause between attempts to connect after a failed one (for polling a master
   // that is starting). Default: zero = gRPC's own (up to 120 s).
   absl::Duration max_reconnect_backoff = absl::ZeroDuration();
+  // Session token sent with every call as "authorization: Bearer TOKEN" (see
+  // cli/auth_store.h); empty: none (only Login works then).
+  std::string token;
 };
 
 // Thread-compatible (one caller at a time). Errors: UNAVAILABLE reads "cannot reach
@@ -68,6 +71,14 @@ class ApiClient {
   absl::Status UpdateJobPriority(int64_t experiment_id, int32_t priority);
   absl::StatusOr<v1::ListTasksResponse> ListTasks();
   absl::StatusOr<v1::ListResourcePoolsResponse> ListResourcePools();
+  // Users and sessions (det user ...).
+  absl::StatusOr<v1::LoginResponse> Login(const std::string& username,
+                                          const std::string& password);
+  absl::Status Logout();
+  absl::StatusOr<v1::WhoAmIResponse> WhoAmI();
+  absl::StatusOr<v1::CreateUserResponse> CreateUser(const v1::CreateUserRequest& request);
+  absl::StatusOr<v1::ListUsersResponse> ListUsers();
+  absl::Status ChangePassword(const v1::ChangePasswordRequest& request);
   absl::StatusOr<v1::SetTemplateResponse> SetTemplate(const v1::SetTemplateRequest& request);
   absl::StatusOr<v1::ListTemplatesResponse> ListTemplates();
   absl::StatusOr<v1::GetTemplateResponse> GetTemplate(const std::string& name);

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/api_client.h"
+#include "cli/auth_store.h"
 
 namespace det::cli {
 
@@ -22,10 +23,18 @@ struct CliContext {
   CliContext(std::ostream& out_stream, std::ostream& err_stream)
       : out(out_stream), err(err_stream) {}
 
-  // The client for `master`, created on first use and kept. Fails on a bad address.
+  // The client for `master`, created on first use and kept, sending the session token
+  // of that master (DET_USER_TOKEN or ~/.det/auth.json). Fails on a bad address or an
+  // unreadable auth file.
   absl::StatusOr<ApiClient*> Api() {
     if (api_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(master);
+      absl::StatusOr<std::string> address = ParseMasterAddress(master);
+      if (!address.ok()) return address.status();
+      ApiClientOptions options;
+      absl::StatusOr<std::string> token = ResolveToken(*address);
+      if (!token.ok()) return token.status();
+      options.token = *token;
+      absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(master, options);
       if (!client.ok()) return client.status();
       api_ = *std::move(client);
     }

@@ -26,6 +26,8 @@ void RegisterAgentCommands(CLI::App& app, CliContext& ctx);
 void RegisterSlotCommands(CLI::App& app, CliContext& ctx);
 void RegisterMasterCommands(CLI::App& app, CliContext& ctx);
 void RegisterDeployCommands(CLI::App& app, CliContext& ctx);
+// det user login|logout|whoami|create|list|change-password.
+void RegisterUserCommands(CLI::App& app, CliContext& ctx);
 void RegisterTemplateCommands(CLI::App& app, CliContext& ctx);
 // det job, det task, det resource-pool: the scheduler's view.
 void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx);

@@ -24,6 +24,8 @@ void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   up_cmd->add_option("--master-port", up->master_port, "gRPC port of the master on 127.0.0.1")
       ->capture_default_str();
+  up_cmd->add_option("--http-port", up->http_port,
+                     "port of the web page and REST API on 127.0.0.1 (default: master port + 1)");
   up_cmd->add_option("--bin-dir", up->bin_dir,
                      "where det-master, det-agent and det-fashion-mnist are (searched "
                      "first, then the directory of det, then $PATH)");

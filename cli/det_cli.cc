@@ -24,6 +24,7 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
   RegisterSlotCommands(app, ctx);
   RegisterMasterCommands(app, ctx);
   RegisterDeployCommands(app, ctx);
+  RegisterUserCommands(app, ctx);
   RegisterTemplateCommands(app, ctx);
   RegisterSchedulingCommands(app, ctx);
 

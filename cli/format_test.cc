@@ -162,3 +162,58 @@ TEST(FormatTest, AgentsTable) {
 
 }  // namespace
 }  // namespace det::cli
+
+namespace det::cli {
+namespace {
+
+TEST(FormatTest, TimingsTableListsPhasesInTrainingOrderWithTheLatestValues) {
+  v1::Trial t;
+  auto set = [&](const std::string& key, double last) {
+    v1::MetricSummary s;
+    s.set_last(last);
+    s.set_count(3);
+    (*t.mutable_timings_summary())[key] = s;
+  };
+  for (const char* stat : {"mean", "p50", "p90", "p99", "max"}) {
+    set(std::string("train_batch_") + stat + "_ms", 5);
+    set(std::string("dataloader_next_") + stat + "_ms", 0.5);
+    set(std::string("gradient_sync_") + stat + "_ms", 2);
+  }
+  set("train_batch_count", 100);
+  set("samples_per_second", 12000);
+  std::ostringstream out;
+  TrialTimingsTable(t).Render(out);
+  auto lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 5u) << out.str();
+  EXPECT_THAT(lines[0], HasSubstr("Phase"));
+  EXPECT_THAT(lines[2], HasSubstr("dataloader_next | 0.5"));
+  EXPECT_THAT(lines[3], HasSubstr("train_batch"));
+  EXPECT_THAT(lines[4], HasSubstr("gradient_sync"));  // Not a standard phase: last.
+  EXPECT_EQ(TrialTimingsTable(v1::Trial()).num_rows(), 0u);
+}
+
+TEST(FormatTest, CheckpointsTable) {
+  google::protobuf::RepeatedPtrField<v1::Checkpoint> cs;
+  v1::Checkpoint* c = cs.Add();
+  c->set_uuid("u-1");
+  c->set_trial_id(3);
+  c->set_total_batches(200);
+  c->set_state(v1::STATE_DELETED);
+  (*c->mutable_resources())["model.bin"] = 2048;
+  (*c->mutable_resources())["state.json"] = 1024;
+  (*c->mutable_metrics())["validation_loss"] = 0.25;
+  c->set_storage_path("/ckpt/u-1");
+  std::ostringstream out;
+  CheckpointsTable(cs).Render(out);
+  auto lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[2], HasSubstr("u-1"));
+  EXPECT_THAT(lines[2], HasSubstr("| 200 "));
+  EXPECT_THAT(lines[2], HasSubstr("DELETED"));
+  EXPECT_THAT(lines[2], HasSubstr("3.0 KiB"));
+  EXPECT_THAT(lines[2], HasSubstr("validation_loss=0.25"));
+  EXPECT_THAT(lines[2], HasSubstr("/ckpt/u-1"));
+}
+
+}  // namespace
+}  // namespace det::cli

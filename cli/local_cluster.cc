@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/api_client.h"
+#include "cli/auth_store.h"
 #include "common/process/subprocess.h"
 #include "common/status/status_macros.h"
 
@@ -225,7 +226,7 @@ std::vector<Daemon> FindRunningDaemons(const std::string& dir, std::ostream& out
   return running;
 }
 
-absl::Status CheckPortFree(int port) {
+absl::Status CheckPortFree(int port, const char* flag = "--master-port") {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::OkStatus();  // let the master report it
   int one = 1;
@@ -239,7 +240,7 @@ absl::Status CheckPortFree(int port) {
   ::close(fd);
   if (rc != 0 && bind_errno == EADDRINUSE) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "port ", port, " on 127.0.0.1 is already in use; choose another with --master-port"));
+        "port ", port, " on 127.0.0.1 is already in use; choose another with ", flag));
   }
   return absl::OkStatus();
 }
@@ -290,10 +291,20 @@ class StartedDaemons {
   };
 
   absl::StatusOr<Started*> Start(const std::string& binary, Daemon daemon,
-                                 const std::string& cwd) {
+                                 const std::string& cwd, const EnvironmentVariables& extra_env = {}) {
     SpawnOptions options;
     options.argv = {binary, "--config", daemon.config};
     options.env = CurrentEnvironment();
+    for (const auto& [name, value] : extra_env) {
+      bool replaced = false;
+      for (auto& var : options.env) {
+        if (var.first == name) {
+          var.second = value;
+          replaced = true;
+        }
+      }
+      if (!replaced) options.env.emplace_back(name, value);
+    }
     options.cwd = cwd;
     options.stdout_mode = SpawnOptions::Output::kFile;
     options.stderr_mode = SpawnOptions::Output::kFile;
@@ -340,6 +351,9 @@ std::string MasterYaml(const LocalClusterLayout& layout) {
   return absl::StrCat(
       "# Written by `det deploy local cluster-up`.\n",
       "grpc_listen: ", Quote(absl::StrCat("127.0.0.1:", layout.master_port)), "\n",
+      layout.http_port > 0
+          ? absl::StrCat("http_listen: ", Quote(absl::StrCat("127.0.0.1:", layout.http_port)), "\n")
+          : "",
       "data_dir: ", Quote(layout.data_dir + "/master"), "\n",
       "cluster_secret: ", Quote(layout.cluster_secret), "\n");
 }
@@ -436,14 +450,23 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
         dir, "`"));
   }
   RETURN_IF_ERROR(CheckPortFree(options.master_port));
+  const int http_port = options.http_port > 0 ? options.http_port : options.master_port + 1;
+  if (http_port > 65535 || http_port == options.master_port) {
+    return absl::InvalidArgumentError("--http-port must be in 1..65535 and differ from --master-port");
+  }
+  RETURN_IF_ERROR(CheckPortFree(http_port, "--http-port"));
 
   LocalClusterLayout layout;
   layout.data_dir = dir;
   layout.master_port = options.master_port;
+  layout.http_port = http_port;
   layout.slots_per_agent = options.slots_per_agent;
   layout.worker_path = {
       fs::path(worker_binary.ok() ? *worker_binary : agent_binary).parent_path().string()};
   ASSIGN_OR_RETURN(layout.cluster_secret, ReadOrCreateSecret(dir + "/cluster_secret"));
+  // The password of the master's admin account, set on its first start.
+  const std::string admin_password_file = dir + "/admin_password";
+  ASSIGN_OR_RETURN(const std::string admin_password, ReadOrCreateSecret(admin_password_file));
 
   RETURN_IF_ERROR(MakeDir(dir + "/master"));
   Daemon master = DaemonNamed(dir, "master");
@@ -458,7 +481,8 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
 
   StartedDaemons started(ctx);
   ASSIGN_OR_RETURN(StartedDaemons::Started * master_process,
-                   started.Start(master_binary, master, dir));
+                   started.Start(master_binary, master, dir,
+                                 {{"DET_ADMIN_PASSWORD", admin_password}}));
   const std::string address = absl::StrCat("127.0.0.1:", options.master_port);
   ApiClientOptions probe_options;
   probe_options.deadline = kProbeDeadline;
@@ -466,14 +490,30 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> api, ApiClient::Create(address, probe_options));
   const absl::Time deadline = ctx.now() + kStartTimeout;
 
-  // The master first: the agents only retry connecting to it.
+  // The master first: the agents only retry connecting to it. Logging in as admin tells
+  // that it answers and gives the token this CLI keeps (~/.det/auth.json).
+  std::string token;
+  bool logged_in = false;
   while (true) {
     if (std::optional<ExitStatus> exit = master_process->process->TryWait()) {
       return FailWithLog(ctx, *master_process,
                          absl::InternalError(absl::StrCat("det-master exited (",
                                                           exit->ToString(), ")")));
     }
-    if (api->GetMasterInfo().ok()) break;
+    absl::StatusOr<v1::LoginResponse> login = api->Login("admin", admin_password);
+    if (login.ok()) {
+      token = login->token();
+      logged_in = true;
+      break;
+    }
+    if (login.status().code() == absl::StatusCode::kUnauthenticated) {
+      // The admin password was changed after the first start: use an earlier login.
+      ctx.err << "det: warning: cannot log in as admin with the password in "
+              << admin_password_file << " (changed since?); log in with `det user login`\n";
+      absl::StatusOr<std::string> stored = ResolveToken(address);
+      if (stored.ok()) token = *stored;
+      break;
+    }
     if (ctx.now() >= deadline) {
       return FailWithLog(ctx, *master_process,
                          absl::DeadlineExceededError(absl::StrCat(
@@ -482,6 +522,15 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
     }
     ctx.sleep(kStartPoll);
   }
+
+  if (logged_in) {
+    absl::StatusOr<std::string> auth_file = AuthFilePath();
+    absl::Status saved = auth_file.ok() ? SaveSession(*auth_file, address, {"admin", token})
+                                        : auth_file.status();
+    if (!saved.ok()) ctx.err << "det: warning: cannot keep the session: " << saved.message() << "\n";
+  }
+  probe_options.token = token;
+  ASSIGN_OR_RETURN(api, ApiClient::Create(address, probe_options));
 
   std::vector<StartedDaemons::Started*> agent_processes;
   for (size_t i = 0; i < agents.size(); ++i) {
@@ -499,6 +548,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
       }
     }
     std::set<std::string> connected;
+    if (token.empty()) break;  // Not logged in: cannot list the agents.
     if (absl::StatusOr<v1::ListAgentsResponse> list = api->ListAgents(); list.ok()) {
       for (const v1::Agent& agent : list->agents()) {
         if (agent.connected()) connected.insert(agent.id());
@@ -530,6 +580,10 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   ctx.out << "Cluster is up in " << dir << ": " << options.agents << " agent(s) with "
           << options.slots_per_agent << " cpu slot(s) each.\n"
           << "Master: " << address << '\n'
+          << "Web page: http://127.0.0.1:" << http_port << "/\n"
+          << (logged_in ? absl::StrCat("Logged in as admin (password in ", admin_password_file,
+                                       ")\n")
+                        : std::string())
           << "Use it with: export DET_MASTER=" << address << '\n';
   return absl::OkStatus();
 }

@@ -2,6 +2,8 @@
 // config, logs and pid files under one data directory D:
 //   D/master.yaml, D/agent-I.yaml        written by ClusterUp (mode 0600)
 //   D/cluster_secret                     random hex, made once, mode 0600
+//   D/admin_password                     random hex, made once, mode 0600: the password
+//                                        the master gives its admin account on first start
 //   D/logs/master.log, D/logs/agent-I.log  the daemons' stdout and stderr, appended
 //   D/run/master.pid, D/run/agent-I.pid  "PID\n" of each running daemon
 //   D/master/, D/agent-I/                the daemons' data_dir / work_dir
@@ -25,6 +27,8 @@ struct ClusterUpOptions {
   // "~" and "~/..." expand to $HOME.
   std::string data_dir = "~/.det-local";
   int master_port = 8080;
+  // Port of the master's web page and REST API on 127.0.0.1; 0: master_port + 1.
+  int http_port = 0;
   // Searched first for the binaries; empty: not given.
   std::string bin_dir;
 };
@@ -33,13 +37,16 @@ struct ClusterUpOptions {
 struct LocalClusterLayout {
   std::string data_dir;
   int master_port = 8080;
+  // 0: no HTTP server.
+  int http_port = 0;
   int slots_per_agent = 1;
   // Directories the agents search for worker programs.
   std::vector<std::string> worker_path;
   std::string cluster_secret;
 };
 
-// The text of D/master.yaml: grpc_listen, data_dir, cluster_secret.
+// The text of D/master.yaml: grpc_listen, http_listen (when http_port > 0), data_dir,
+// cluster_secret.
 std::string MasterYaml(const LocalClusterLayout& layout);
 // The text of D/agent-I.yaml: master, agent_id, slot_type (cpu), slots, work_dir,
 // worker_path, cluster_secret.
@@ -56,6 +63,8 @@ absl::StatusOr<std::string> FindBinary(const std::string& name,
 
 // Starts det-master and `agents` det-agents as detached daemons and waits (up to 60 s)
 // until the master answers and every agent is connected; prints the master address.
+// Logs this CLI in as admin (with D/admin_password) and keeps the session in
+// ~/.det/auth.json, so det commands work at once.
 // Fails, stopping what it started, when a cluster already runs in the data directory, a
 // binary is missing, or the wait runs out (then the tail of the guilty log goes to
 // ctx.err).

@@ -63,6 +63,16 @@ TEST(LocalClusterYamlTest, MasterYaml) {
             "cluster_secret: \"abc\"\n");
 }
 
+TEST(LocalClusterYamlTest, MasterYamlWithHttp) {
+  LocalClusterLayout layout;
+  layout.data_dir = "/d";
+  layout.master_port = 9090;
+  layout.http_port = 9091;
+  layout.cluster_secret = "abc";
+  EXPECT_THAT(MasterYaml(layout), HasSubstr("grpc_listen: \"127.0.0.1:9090\"\n"
+                                            "http_listen: \"127.0.0.1:9091\"\n"));
+}
+
 TEST(LocalClusterYamlTest, AgentYaml) {
   LocalClusterLayout layout;
   layout.data_dir = "/d \"x\"";

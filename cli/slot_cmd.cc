@@ -43,7 +43,8 @@ absl::Status List(CliContext& ctx) {
 }  // namespace
 
 void RegisterSlotCommands(CLI::App& app, CliContext& ctx) {
-  CLI::App* group = app.add_subcommand("slot", "inspect slots (GPUs or CPU slots of agents)")->alias("s");
+  CLI::App* group =
+      app.add_subcommand("slot", "inspect slots (GPUs or CPU slots of agents)")->alias("s");
   group->require_subcommand(1);
   CLI::App* list = group->add_subcommand("list", "list every agent's slots");
   list->add_flag("--json", ctx.json, "print machine-readable JSON");

@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev libcpp-httplib-dev nlohmann-json3-dev libsodium-dev libssl-dev
   dataset-fashion-mnist
   chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
+  openssl  # makes a test certificate for the master's HTTPS test
 )
 
 missing=()

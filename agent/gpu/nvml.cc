@@ -49,8 +49,7 @@ class DlNvml : public Nvml {
           absl::StrCat(library, " lacks the NVML functions det-agent needs (driver too old?)"));
     }
     if (int rc = n->init_(); rc != 0) {
-      return absl::NotFoundError(
-          absl::StrCat("NVML initialisation failed: ", n->ErrorText(rc)));
+      return absl::NotFoundError(absl::StrCat("NVML initialisation failed: ", n->ErrorText(rc)));
     }
     n->initialised_ = true;
     return std::unique_ptr<Nvml>(std::move(n));

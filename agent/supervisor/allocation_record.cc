@@ -30,7 +30,8 @@ absl::Status WriteAllocationRecord(const std::string& run_dir, const AllocationR
   v1::LaunchCommand launch = record.launch;
   launch.clear_context();
   if (auto st = google::protobuf::util::MessageToJsonString(launch, &launch_json, opts); !st.ok()) {
-    return absl::InternalError(absl::StrCat("cannot encode the launch of ", launch.allocation_id()));
+    return absl::InternalError(
+        absl::StrCat("cannot encode the launch of ", launch.allocation_id()));
   }
   nlohmann::json j;
   j["version"] = 1;
@@ -80,25 +81,25 @@ absl::StatusOr<AllocationRecord> ReadAllocationRecord(const std::string& run_dir
   AllocationRecord r;
   // nlohmann::json throws on a value of the wrong type: this is the boundary.
   try {
-  google::protobuf::util::JsonParseOptions popts;
-  popts.ignore_unknown_fields = true;
-  if (!google::protobuf::util::JsonStringToMessage(j["launch"].dump(), &r.launch, popts).ok()) {
-    return bad("launch does not parse");
-  }
-  r.launched_reported = j.value("launched_reported", false);
-  r.killing = j.value("killing", false);
-  r.kill_deadline_ms = j.value("kill_deadline_ms", int64_t{0});
-  r.agent_stopping = j.value("agent_stopping", false);
-  for (const auto& w : j["workers"]) {
-    if (!w.is_object() || !w.contains("rank")) return bad("worker without rank");
-    WorkerRecord& wr = r.workers.emplace_back();
-    wr.rank = w.value("rank", 0);
-    wr.pid = w.value("pid", 0);
-    wr.start_ticks = w.value("start_ticks", uint64_t{0});
-    wr.shipped[0] = w.value("stdout_shipped", int64_t{0});
-    wr.shipped[1] = w.value("stderr_shipped", int64_t{0});
-    wr.exit_reported = w.value("exit_reported", false);
-  }
+    google::protobuf::util::JsonParseOptions popts;
+    popts.ignore_unknown_fields = true;
+    if (!google::protobuf::util::JsonStringToMessage(j["launch"].dump(), &r.launch, popts).ok()) {
+      return bad("launch does not parse");
+    }
+    r.launched_reported = j.value("launched_reported", false);
+    r.killing = j.value("killing", false);
+    r.kill_deadline_ms = j.value("kill_deadline_ms", int64_t{0});
+    r.agent_stopping = j.value("agent_stopping", false);
+    for (const auto& w : j["workers"]) {
+      if (!w.is_object() || !w.contains("rank")) return bad("worker without rank");
+      WorkerRecord& wr = r.workers.emplace_back();
+      wr.rank = w.value("rank", 0);
+      wr.pid = w.value("pid", 0);
+      wr.start_ticks = w.value("start_ticks", uint64_t{0});
+      wr.shipped[0] = w.value("stdout_shipped", int64_t{0});
+      wr.shipped[1] = w.value("stderr_shipped", int64_t{0});
+      wr.exit_reported = w.value("exit_reported", false);
+    }
   } catch (const nlohmann::json::exception& e) {
     return bad(e.what());
   }

@@ -13,20 +13,24 @@ FileTailer::~FileTailer() {
   if (fd_ >= 0) close(fd_);
 }
 
-int FileTailer::Poll(bool final,
+int FileTailer::Poll(bool final, int max_lines,
                      absl::FunctionRef<void(std::string_view line, int64_t end_offset)> on_line) {
   if (fd_ < 0) fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   int lines = 0;
+  at_end_ = fd_ < 0;
   auto emit = [&](std::string_view line, int64_t end) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     on_line(line, end);
     ++lines;
   };
   char buf[65536];
-  while (fd_ >= 0) {
+  while (fd_ >= 0 && lines < max_lines) {
     ssize_t n = pread(fd_, buf, sizeof(buf), read_offset_);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) {
+      at_end_ = true;
+      break;
+    }
     read_offset_ += n;
     std::string_view chunk(buf, static_cast<size_t>(n));
     // Offset of chunk[0].
@@ -55,7 +59,7 @@ int FileTailer::Poll(bool final,
       just_cut_ = false;
     }
   }
-  if (final && !pending_.empty()) {
+  if (final && at_end_ && !pending_.empty()) {
     emit(pending_, read_offset_);
     pending_.clear();
   }

@@ -26,7 +26,8 @@ void Append(const std::string& path, const std::string& text) {
 
 Lines Poll(FileTailer& t, bool final = false) {
   Lines out;
-  t.Poll(final, [&](std::string_view l, int64_t end) { out.emplace_back(std::string(l), end); });
+  t.Poll(final, 1 << 30,
+         [&](std::string_view l, int64_t end) { out.emplace_back(std::string(l), end); });
   return out;
 }
 
@@ -63,6 +64,28 @@ TEST(FileTailer, LongLinesComeInPieces) {
   EXPECT_EQ(lines[3].first, std::string(FileTailer::kMaxLineLength, 'y'));
   EXPECT_EQ(lines[4].first, "z");
   EXPECT_EQ(lines[4].second, static_cast<int64_t>(big.size() + FileTailer::kMaxLineLength + 4));
+}
+
+TEST(FileTailer, StopsAfterMaxLinesAndResumes) {
+  std::string path = TempFile("max");
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += "line\n";
+  Append(path, text + "tail");
+  FileTailer t(path, 0);
+  int total = 0;
+  int calls = 0;
+  int64_t last_end = 0;
+  while (true) {
+    int n = t.Poll(/*final=*/true, 1000, [&](std::string_view, int64_t end) { last_end = end; });
+    ++calls;
+    // At most one 64 KiB chunk (13108 lines of 5 bytes) beyond the limit.
+    EXPECT_LE(n, 1000 + 65536 / 5 + 1);
+    total += n;
+    if (t.at_end()) break;
+  }
+  EXPECT_EQ(total, 100001);
+  EXPECT_GT(calls, 5);
+  EXPECT_EQ(last_end, 500004);
 }
 
 }  // namespace

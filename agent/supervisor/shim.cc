@@ -54,11 +54,14 @@ absl::StatusOr<ExitStatus> ReadExitFile(const std::string& path) {
   bool have_code = false, have_signal = false;
   for (absl::string_view field :
        absl::StrSplit(absl::StripSuffix(text, "\n"), ' ', absl::SkipEmpty())) {
-    if (absl::ConsumePrefix(&field, "exit_code=")) have_code = absl::SimpleAtoi(field, &status.exit_code);
-    if (absl::ConsumePrefix(&field, "signal=")) have_signal = absl::SimpleAtoi(field, &status.signal);
+    if (absl::ConsumePrefix(&field, "exit_code="))
+      have_code = absl::SimpleAtoi(field, &status.exit_code);
+    if (absl::ConsumePrefix(&field, "signal="))
+      have_signal = absl::SimpleAtoi(field, &status.signal);
   }
   if (!have_code || !have_signal) {
-    return absl::DataLossError(absl::StrCat("exit file ", path, " is malformed: \"", ss.str(), "\""));
+    return absl::DataLossError(
+        absl::StrCat("exit file ", path, " is malformed: \"", ss.str(), "\""));
   }
   return status;
 }

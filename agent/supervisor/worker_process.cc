@@ -68,8 +68,8 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const Worker
   (*child)->Detach();
   pid_t pid = (*child)->pid();
   absl::StatusOr<uint64_t> ticks = StartTicks(pid);
-  return std::unique_ptr<WorkerProcess>(new WorkerProcess(
-      pid, ticks.ok() ? *ticks : 0, spec.exit_path, std::move(*child), -1));
+  return std::unique_ptr<WorkerProcess>(
+      new WorkerProcess(pid, ticks.ok() ? *ticks : 0, spec.exit_path, std::move(*child), -1));
 }
 
 std::unique_ptr<WorkerProcess> WorkerProcess::Adopt(pid_t pid, uint64_t start_ticks,
@@ -78,7 +78,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Adopt(pid_t pid, uint64_t start_ti
   // Checked after opening the pidfd, so that the pidfd is known to refer to that process.
   if (!IsRunning(pid, start_ticks)) {
     if (pidfd >= 0) close(pidfd);
-    auto w = std::unique_ptr<WorkerProcess>(new WorkerProcess(pid, start_ticks, exit_path, nullptr, -1));
+    auto w =
+        std::unique_ptr<WorkerProcess>(new WorkerProcess(pid, start_ticks, exit_path, nullptr, -1));
     absl::MutexLock l(&w->mu_);
     w->exit_ = w->Finish(std::nullopt);
     return w;

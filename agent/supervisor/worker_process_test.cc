@@ -41,8 +41,8 @@ class WorkerProcessTest : public ::testing::Test {
     WorkerSpec s;
     const char* srcdir = std::getenv("TEST_SRCDIR");
     const char* ws = std::getenv("TEST_WORKSPACE");
-    s.shim_path = absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det",
-                               "/agent/supervisor/test_shim");
+    s.shim_path =
+        absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det", "/agent/supervisor/test_shim");
     s.argv = {"/bin/sh", "-c", script};
     s.env = {{"PATH", "/usr/bin:/bin"}, {"DIR", dir_}};
     s.cwd = dir_;
@@ -96,8 +96,8 @@ TEST_F(WorkerProcessTest, MissingProgramExits127WithTheReasonOnStderr) {
   ASSERT_TRUE(w.ok()) << w.status();
   WorkerExit e = WaitDone(**w);
   EXPECT_EQ(e.status, (ExitStatus{127, 0}));
-  EXPECT_THAT(Slurp(dir_ + "/err"),
-              HasSubstr("cannot execute \"no-such-program\": No such file or directory (searched PATH \"/usr/bin:/bin\")"));
+  EXPECT_THAT(Slurp(dir_ + "/err"), HasSubstr("cannot execute \"no-such-program\": No such file or "
+                                              "directory (searched PATH \"/usr/bin:/bin\")"));
 }
 
 TEST_F(WorkerProcessTest, ScriptEntrypointIsExecutedDirectlyInItsDirectory) {
@@ -124,9 +124,9 @@ TEST_F(WorkerProcessTest, SigkilledWorkerIsReportedWithItsSignal) {
 
 TEST_F(WorkerProcessTest, SigtermToTheGroupIsRecordedByTheShimAndLeftoversAreSwept) {
   // The worker leaves a background child behind; it must not survive the worker.
-  auto w = WorkerProcess::Start(
-      Spec("sleep 1000 & echo $! > \"$DIR/child\"; echo $$ > \"$DIR/pid\"; "
-           "trap 'exit 0' TERM; while true; do sleep 0.05; done"));
+  auto w =
+      WorkerProcess::Start(Spec("sleep 1000 & echo $! > \"$DIR/child\"; echo $$ > \"$DIR/pid\"; "
+                                "trap 'exit 0' TERM; while true; do sleep 0.05; done"));
   ASSERT_TRUE(w.ok()) << w.status();
   pid_t child = WaitForPid("child");
   ASSERT_GT(WaitForPid("pid"), 0);
@@ -148,7 +148,8 @@ TEST_F(WorkerProcessTest, SigtermToTheGroupIsRecordedByTheShimAndLeftoversAreSwe
 }
 
 TEST_F(WorkerProcessTest, GroupSigkillKillsShimAndWorker) {
-  auto w = WorkerProcess::Start(Spec("trap '' TERM; echo $$ > \"$DIR/pid\"; while true; do sleep 0.05; done"));
+  auto w = WorkerProcess::Start(
+      Spec("trap '' TERM; echo $$ > \"$DIR/pid\"; while true; do sleep 0.05; done"));
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_GT(WaitForPid("pid"), 0);
   ASSERT_TRUE((*w)->SignalGroup(SIGKILL).ok());
@@ -159,7 +160,8 @@ TEST_F(WorkerProcessTest, GroupSigkillKillsShimAndWorker) {
 // The agent process goes away: a new WorkerProcess adopts the running shim by pid and
 // start time and learns its exit from the exit file.
 TEST_F(WorkerProcessTest, AdoptedWorkerIsWatchedToItsEnd) {
-  WorkerSpec spec = Spec("echo $$ > \"$DIR/pid\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.05; done; exit 5");
+  WorkerSpec spec =
+      Spec("echo $$ > \"$DIR/pid\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.05; done; exit 5");
   pid_t shim = 0;
   uint64_t ticks = 0;
   {

@@ -20,7 +20,8 @@ class FakeProc {
  public:
   FakeProc() {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    root_ = absl::StrCat(tmp ? tmp : "/tmp", "/proc-", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = absl::StrCat(tmp ? tmp : "/tmp", "/proc-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     mkdir(root_.c_str(), 0755);
     mkdir((root_ + "/net").c_str(), 0755);
   }
@@ -31,19 +32,23 @@ class FakeProc {
   // its partition sda1 and a loop device with the same numbers, eth0 and lo bytes.
   void Set(uint64_t user, uint64_t idle, uint64_t reads, uint64_t sectors_read, uint64_t writes,
            uint64_t sectors_written, uint64_t rx, uint64_t tx) {
-    Write("stat", absl::StrCat("cpu  ", user, " 0 0 ", idle, " 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n",
-                               "intr 12345\n"));
+    Write("stat", absl::StrCat("cpu  ", user, " 0 0 ", idle,
+                               " 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", "intr 12345\n"));
     std::string disk = absl::StrCat(reads, " 0 ", sectors_read, " 0 ", writes, " 0 ",
                                     sectors_written, " 0 0 0 0 0 0 0 0 0 0");
     Write("diskstats", absl::StrCat("   8       0 sda ", disk, "\n   8       1 sda1 ", disk,
                                     "\n   7       0 loop0 ", disk, "\n 259 0 nvme0n1 ", disk,
                                     "\n 259 1 nvme0n1p1 ", disk, "\n"));
-    Write("net/dev", absl::StrCat(
-                         "Inter-|   Receive                                                |  Transmit\n",
-                         " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n",
-                         "    lo: 999999 10 0 0 0 0 0 0 999999 10 0 0 0 0 0 0\n",
-                         "  eth0: ", rx, " 10 0 0 0 0 0 0 ", tx, " 10 0 0 0 0 0 0\n"));
-    Write("meminfo", "MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:    8000000 kB\n");
+    Write("net/dev",
+          absl::StrCat(
+              "Inter-|   Receive                                                |  Transmit\n",
+              " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
+              "errs drop fifo colls carrier compressed\n",
+              "    lo: 999999 10 0 0 0 0 0 0 999999 10 0 0 0 0 0 0\n", "  eth0: ", rx,
+              " 10 0 0 0 0 0 0 ", tx, " 10 0 0 0 0 0 0\n"));
+    Write(
+        "meminfo",
+        "MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:    8000000 kB\n");
   }
   const std::string& root() const { return root_; }
 

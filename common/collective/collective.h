@@ -1,6 +1,6 @@
 // Collective operations among the ranks of one training run, behind one interface:
 // GlooCollective (TCP, host memory), NcclCollective (CUDA device memory), and
-// LocalCollective (a world of one). See docs/collectives.md for the design.
+// LocalCollective (a world of one). See docs/distributed-training.md for the design.
 //
 // Contract shared by every implementation:
 //  - Every rank calls the same operations, in the same order, with the same element

@@ -29,7 +29,7 @@ std::string ContainerPath(const YAML::Node& item) {
 }
 
 YAML::Node Merge(const YAML::Node& tmpl, const YAML::Node& config, const std::string& path) {
-  if (Absent(config)) return tmpl;
+  if (Absent(config)) return tmpl.IsDefined() ? tmpl : config;
   if (Absent(tmpl)) return config;
   if (tmpl.IsMap() && config.IsMap()) {
     YAML::Node out(YAML::NodeType::Map);

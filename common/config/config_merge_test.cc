@@ -63,7 +63,7 @@ TEST(MergeTemplate, Rules) {
       {"a key with no value in the config counts as absent",
        "{resources: {slots_per_trial: 2}, description: t}", "{resources: , description: }",
        R"({"resources":{"slots_per_trial":2},"description":"t"})"},
-      {"an empty template changes nothing", "{}", "{a: 1}", R"({"a":1})"},
+      {"an empty template changes nothing", "{}", "{a: 1, b: }", R"({"a":1,"b":null})"},
       {"an empty config takes the template", "{a: {b: [1]}}", "{}", R"({"a":{"b":[1]}})"},
   };
   for (const auto& tc : cases) {

@@ -186,6 +186,8 @@ TEST(ShippedConfigs, EveryOneIsValid) {
       st = LoadMasterConfig(f).status();
     } else if (absl::EndsWith(f, "/agent.yaml")) {
       st = LoadAgentConfig(f).status();
+    } else if (absl::StrContains(f, "/templates/")) {
+      st = ValidateTemplate(Slurp(f), f);
     } else {
       st = ParseExperimentConfig(Slurp(f), f, 1).status();
     }

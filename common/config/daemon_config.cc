@@ -35,9 +35,16 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.String("grpc_listen", &c.grpc_listen);
   r.String("data_dir", &c.data_dir);
   r.String("db_path", &c.db_path);
+  r.Int("db_max_size_mb", &c.db_max_size_mb, 0);
   r.String("address_file", &c.address_file);
   r.String("http_listen", &c.http_listen);
   r.String("http_address_file", &c.http_address_file);
+  r.Object("http_tls", [&](ObjectReader& tls) {
+    tls.String("cert_file", &c.http_tls_cert_file, /*required=*/true);
+    tls.String("key_file", &c.http_tls_key_file, /*required=*/true);
+  });
+  r.Duration("session_ttl", &c.session_ttl);
+  if (const char* pw = std::getenv("DET_ADMIN_PASSWORD"); pw != nullptr) c.admin_password = pw;
   r.String("cluster_name", &c.cluster_name);
   r.String("cluster_secret", &c.cluster_secret);
   r.Object("scheduler", [&](ObjectReader& s) {

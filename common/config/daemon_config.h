@@ -26,6 +26,9 @@ struct MasterConfig {
   std::string data_dir = "/var/lib/det";
   // SQLite file. Default: DATA_DIR/det.db.
   std::string db_path;
+  // Largest size of the database in MiB (0: no limit). Past it, writes fail as on a full
+  // disk: the request gets a clear error and nothing is half-written.
+  int64_t db_max_size_mb = 0;
   // When set, the master writes its bound gRPC address here once it serves.
   std::string address_file;
   // host:port of the REST API, the web page and /metrics. Port 0 picks a free port.
@@ -33,6 +36,15 @@ struct MasterConfig {
   std::string http_listen;
   // When set, the master writes its bound HTTP address here once it serves.
   std::string http_address_file;
+  // PEM certificate chain and key: the HTTP server serves HTTPS only (both or neither).
+  std::string http_tls_cert_file;
+  std::string http_tls_key_file;
+  // How long a user's login session lasts.
+  absl::Duration session_ttl = absl::Hours(7 * 24);
+  // Password of the `admin` account the master creates on its first start (no user in
+  // the database yet). Not read from the file: from DET_ADMIN_PASSWORD in the
+  // environment; empty: a random password, written once to the master's log.
+  std::string admin_password;
   std::string cluster_name = "det";
   // Agents must present this secret to join (empty: any agent may join).
   std::string cluster_secret;

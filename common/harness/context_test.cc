@@ -55,3 +55,61 @@ TEST(TrialContext, MissingOrBadVariablesAreNamed) {
 
 }  // namespace
 }  // namespace det::harness
+
+namespace det::harness {
+namespace {
+
+std::map<std::string, std::string> EnvWithConfig(const std::string& config) {
+  return {{"DET_MASTER", "127.0.0.1:1"}, {"DET_EXPERIMENT_ID", "1"}, {"DET_TRIAL_ID", "2"},
+          {"DET_TRIAL_SEED", "3"},       {"RANK", "0"},              {"WORLD_SIZE", "4"},
+          {"DET_HPARAMS", R"({"global_batch_size": 64})"},           {"DET_EXPERIMENT_CONFIG", config}};
+}
+
+TEST(TrialContext, ReadsTrainingSettingsFromTheConfig) {
+  auto c = ContextFromEnvironment(EnvWithConfig(R"({
+      "records_per_epoch": 6400,
+      "searcher": {"metric": "accuracy", "smaller_is_better": false},
+      "min_checkpoint_period": {"epochs": 1},
+      "checkpoint_policy": "all",
+      "checkpoint_storage": {"type": "shared_fs", "host_path": "/mnt/ckpt", "storage_path": "det"},
+      "optimizations": {"aggregation_frequency": 4, "average_training_metrics": false,
+                        "tensor_fusion_threshold": 2}})"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->searcher_metric, "accuracy");
+  EXPECT_FALSE(c->smaller_is_better);
+  EXPECT_EQ(c->checkpoint_period, 100);
+  EXPECT_EQ(c->checkpoint_policy, "all");
+  EXPECT_EQ(c->checkpoint_dir, "/mnt/ckpt/det");
+  EXPECT_EQ(c->aggregation_frequency, 4);
+  EXPECT_FALSE(c->average_training_metrics);
+  EXPECT_EQ(c->bucket_bytes, 2 << 20);
+  EXPECT_EQ(c->per_slot_batch_size, 16);
+  EXPECT_EQ(c->effective_global_batch_size(), 64);
+  EXPECT_EQ(c->collective_host, "127.0.0.1");  // One agent (CROSS_SIZE 1).
+}
+
+TEST(TrialContext, DefaultsWithoutTrainingSettings) {
+  auto c = ContextFromEnvironment(EnvWithConfig("{}"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->aggregation_frequency, 1);
+  EXPECT_TRUE(c->average_training_metrics);
+  EXPECT_EQ(c->checkpoint_policy, "best");
+  EXPECT_EQ(c->checkpoint_dir, "");
+  EXPECT_EQ(c->bucket_bytes, int64_t{64} << 20);
+}
+
+TEST(TrialContext, BadTrainingSettingsAreNamed) {
+  for (const auto& [config, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"optimizations": {"aggregation_frequency": 0}})", "optimizations.aggregation_frequency"},
+           {R"({"optimizations": {"average_training_metrics": "yes"}})", "optimizations.average_training_metrics"},
+           {R"({"checkpoint_storage": {"type": "s3", "bucket": "b"}})", "checkpoint_storage.type"},
+           {R"({"checkpoint_storage": {"type": "shared_fs", "host_path": "relative"}})", "checkpoint_storage.host_path"},
+           {R"({"checkpoint_policy": "sometimes"})", "checkpoint_policy"}}) {
+    auto c = ContextFromEnvironment(EnvWithConfig(config));
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << config;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << config;
+  }
+}
+
+}  // namespace
+}  // namespace det::harness

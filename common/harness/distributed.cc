@@ -1,6 +1,9 @@
 #include "common/harness/distributed.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -64,6 +67,27 @@ absl::StatusOr<std::vector<std::string>> AllGatherBytes(collective::Collective& 
     out[r].assign(reinterpret_cast<const char*>(&buf[words * r]), static_cast<size_t>(lengths[r]));
   }
   return out;
+}
+
+namespace {
+volatile std::sig_atomic_t stop_requested = 0;
+void OnStopSignal(int) { stop_requested = 1; }
+}  // namespace
+
+void InstallStopHandler() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+bool StopRequested() { return stop_requested != 0; }
+
+absl::StatusOr<bool> AnyRankStopRequested(collective::Collective& collective) {
+  int64_t flag = StopRequested() ? 1 : 0;
+  if (auto st = collective.AllReduceSum(absl::MakeSpan(&flag, 1)); !st.ok()) return st;
+  return flag > 0;
 }
 
 }  // namespace det::harness

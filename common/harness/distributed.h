@@ -47,6 +47,18 @@ absl::StatusOr<std::map<std::string, double>> ReduceMetrics(collective::Collecti
 absl::StatusOr<std::vector<std::string>> AllGatherBytes(collective::Collective& collective,
                                                         const std::string& mine);
 
+// Stop requests. The agent sends SIGTERM to a trial's workers when the master preempts,
+// pauses or kills the trial, and SIGKILL after a grace period. With the handler
+// installed, SIGTERM and SIGINT only record the request, so that training can agree on a
+// batch to stop at, checkpoint there and exit (with kStopExitCode) within the grace.
+inline constexpr int kStopExitCode = 128 + 15;  // as if killed by SIGTERM
+void InstallStopHandler();
+// Whether this process received SIGTERM or SIGINT since InstallStopHandler().
+bool StopRequested();
+// Whether any rank received a stop request: one int64 all-reduce, so every rank must call
+// it at the same points of training, and all get the same answer.
+absl::StatusOr<bool> AnyRankStopRequested(collective::Collective& collective);
+
 }  // namespace det::harness
 
 #endif  // DET_COMMON_HARNESS_DISTRIBUTED_H_

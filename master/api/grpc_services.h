@@ -16,9 +16,13 @@ namespace det::master {
 // absl::Status -> grpc::Status (the codes map 1:1).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// The three services, registered on `builder`; they must outlive the server.
+// The three services, registered on `builder`; they must outlive the server. With
+// `users` (which must outlive them too), every call of the user API but Login is
+// authenticated first ("authorization: Bearer TOKEN" metadata) and the user RPCs
+// (Login, WhoAmI, ...) are served; without, they answer UNIMPLEMENTED.
 std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiHandler& api, AgentHandler& agent,
-                                                             WorkerHandler& worker);
+                                                             WorkerHandler& worker,
+                                                             UserHandler* users = nullptr);
 
 }  // namespace det::master
 

@@ -2,9 +2,10 @@
 // (checkpoint_storage.save_experiment_best, save_trial_best, save_trial_latest, as in
 // Determined) and the deletion of the others' directories on shared_fs storage.
 //
-// The master runs it directly (not as a zero-slot task on an agent) each time one of
-// the experiment's trials ends; it therefore needs the checkpoint storage mounted at the
-// same path on the master's machine. See docs/checkpoints.md.
+// The master runs it directly (not as a zero-slot task on an agent) when a trial ends
+// (with save_experiment_best > 0: when the experiment's last trial ends); it therefore
+// needs the checkpoint storage mounted at the same path on the master's machine. See
+// docs/distributed-training.md.
 #ifndef DET_MASTER_CHECKPOINTS_CHECKPOINT_GC_H_
 #define DET_MASTER_CHECKPOINTS_CHECKPOINT_GC_H_
 

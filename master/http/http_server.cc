@@ -300,11 +300,6 @@ absl::StatusOr<std::string> Handle(const Route<Req, Resp>& route, UserHandler* u
   auto call = std::make_shared<CallState<Req, Resp>>();
   if (users != nullptr && !route.open) {
     std::string token = BearerToken(hreq);
-    if (token.empty()) {
-      return absl::UnauthenticatedError(
-          "missing session token: send \"Authorization: Bearer TOKEN\" (POST "
-          "/api/v1/auth/login gives one)");
-    }
     RETURN_IF_ERROR(CallAndWait(call, [&](Done done) {
       users->Authenticate(token, &call->caller, std::move(done));
     }));
@@ -334,6 +329,10 @@ void Register(httplib::Server& srv, const std::string& method, const std::string
   };
   if (method == "GET") {
     srv.Get(pattern, handler);
+  } else if (method == "PUT") {
+    srv.Put(pattern, handler);
+  } else if (method == "DELETE") {
+    srv.Delete(pattern, handler);
   } else {
     srv.Post(pattern, handler);
   }
@@ -543,6 +542,9 @@ void HttpServer::AddRoutes() {
   Register(srv, "POST", v1 + "/experiments/" + id + "/kill",
            ApiRoute(api, &ApiHandler::KillExperiment, {"id"}), users);
 
+  Register(srv, "GET", v1 + "/experiments/" + id + "/checkpoints",
+           ApiRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);
+
   Register(srv, "GET", v1 + "/trials/" + id, ApiRoute(api, &ApiHandler::GetTrial, {"id"}), users);
   Register(srv, "GET", v1 + "/trials/" + id + "/metrics",
            ApiRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"}), users);
@@ -580,6 +582,16 @@ void HttpServer::AddRoutes() {
   Register(srv, "GET", v1 + "/tasks", ApiRoute(api, &ApiHandler::ListTasks), users);
   Register(srv, "GET", v1 + "/resource-pools", ApiRoute(api, &ApiHandler::ListResourcePools),
            users);
+
+  Register(srv, "GET", v1 + "/templates", ApiRoute(api, &ApiHandler::ListTemplates), users);
+  Register(srv, "GET", v1 + "/templates/" + name,
+           ApiRoute(api, &ApiHandler::GetTemplate, {"name"}), users);
+  for (const char* method : {"PUT", "POST"}) {
+    Register(srv, method, v1 + "/templates/" + name,
+             ApiRoute(api, &ApiHandler::SetTemplate, {"name"}), users);
+  }
+  Register(srv, "DELETE", v1 + "/templates/" + name,
+           ApiRoute(api, &ApiHandler::RemoveTemplate, {"name"}), users);
 
   // Anything else: a JSON 404.
   auto no_route = [](const httplib::Request& req, httplib::Response& res) {

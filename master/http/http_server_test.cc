@@ -88,7 +88,7 @@ class RestTest : public ::testing::Test {
     config.db_path = dir_ + "/det.db";
     config.cluster_secret = "secret";
     config.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
-    // PHASE1: config.admin_password = kAdminPassword;
+    config.admin_password = kAdminPassword;
     auto m = Master::Start(config, clock_);
     ASSERT_TRUE(m.ok()) << m.status();
     master_ = std::move(*m);
@@ -101,7 +101,7 @@ class RestTest : public ::testing::Test {
     http_ = std::make_unique<httplib::Client>(host_, port_);
     http_->set_read_timeout(60, 0);
     token_ = Login("admin", kAdminPassword);
-    // PHASE1: ASSERT_FALSE(token_.empty());
+    ASSERT_FALSE(token_.empty());
   }
 
   void TearDown() override {
@@ -113,7 +113,7 @@ class RestTest : public ::testing::Test {
   std::string Login(const std::string& user, const std::string& password) {
     HttpReply r = Post("/api/v1/auth/login",
                        json{{"username", user}, {"password", password}}.dump(), "");
-    if (r.status != 200) return "";  // PHASE1
+    if (r.status != 200) return "";
     return r.body.value("token", "");
   }
 
@@ -121,9 +121,11 @@ class RestTest : public ::testing::Test {
                  const std::string& token) {
     httplib::Headers headers;
     if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-    httplib::Result res = method == "GET"
-                              ? http_->Get(path.c_str(), headers)
-                              : http_->Post(path.c_str(), headers, body, "application/json");
+    httplib::Result res =
+        method == "GET"      ? http_->Get(path.c_str(), headers)
+        : method == "PUT"    ? http_->Put(path.c_str(), headers, body, "application/json")
+        : method == "DELETE" ? http_->Delete(path.c_str(), headers, body, "application/json")
+                             : http_->Post(path.c_str(), headers, body, "application/json");
     HttpReply r;
     if (!res) {
       ADD_FAILURE() << method << " " << path << ": " << httplib::to_string(res.error());
@@ -505,6 +507,304 @@ TEST_F(RestTest, TrialMetricsTimingsLogsAndWorkerTokens) {
   ASSERT_EQ(ranked.status, 200) << ranked.text;
   EXPECT_EQ(ranked.body["lines"].size(), 1u);
   EXPECT_EQ(Get("/api/v1/trials/1/logs?follow=maybe").status, 400);
+}
+
+
+TEST_F(RestTest, TemplatesCrud) {
+  const std::string yaml = "description: \"it's a \\\"template\\\"; DROP TABLE templates; --\"\n"
+                           "resources:\n  slots_per_trial: 1\n";
+  HttpReply created = Send("PUT", "/api/v1/templates/tpl-1",
+                           json{{"config_yaml", yaml}, {"config_path", "tpl.yaml"}}.dump(), token_);
+  ASSERT_EQ(created.status, 200) << created.text;
+  EXPECT_EQ(created.body["created"], true);
+  EXPECT_EQ(created.body["template"]["name"], "tpl-1");
+
+  HttpReply got = Get("/api/v1/templates/tpl-1");
+  ASSERT_EQ(got.status, 200) << got.text;
+  EXPECT_EQ(got.body["template"]["config_yaml"], yaml);
+  HttpReply list = Get("/api/v1/templates");
+  ASSERT_EQ(list.status, 200) << list.text;
+  ASSERT_EQ(list.body["templates"].size(), 1u);
+
+  HttpReply replaced = Post("/api/v1/templates/tpl-1", json{{"config_yaml", yaml}}.dump());
+  ASSERT_EQ(replaced.status, 200) << replaced.text;
+  EXPECT_EQ(replaced.body["created"], false);
+
+  HttpReply bad = Send("PUT", "/api/v1/templates/tpl-2",
+                       json{{"config_yaml", "no_such_key: 1\n"}}.dump(), token_);
+  EXPECT_EQ(bad.status, 400) << bad.text;
+  HttpReply bad_name = Send("PUT", "/api/v1/templates/x%27%3B%20DROP",
+                            json{{"config_yaml", yaml}}.dump(), token_);
+  EXPECT_EQ(bad_name.status, 400) << bad_name.text;
+
+  HttpReply removed = Send("DELETE", "/api/v1/templates/tpl-1", "", token_);
+  ASSERT_EQ(removed.status, 200) << removed.text;
+  EXPECT_EQ(Get("/api/v1/templates/tpl-1").status, 404);
+  EXPECT_EQ(Send("DELETE", "/api/v1/templates/tpl-1", "", token_).status, 404);
+}
+
+TEST_F(RestTest, Checkpoints) {
+  std::string session = RegisterAgent("a1", 1);
+  ASSERT_EQ(CreateExperiment("ckpt"), 1);
+  v1::LaunchCommand launch = NextLaunch("a1", session);
+  v1::ReportCheckpointRequest req;
+  req.mutable_auth()->set_allocation_id(launch.allocation_id());
+  req.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+  req.mutable_checkpoint()->set_uuid("c-1");
+  req.mutable_checkpoint()->set_total_batches(40);
+  req.mutable_checkpoint()->set_storage_path("/ckpt/c-1");
+  grpc::ClientContext ctx;
+  v1::ReportCheckpointResponse resp;
+  grpc::Status st = WorkerStub()->ReportCheckpoint(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+
+  HttpReply all = Get("/api/v1/experiments/1/checkpoints");
+  ASSERT_EQ(all.status, 200) << all.text;
+  ASSERT_EQ(all.body["checkpoints"].size(), 1u);
+  EXPECT_EQ(all.body["checkpoints"][0]["uuid"], "c-1");
+  EXPECT_EQ(Int(all.body["checkpoints"][0]["total_batches"]), 40);
+  EXPECT_EQ(Get("/api/v1/experiments/1/checkpoints?trial_id=1").body["checkpoints"].size(), 1u);
+  EXPECT_EQ(Get("/api/v1/experiments/1/checkpoints?trial_id=7").status, 404);
+  EXPECT_EQ(Get("/api/v1/experiments/9/checkpoints").status, 404);
+}
+
+
+// Every route, as (method, path, body).
+struct RouteCase {
+  std::string method;
+  std::string path;
+  std::string body;
+};
+
+std::vector<RouteCase> AllRoutes() {
+  return {
+      {"GET", "/api/v1/master", ""},
+      {"GET", "/api/v1/master/stats", ""},
+      {"GET", "/metrics", ""},
+      {"GET", "/prom/det-state-metrics", ""},
+      {"POST", "/api/v1/auth/logout", ""},
+      {"GET", "/api/v1/me", ""},
+      {"GET", "/api/v1/users", ""},
+      {"POST", "/api/v1/users", R"({"username": "eve", "password": "eves-password"})"},
+      {"POST", "/api/v1/users/admin/password", R"({"new_password": "hijacked-password"})"},
+      {"GET", "/api/v1/experiments", ""},
+      {"POST", "/api/v1/experiments", R"({"config_yaml": "name: x"})"},
+      {"GET", "/api/v1/experiments/1", ""},
+      {"POST", "/api/v1/experiments/1/kill", ""},
+      {"GET", "/api/v1/experiments/1/checkpoints", ""},
+      {"GET", "/api/v1/trials/1", ""},
+      {"GET", "/api/v1/trials/1/metrics", ""},
+      {"GET", "/api/v1/trials/1/timings", ""},
+      {"GET", "/api/v1/trials/1/logs", ""},
+      {"GET", "/api/v1/agents", ""},
+      {"POST", "/api/v1/agents/a1/enable", ""},
+      {"POST", "/api/v1/agents/a1/disable", ""},
+      {"GET", "/api/v1/slots", ""},
+      {"GET", "/api/v1/jobs", ""},
+      {"POST", "/api/v1/jobs/1/priority", R"({"priority": 5})"},
+      {"GET", "/api/v1/tasks", ""},
+      {"GET", "/api/v1/resource-pools", ""},
+      {"GET", "/api/v1/templates", ""},
+      {"GET", "/api/v1/templates/t", ""},
+      {"PUT", "/api/v1/templates/t", R"({"config_yaml": "description: x"})"},
+      {"POST", "/api/v1/templates/t", R"({"config_yaml": "description: x"})"},
+      {"DELETE", "/api/v1/templates/t", ""},
+  };
+}
+
+TEST_F(RestTest, EveryRouteButLoginAndHealthNeedsAToken) {
+  ASSERT_EQ(CreateExperiment("guarded"), 1);
+  for (const auto& r : AllRoutes()) {
+    for (const std::string& token : {std::string(), std::string(64, 'f'), std::string("x y")}) {
+      HttpReply reply = Send(r.method, r.path, r.body, token);
+      EXPECT_EQ(reply.status, 401) << r.method << " " << r.path << " token '" << token
+                                   << "': " << reply.text;
+      EXPECT_EQ(reply.body["code"], "UNAUTHENTICATED") << r.method << " " << r.path;
+    }
+  }
+  // Nothing happened: experiment 1 still runs, no user was made, admin's password holds.
+  HttpReply e = Get("/api/v1/experiments/1");
+  EXPECT_EQ(e.body["experiment"]["state"], "STATE_ACTIVE");
+  EXPECT_EQ(Get("/api/v1/users").body["users"].size(), 1u);
+  EXPECT_FALSE(Login("admin", kAdminPassword).empty());
+  // A bearer token in another header or a query parameter does not count.
+  EXPECT_EQ(Send("GET", "/api/v1/master?token=" + token_, "", "").status, 401);
+
+  EXPECT_EQ(Send("GET", "/health", "", "").status, 200);
+  EXPECT_EQ(Send("GET", "/", "", "").status, 200);
+
+  // With the token every route answers something other than 401.
+  for (const auto& r : AllRoutes()) {
+    if (r.path == "/api/v1/auth/logout" || r.path == "/api/v1/users/admin/password") continue;
+    HttpReply reply = Send(r.method, r.path, r.body, token_);
+    EXPECT_NE(reply.status, 401) << r.method << " " << r.path << ": " << reply.text;
+    EXPECT_NE(reply.status, 0) << r.method << " " << r.path;
+  }
+
+  HttpReply stats = Get("/api/v1/master/stats");
+  EXPECT_GE(Int(stats.body["api_calls_rejected_total"]), 3 * static_cast<int64_t>(AllRoutes().size()));
+  EXPECT_GE(Int(stats.body["api_calls_authenticated_total"]), 1);
+}
+
+TEST_F(RestTest, LoginWhoAmIUsersAndLogout) {
+  HttpReply wrong = Post("/api/v1/auth/login", R"({"username": "admin", "password": "nope-nope"})", "");
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_THAT(wrong.body["message"].get<std::string>(), HasSubstr("wrong user name or password"));
+  EXPECT_EQ(Post("/api/v1/auth/login", "{not json", "").status, 400);
+
+  HttpReply me = Get("/api/v1/me");
+  ASSERT_EQ(me.status, 200) << me.text;
+  EXPECT_EQ(me.body["user"]["username"], "admin");
+  EXPECT_EQ(me.body["user"]["admin"], true);
+
+  HttpReply created = Post("/api/v1/users", R"({"username": "bob", "password": "bobs-password"})");
+  ASSERT_EQ(created.status, 200) << created.text;
+  EXPECT_EQ(created.body["user"]["admin"], false);
+  EXPECT_EQ(Post("/api/v1/users", R"({"username": "bob", "password": "bobs-password"})").status,
+            409);
+  std::string bob = Login("bob", "bobs-password");
+  ASSERT_FALSE(bob.empty());
+  HttpReply refused =
+      Post("/api/v1/users", R"({"username": "eve", "password": "eves-password"})", bob);
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_EQ(refused.body["code"], "PERMISSION_DENIED");
+  // Users can read the cluster.
+  EXPECT_EQ(Send("GET", "/api/v1/experiments", "", bob).status, 200);
+
+  HttpReply changed = Post("/api/v1/users/bob/password",
+                           R"({"old_password": "bobs-password", "new_password": "bobs-new-pw"})", bob);
+  ASSERT_EQ(changed.status, 200) << changed.text;
+  EXPECT_FALSE(Login("bob", "bobs-new-pw").empty());
+  EXPECT_EQ(Post("/api/v1/users/admin/password", R"({"new_password": "hijacked-password"})", bob)
+                .status,
+            403);
+
+  HttpReply out = Post("/api/v1/auth/logout", "", bob);
+  ASSERT_EQ(out.status, 200) << out.text;
+  EXPECT_EQ(Send("GET", "/api/v1/me", "", bob).status, 401);
+}
+
+TEST_F(RestTest, NamesFullOfQuotesAndSqlComeBackUnchanged) {
+  const std::vector<std::string> names = {
+      "it's \"quoted\"",
+      "x'); DROP TABLE experiments; --",
+      "\" OR 1=1 --",
+      "Robert'); DELETE FROM users WHERE ('a'='a",
+      "back\\slash %_ wildcards; SELECT * FROM sessions",
+      "<script>alert('x')</script> & more",
+  };
+  for (const auto& n : names) ASSERT_GT(CreateExperiment(n), 0) << n;
+  HttpReply list = Get("/api/v1/experiments");
+  ASSERT_EQ(list.status, 200) << list.text;
+  ASSERT_EQ(list.body["experiments"].size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(list.body["experiments"][i]["name"], names[i]);
+    HttpReply one = Get(absl::StrCat("/api/v1/experiments/", i + 1));
+    EXPECT_EQ(one.body["experiment"]["name"], names[i]);
+  }
+  // The name filter is a plain substring match.
+  HttpReply filtered = Get("/api/v1/experiments?name=%27%3B%20DROP");
+  ASSERT_EQ(filtered.status, 200) << filtered.text;
+  ASSERT_EQ(filtered.body["experiments"].size(), 0u);
+  filtered = Get("/api/v1/experiments?name=%27)%3B%20DROP");
+  ASSERT_EQ(filtered.body["experiments"].size(), 1u);
+  EXPECT_EQ(filtered.body["experiments"][0]["name"], names[1]);
+  EXPECT_EQ(Get("/api/v1/experiments?name=%25_").body["experiments"].size(), 1u);
+
+  // The same after a restart, read back from SQLite.
+  master_->Shutdown();
+  master_.reset();
+  config::MasterConfig config;
+  config.grpc_listen = "127.0.0.1:0";
+  config.http_listen = absl::StrCat(host_, ":", port_);
+  config.data_dir = dir_;
+  config.db_path = dir_ + "/det.db";
+  config.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
+  auto m = Master::Start(config, clock_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  master_ = std::move(*m);
+  http_ = std::make_unique<httplib::Client>(host_, port_);
+  list = Get("/api/v1/experiments");  // The session survived the restart too.
+  ASSERT_EQ(list.status, 200) << list.text;
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(list.body["experiments"][i]["name"], names[i]);
+}
+
+
+// HTTPS with http_tls in master.yaml: a certificate made here with the openssl tool.
+TEST(HttpsTest, ServesTheApiOverTls) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/rest_tls");
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str()), 0);
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  const std::string openssl = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout '", key, "' -out '", cert, "' 2>'", dir,
+      "/openssl.log'");
+  ASSERT_EQ(std::system(openssl.c_str()), 0) << "openssl (deploy/setup.sh installs it) failed";
+
+  config::MasterConfig config;
+  config.grpc_listen = "127.0.0.1:0";
+  config.http_listen = "127.0.0.1:0";
+  config.data_dir = dir;
+  config.db_path = dir + "/det.db";
+  config.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
+  config.admin_password = kAdminPassword;
+  config.http_tls_cert_file = cert;
+  config.http_tls_key_file = key;
+  RealClock clock;
+  auto master = Master::Start(config, clock);
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::string& addr = (*master)->http_address();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(addr.substr(addr.rfind(':') + 1), &port));
+
+  httplib::SSLClient tls("127.0.0.1", port);
+  tls.set_ca_cert_path(cert.c_str());
+  tls.enable_server_certificate_verification(true);
+  auto health = tls.Get("/health");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  auto login = tls.Post("/api/v1/auth/login",
+                        json{{"username", "admin"}, {"password", kAdminPassword}}.dump(),
+                        "application/json");
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 200) << login->body;
+  std::string token = json::parse(login->body)["token"];
+  auto info = tls.Get("/api/v1/master", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->status, 200);
+
+  httplib::Client plain("127.0.0.1", port);  // Plain HTTP gets nothing.
+  auto refused = plain.Get("/health");
+  EXPECT_TRUE(!refused || refused->status != 200);
+
+  config.http_tls_key_file = dir + "/missing.pem";
+  config.data_dir = dir + "/second";
+  config.db_path = dir + "/second/det.db";
+  auto bad = Master::Start(config, clock);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("missing.pem"));
+  (*master)->Shutdown();
+}
+
+
+TEST(MasterYamlTest, HttpKeys) {
+  auto c = config::ParseMasterConfig(
+      "http_listen: \"0.0.0.0:8081\"\nhttp_address_file: /tmp/h\n"
+      "http_tls:\n  cert_file: /c.pem\n  key_file: /k.pem\nsession_ttl: 12h\n",
+      "master.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->http_listen, "0.0.0.0:8081");
+  EXPECT_EQ(c->http_address_file, "/tmp/h");
+  EXPECT_EQ(c->http_tls_cert_file, "/c.pem");
+  EXPECT_EQ(c->http_tls_key_file, "/k.pem");
+  EXPECT_EQ(c->session_ttl, absl::Hours(12));
+  auto half = config::ParseMasterConfig("http_tls:\n  cert_file: /c.pem\n", "master.yaml");
+  EXPECT_THAT(half.status().message(), HasSubstr("http_tls.key_file"));
+  auto plain = config::ParseMasterConfig("data_dir: /x\n", "master.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->http_listen, "");  // No HTTP server unless asked for.
+  EXPECT_EQ(plain->session_ttl, absl::Hours(168));
 }
 
 }  // namespace

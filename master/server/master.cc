@@ -81,7 +81,7 @@ void Summarize(google::protobuf::Map<std::string, v1::MetricSummary>* summary,
 absl::StatusOr<std::unique_ptr<Master>> Master::Start(const config::MasterConfig& config,
                                                       Clock& clock) {
   RETURN_IF_ERROR(MakeDirs(config.data_dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(config.db_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(config.db_path, config.db_max_size_mb));
   std::unique_ptr<Master> m(new Master(config, clock, std::move(store)));
   RETURN_IF_ERROR(m->Restore());
   m->loop_.Start();
@@ -106,6 +106,7 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
               AgentManager::Options{config.cluster_secret, config.agent_timeout,
                                     std::min(absl::Seconds(5), config.agent_timeout / 3)}),
       templates_(*store_, clock),
+      users_(loop_, *store_, clock, UserServiceOptions{config.session_ttl, config.admin_password}),
       start_time_ms_(clock.NowMs()) {}
 
 Master::~Master() { Shutdown(); }
@@ -113,6 +114,7 @@ Master::~Master() { Shutdown(); }
 absl::Status Master::Restore() {
   ASSIGN_OR_RETURN(StoreSnapshot snap, store_->Load());
   cluster_id_ = snap.cluster_id;
+  RETURN_IF_ERROR(users_.Restore());
   agents_.Restore(snap.agents);
   for (auto& e : snap.experiments) {
     ExperimentState& es = experiments_[e.id()];
@@ -158,11 +160,17 @@ absl::Status Master::Restore() {
   // Runs whose agents do not come back in time are lost.
   loop_.PostAfter(config_.agent_reconnect_wait, [this] {
     for (auto& [id, ts] : trials_) {
-      if (ts.unattached.empty()) continue;
-      std::string agents = absl::StrJoin(ts.unattached, ", ");
+      // Agents that came back and went silent again since wait for their own deadline
+      // (AgentDisconnected).
+      std::set<std::string> gone;
+      for (const auto& agent : ts.unattached) {
+        if (agent_disconnects_[agent] == 0) gone.insert(agent);
+      }
+      if (gone.empty()) continue;
+      std::string agents = absl::StrJoin(gone, ", ");
       TrialEvent(id, absl::StrCat("agent(s) ", agents, " did not return after the master restarted"));
       ts.lost = true;
-      std::set<std::string> gone = ts.unattached;
+      for (const auto& agent : gone) ts.unattached.erase(agent);
       ExitRanksOn(ts, [&](const std::string& agent) { return gone.count(agent) > 0; },
                   "agent did not return");
     }
@@ -196,7 +204,7 @@ absl::Status Master::Serve() {
   builder.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  services_ = MakeGrpcServices(*this, *this, *this);
+  services_ = MakeGrpcServices(*this, *this, *this, &users_);
   for (auto& s : services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
@@ -220,7 +228,9 @@ absl::Status Master::Serve() {
   if (!config_.http_listen.empty()) {
     HttpServerOptions http_options;
     http_options.listen = config_.http_listen;
-    ASSIGN_OR_RETURN(http_, HttpServer::Start(http_options, *this));
+    http_options.tls_cert_file = config_.http_tls_cert_file;
+    http_options.tls_key_file = config_.http_tls_key_file;
+    ASSIGN_OR_RETURN(http_, HttpServer::Start(http_options, *this, &users_));
     http_address_ = http_->address();
     if (!config_.http_address_file.empty()) {
       std::string tmp = config_.http_address_file + ".tmp";
@@ -259,6 +269,8 @@ void Master::Shutdown() {
   server_->Wait();
   server_.reset();
   if (checkpoint_deleter_) checkpoint_deleter_->Stop();
+  // Work already posted (pending metric and event writes) runs before the loop stops.
+  loop_.RunSync([] {});
   loop_.Stop();
   Logger("master")->info("det-master stopped");
 }
@@ -291,6 +303,8 @@ void Master::GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStats
                             Done done) {
   OnLoop(std::move(done), [this, resp] {
     *resp = counters_;
+    resp->set_api_calls_authenticated_total(users_.authenticated());
+    resp->set_api_calls_rejected_total(users_.rejected());
     resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
     for (const auto& a : agents_.List()) {
       resp->set_agents(resp->agents() + 1);
@@ -532,7 +546,9 @@ absl::Status Master::FillLogs(const v1::GetTrialLogsRequest& req, v1::GetTrialLo
   ASSIGN_OR_RETURN(auto lines, store_->GetLogs(req.trial_id(), req.after_id(), limit, rank));
   resp->clear_lines();
   for (auto& l : lines) *resp->add_lines() = std::move(l);
-  resp->set_done(Terminal(t->trial.state()) && resp->lines_size() < limit);
+  bool events_pending = std::any_of(pending_events_.begin(), pending_events_.end(),
+                                    [&](const v1::LogLine& l) { return l.trial_id() == req.trial_id(); });
+  resp->set_done(Terminal(t->trial.state()) && resp->lines_size() < limit && !events_pending);
   return absl::OkStatus();
 }
 
@@ -789,9 +805,14 @@ void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp
         TrialEvent(t->trial.id(), absl::StrCat("agent ", agent_id, " reattached"));
         continue;
       }
-      if (!t || t->exits.size() == static_cast<size_t>(t->trial.allocation().ranks_size())) {
-        resp->add_kill_allocations(alloc_id);
+      // Unknown, or its ranks on this agent already count as exited (lost): stop them.
+      bool ours_exited = true;
+      if (t) {
+        for (const auto& r : t->trial.allocation().ranks()) {
+          ours_exited &= r.agent_id() != agent_id || t->exits.count(r.rank()) > 0;
+        }
       }
+      if (ours_exited) resp->add_kill_allocations(alloc_id);
     }
     // Runs placed on this agent that it no longer has: their processes are gone.
     for (auto& [tid, t] : trials_) {
@@ -1132,7 +1153,7 @@ void Master::SchedulePass() {
     }
     if (waiting_reason_[request] != why) {
       waiting_reason_[request] = why;
-      TrialEvent(tid, "waiting: " + why);
+      TrialEvent(tid, "waiting: " + why, /*verbose=*/true);
     }
   }
   for (const auto& p : d.placements) {
@@ -1357,10 +1378,10 @@ void Master::FinishTrial(TrialState& t, v1::State state, const std::string& erro
     if (!st.ok()) Logger("master")->error("experiment {}: {}", es.experiment.id(), st.ToString());
   }
   UpdateExperiment(es);
-  CollectCheckpoints(experiments_.at(t.trial.experiment_id()));
+  CollectCheckpoints(experiments_.at(t.trial.experiment_id()), t.trial.id());
 }
 
-void Master::CollectCheckpoints(ExperimentState& es) {
+void Master::CollectCheckpoints(ExperimentState& es, int64_t ended_trial) {
   if (!checkpoint_deleter_) return;
   auto policy = GcPolicyFromConfig(es.config_json);
   if (!policy.ok()) {
@@ -1368,9 +1389,15 @@ void Master::CollectCheckpoints(ExperimentState& es) {
                             policy.status().ToString());
     return;
   }
+  // Without save_experiment_best only the ended trial's checkpoints are at stake; with it,
+  // the ranking spans the experiment, which is collected once every trial has ended.
+  bool all_ended = true;
+  for (int64_t tid : es.trial_ids) all_ended = all_ended && Terminal(trials_.at(tid).trial.state());
+  if (policy->save_experiment_best > 0 && !all_ended) return;
   std::vector<v1::Checkpoint> all;
   std::set<int64_t> ended;
   for (int64_t tid : es.trial_ids) {
+    if (policy->save_experiment_best == 0 && tid != ended_trial) continue;
     auto cs = store_->GetCheckpoints(tid);
     if (!cs.ok()) {
       Logger("master")->error("trial {}: cannot read checkpoints: {}", tid, cs.status().ToString());
@@ -1595,17 +1622,33 @@ void Master::CheckAgents() {
   loop_.PostAfter(kAgentCheckPeriod, [this] { CheckAgents(); });
 }
 
-void Master::TrialEvent(int64_t trial_id, const std::string& message) {
-  Logger("master")->info("trial {}: {}", trial_id, message);
-  std::vector<v1::LogLine> lines(1);
-  lines[0].set_trial_id(trial_id);
-  lines[0].set_rank(-1);
-  lines[0].set_stream("master");
-  lines[0].set_time_ms(clock_.NowMs());
-  lines[0].set_message(message);
+void Master::TrialEvent(int64_t trial_id, const std::string& message, bool verbose) {
+  if (verbose) {
+    Logger("master")->debug("trial {}: {}", trial_id, message);
+  } else {
+    Logger("master")->info("trial {}: {}", trial_id, message);
+  }
+  v1::LogLine& line = pending_events_.emplace_back();
+  line.set_trial_id(trial_id);
+  line.set_rank(-1);
+  line.set_stream("master");
+  line.set_time_ms(clock_.NowMs());
+  line.set_message(message);
+  if (!events_flush_posted_) {
+    events_flush_posted_ = true;
+    loop_.Post([this] { FlushEvents(); });
+  }
+}
+
+void Master::FlushEvents() {
+  events_flush_posted_ = false;
+  std::vector<v1::LogLine> lines = std::move(pending_events_);
+  pending_events_.clear();
   absl::Status st = store_->AddLogs(&lines);
-  if (!st.ok()) Logger("master")->error("trial {}: cannot store event: {}", trial_id, st.ToString());
-  AnswerLogWaiters(trial_id);
+  if (!st.ok()) Logger("master")->error("cannot store {} trial events: {}", lines.size(), st.ToString());
+  std::set<int64_t> trials;
+  for (const auto& l : lines) trials.insert(l.trial_id());
+  for (int64_t t : trials) AnswerLogWaiters(t);
 }
 
 void Master::PersistTrial(const TrialState& t) {

@@ -16,6 +16,7 @@
 #include "common/config/experiment_config.h"
 #include "common/event_loop/event_loop.h"
 #include "master/api/handlers.h"
+#include "master/auth/user_service.h"
 #include "master/checkpoints/checkpoint_gc.h"
 #include "master/cluster/agent_manager.h"
 #include "master/searcher/searcher.h"
@@ -170,9 +171,9 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void SearcherValidation(const v1::Metrics& metrics);
   // Position of `trial_id` in es.trial_ids (its index for the searcher), or -1.
   static int TrialIndex(const ExperimentState& es, int64_t trial_id);
-  // Checkpoint garbage collection of the experiment's ended trials (see
+  // Checkpoint garbage collection after `ended_trial` ended (see
   // master/checkpoints/checkpoint_gc.h); deletions finish on checkpoint_deleter_'s thread.
-  void CollectCheckpoints(ExperimentState& es);
+  void CollectCheckpoints(ExperimentState& es, int64_t ended_trial);
   void CheckpointDeleted(const v1::Checkpoint& checkpoint, const absl::Status& status);
   void UpdateExperiment(ExperimentState& e);
   void AgentLost(const std::string& agent_id, const std::string& why);
@@ -184,7 +185,10 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
                    const std::string& how);
   void CheckAgents();
-  void TrialEvent(int64_t trial_id, const std::string& message);
+  // Records a line about the trial in its logs (stream "master"). Lines are stored together
+  // once the current work is done; `verbose` ones go to the master's log at debug level.
+  void TrialEvent(int64_t trial_id, const std::string& message, bool verbose = false);
+  void FlushEvents();
   void PersistTrial(const TrialState& t);
   void PersistAllocation(const TrialState& t);
   void AnswerLogWaiters(int64_t trial_id);
@@ -199,6 +203,8 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   EventLoop loop_;
   AgentManager agents_;
   Templates templates_;
+  // Users and sessions; every user API call (gRPC and REST) but Login is checked by it.
+  UserService users_;
   std::string cluster_id_;
   int64_t start_time_ms_;
   std::string address_;
@@ -215,6 +221,8 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::map<std::string, int64_t> allocation_trial_;  // open allocation id -> trial id
   std::map<int64_t, std::vector<LogWaiter>> log_waiters_;
   PendingMetrics pending_metrics_;
+  std::vector<v1::LogLine> pending_events_;
+  bool events_flush_posted_ = false;
   bool schedule_requested_ = false;
   // Counters since start, for GetMasterStats (loop thread).
   v1::GetMasterStatsResponse counters_;

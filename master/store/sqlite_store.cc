@@ -84,6 +84,21 @@ CREATE TABLE system_metrics (
 CREATE INDEX system_metrics_by_agent ON system_metrics(agent_id, time_ms);
 CREATE INDEX system_metrics_by_time ON system_metrics(time_ms);
 )sql",
+    // 4: users (argon2id password hashes) and their sessions (SHA-256 of the token).
+    R"sql(
+CREATE TABLE users (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  username TEXT NOT NULL UNIQUE,
+  password_hash TEXT NOT NULL,
+  admin INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL);
+CREATE TABLE sessions (
+  token_hash TEXT PRIMARY KEY,
+  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL);
+CREATE INDEX sessions_by_user ON sessions(user_id);
+)sql",
 };
 
 absl::Status SqlError(sqlite3* db, const std::string& what) {
@@ -198,7 +213,8 @@ SqliteStore::SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::mo
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
 
-absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
+                                                               int64_t max_size_mb) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
@@ -218,6 +234,12 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
     }
   }
   RETURN_IF_ERROR(store->Migrate());
+  if (max_size_mb > 0) {
+    Stmt page(db, "PRAGMA page_size");
+    int64_t page_size = page.Step() ? page.Int(0) : 4096;
+    RETURN_IF_ERROR(store->Exec(
+        absl::StrCat("PRAGMA max_page_count=", std::max<int64_t>(1, (max_size_mb << 20) / page_size))));
+  }
   return store;
 }
 
@@ -596,6 +618,85 @@ absl::StatusOr<std::vector<v1::SystemMetrics>> SqliteStore::GetSystemMetrics(
   while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &out.emplace_back(), "system_metrics"));
   RETURN_IF_ERROR(s.status());
   return out;
+}
+
+absl::StatusOr<std::vector<UserRow>> SqliteStore::ListUsers() {
+  Stmt s(db_, "SELECT id, username, password_hash, admin, created_ms FROM users ORDER BY id");
+  std::vector<UserRow> out;
+  while (s.Step()) {
+    UserRow& u = out.emplace_back();
+    u.id = s.Int(0);
+    u.username = s.Text(1);
+    u.password_hash = s.Text(2);
+    u.admin = s.Int(3) != 0;
+    u.created_ms = s.Int(4);
+  }
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
+absl::StatusOr<int64_t> SqliteStore::InsertUser(const UserRow& user) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  {
+    Stmt exists(db_, "SELECT 1 FROM users WHERE username = ?");
+    if (exists.Bind(1, user.username).Step()) {
+      return absl::AlreadyExistsError(absl::StrCat("user '", user.username, "' already exists"));
+    }
+    RETURN_IF_ERROR(exists.status());
+  }
+  Stmt s(db_,
+         "INSERT INTO users (username, password_hash, admin, created_ms) VALUES (?, ?, ?, ?)");
+  s.Bind(1, user.username).Bind(2, user.password_hash).Bind(3, int64_t{user.admin ? 1 : 0});
+  RETURN_IF_ERROR(s.Bind(4, user.created_ms).Run());
+  int64_t id = sqlite3_last_insert_rowid(db_);
+  RETURN_IF_ERROR(tx.Commit());
+  return id;
+}
+
+absl::Status SqliteStore::SetUserPassword(int64_t user_id, const std::string& password_hash) {
+  Stmt s(db_, "UPDATE users SET password_hash = ? WHERE id = ?");
+  RETURN_IF_ERROR(s.Bind(1, password_hash).Bind(2, user_id).Run());
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SessionRow>> SqliteStore::LoadSessions(int64_t now_ms) {
+  Stmt expired(db_, "DELETE FROM sessions WHERE expires_ms <= ?");
+  RETURN_IF_ERROR(expired.Bind(1, now_ms).Run());
+  Stmt s(db_, "SELECT token_hash, user_id, created_ms, expires_ms FROM sessions");
+  std::vector<SessionRow> out;
+  while (s.Step()) {
+    SessionRow& r = out.emplace_back();
+    r.token_hash = s.Text(0);
+    r.user_id = s.Int(1);
+    r.created_ms = s.Int(2);
+    r.expires_ms = s.Int(3);
+  }
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
+absl::Status SqliteStore::InsertSession(const SessionRow& session) {
+  Stmt s(db_,
+         "INSERT INTO sessions (token_hash, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)");
+  return s.Bind(1, session.token_hash)
+      .Bind(2, session.user_id)
+      .Bind(3, session.created_ms)
+      .Bind(4, session.expires_ms)
+      .Run();
+}
+
+absl::Status SqliteStore::DeleteSession(const std::string& token_hash) {
+  Stmt s(db_, "DELETE FROM sessions WHERE token_hash = ?");
+  return s.Bind(1, token_hash).Run();
+}
+
+absl::Status SqliteStore::DeleteUserSessions(int64_t user_id, const std::string& keep_token_hash) {
+  Stmt s(db_, "DELETE FROM sessions WHERE user_id = ? AND token_hash != ?");
+  return s.Bind(1, user_id).Bind(2, keep_token_hash).Run();
 }
 
 }  // namespace det::master

@@ -16,7 +16,10 @@ class SqliteStore : public Store {
  public:
   // Opens (creating if needed) the database at `path` and migrates it to the latest
   // schema. ":memory:" gives a private in-memory database (tests).
-  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  // `max_size_mb` > 0 caps the database file; writes beyond it fail with
+  // ResourceExhausted, as on a full disk, and change nothing.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
+                                                           int64_t max_size_mb = 0);
   ~SqliteStore() override;
 
   // The schema version the database is at.
@@ -54,6 +57,13 @@ class SqliteStore : public Store {
                                 int64_t keep_after_ms) override;
   absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,
                                                                   int limit) override;
+  absl::StatusOr<std::vector<UserRow>> ListUsers() override;
+  absl::StatusOr<int64_t> InsertUser(const UserRow& user) override;
+  absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) override;
+  absl::StatusOr<std::vector<SessionRow>> LoadSessions(int64_t now_ms) override;
+  absl::Status InsertSession(const SessionRow& session) override;
+  absl::Status DeleteSession(const std::string& token_hash) override;
+  absl::Status DeleteUserSessions(int64_t user_id, const std::string& keep_token_hash) override;
 
  private:
   SqliteStore(sqlite3* db, std::string path);

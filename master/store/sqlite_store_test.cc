@@ -29,7 +29,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 3);
+    EXPECT_EQ((*store)->SchemaVersion(), 4);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -153,6 +153,41 @@ TEST(SqliteStore, UpdatingAMissingRowIsNotFound) {
   EXPECT_EQ((*store)->UpdateExperiment(e).code(), absl::StatusCode::kNotFound);
 }
 
+TEST(SqliteStore, AFullDatabaseRefusesWritesAndStaysIntact) {
+  std::string path = TempPath("full.db");
+  int64_t trial_id;
+  int stored = 0;
+  {
+    auto store = SqliteStore::Open(path, /*max_size_mb=*/1);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<v1::Trial> trials(1);
+    v1::Experiment e;
+    ASSERT_TRUE((*store)->InsertExperiment(e, "", &trials).ok());
+    trial_id = trials[0].id();
+    absl::Status st;
+    for (int batch = 0; batch < 1000 && st.ok(); ++batch) {
+      std::vector<v1::LogLine> lines(200);
+      for (auto& l : lines) {
+        l.set_trial_id(trial_id);
+        l.set_message(std::string(100, 'x'));
+      }
+      st = (*store)->AddLogs(&lines);
+      if (st.ok()) stored += 200;
+    }
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+    EXPECT_THAT(st.message(), HasSubstr("disk full"));
+    EXPECT_TRUE((*store)->CheckIntegrity().ok());
+  }
+  // Reopened without the limit: everything committed before is there, nothing more.
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->CheckIntegrity().ok());
+  auto lines = (*store)->GetLogs(trial_id, 0, 1000000, std::nullopt);
+  ASSERT_TRUE(lines.ok());
+  EXPECT_EQ(static_cast<int>(lines->size()), stored);
+  EXPECT_GT(stored, 0);
+}
+
 TEST(SqliteStore, UnopenablePathNamesTheFile) {
   auto store = SqliteStore::Open("/nonexistent-dir/sub/det.db");
   ASSERT_FALSE(store.ok());
@@ -224,6 +259,57 @@ TEST(SqliteStore, ACheckpointCanBeMarkedDeleted) {
   EXPECT_EQ((*got)[0].state(), v1::STATE_DELETED);
   c.set_uuid("nope");
   EXPECT_EQ((*store)->UpdateCheckpoint(c).code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace det::master
+
+namespace det::master {
+namespace {
+
+TEST(SqliteStore, UsersAndSessionsSurviveReopen) {
+  std::string path = TempPath("users.db");
+  const std::string tricky = "o'brien\"; DROP TABLE users; --";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    UserRow admin{0, "admin", "$argon2id$hash1", true, 1000};
+    auto id = (*store)->InsertUser(admin);
+    ASSERT_TRUE(id.ok()) << id.status();
+    UserRow other{0, tricky, "$argon2id$hash2", false, 2000};
+    auto other_id = (*store)->InsertUser(other);
+    ASSERT_TRUE(other_id.ok()) << other_id.status();
+    auto dup = (*store)->InsertUser(admin);
+    EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_THAT(dup.status().message(), ::testing::HasSubstr("user 'admin' already exists"));
+    ASSERT_TRUE((*store)->SetUserPassword(*id, "$argon2id$hash3").ok());
+    EXPECT_EQ((*store)->SetUserPassword(99, "x").code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE((*store)->InsertSession({"live-a", *id, 1000, 5000}).ok());
+    ASSERT_TRUE((*store)->InsertSession({"live-b", *id, 1000, 5000}).ok());
+    ASSERT_TRUE((*store)->InsertSession({"old", *other_id, 1000, 1500}).ok());
+    ASSERT_TRUE((*store)->InsertSession({"gone", *other_id, 1000, 5000}).ok());
+    ASSERT_TRUE((*store)->DeleteSession("gone").ok());
+    ASSERT_TRUE((*store)->DeleteSession("never-was").ok());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto users = (*store)->ListUsers();
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ(users->size(), 2u);
+  EXPECT_EQ((*users)[0].username, "admin");
+  EXPECT_EQ((*users)[0].password_hash, "$argon2id$hash3");
+  EXPECT_TRUE((*users)[0].admin);
+  EXPECT_EQ((*users)[1].username, tricky);
+  EXPECT_FALSE((*users)[1].admin);
+  EXPECT_EQ((*users)[1].created_ms, 2000);
+  auto sessions = (*store)->LoadSessions(2000);  // "old" expired at 1500.
+  ASSERT_TRUE(sessions.ok()) << sessions.status();
+  ASSERT_EQ(sessions->size(), 2u);
+  ASSERT_TRUE((*store)->DeleteUserSessions((*users)[0].id, "live-b").ok());
+  sessions = (*store)->LoadSessions(2000);
+  ASSERT_EQ(sessions->size(), 1u);
+  EXPECT_EQ((*sessions)[0].token_hash, "live-b");
+  EXPECT_EQ((*sessions)[0].expires_ms, 5000);
 }
 
 }  // namespace

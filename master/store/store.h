@@ -24,6 +24,23 @@ struct StoreSnapshot {
   std::string cluster_id;
 };
 
+// A user account (det user ...); the password only as its argon2id hash string.
+struct UserRow {
+  int64_t id = 0;
+  std::string username;
+  std::string password_hash;
+  bool admin = false;
+  int64_t created_ms = 0;
+};
+
+// A login session; the token only as its SHA-256 hash (hex).
+struct SessionRow {
+  std::string token_hash;
+  int64_t user_id = 0;
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;
+};
+
 // Not thread-safe: the master calls it from its loop thread only.
 class Store {
  public:
@@ -88,6 +105,30 @@ class Store {
   // The latest `limit` samples of `agent_id`, oldest first.
   virtual absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(
       const std::string& agent_id, int limit) = 0;
+
+  // Users and sessions. The defaults fail with Unimplemented (a store without users).
+  // Every user, by id.
+  virtual absl::StatusOr<std::vector<UserRow>> ListUsers() { return NoUsers(); }
+  // Assigns and returns the user's id; AlreadyExists "user 'NAME' already exists".
+  virtual absl::StatusOr<int64_t> InsertUser(const UserRow& user) { return NoUsers(); }
+  // NotFound when there is no such user.
+  virtual absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) {
+    return NoUsers();
+  }
+  // The sessions with expires_ms > now_ms; deletes the others.
+  virtual absl::StatusOr<std::vector<SessionRow>> LoadSessions(int64_t now_ms) {
+    return NoUsers();
+  }
+  virtual absl::Status InsertSession(const SessionRow& session) { return NoUsers(); }
+  // Deleting an absent session is not an error.
+  virtual absl::Status DeleteSession(const std::string& token_hash) { return NoUsers(); }
+  // Deletes every session of `user_id` but the one hashed `keep_token_hash`.
+  virtual absl::Status DeleteUserSessions(int64_t user_id, const std::string& keep_token_hash) {
+    return NoUsers();
+  }
+
+ private:
+  static absl::Status NoUsers() { return absl::UnimplementedError("this store keeps no users"); }
 };
 
 }  // namespace det::master

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/setup.sh
 
-BENCHES=(scheduler_bench)
+BENCHES=(scheduler_bench allreduce_bench scaling_bench)
 if (($# > 0)); then BENCHES=("$@"); fi
 
 bazel build $(printf -- '//tests/bench:%s ' "${BENCHES[@]}") >/dev/null 2>&1 || {
@@ -17,7 +17,12 @@ for b in "${BENCHES[@]}"; do
   echo
   echo "## $b"
   echo
-  echo "| benchmark | setup | result | notes |"
-  echo "| --- | --- | --- | --- |"
+  case "$b" in
+    allreduce_bench | scaling_bench) ;;  # They print their own tables.
+    *)
+      echo "| benchmark | setup | result | notes |"
+      echo "| --- | --- | --- | --- |"
+      ;;
+  esac
   "bazel-bin/tests/bench/$b"
 done

@@ -56,8 +56,7 @@ class AgentDaemon : public ::testing::Test {
   // experiment config running it with `slots` slots; returns the config path and sets
   // `context` to the directory.
   std::string Experiment(const std::string& name, const std::string& script, int slots = 1,
-                         const std::string& entrypoint = "[\"./train.sh\"]",
-                         int max_restarts = 0) {
+                         const std::string& entrypoint = "[\"./train.sh\"]", int max_restarts = 0) {
     context_ = cluster_.dir() + "/ctx-" + name;
     mkdir(context_.c_str(), 0755);
     std::ofstream(context_ + "/train.sh") << "#!/bin/sh\n" << script;
@@ -66,9 +65,10 @@ class AgentDaemon : public ::testing::Test {
         name + ".yaml",
         absl::StrCat("name: ", name, "\nentrypoint: ", entrypoint,
                      "\nsearcher:\n  name: single\n  metric: loss\n  max_length:\n    batches: 1\n"
-                     "resources:\n  slots_per_trial: ", slots,
-                     "\nmax_restarts: ", max_restarts,
-                     "\nenvironment:\n  environment_variables:\n    - TEST_DIR=", cluster_.dir(), "\n"));
+                     "resources:\n  slots_per_trial: ",
+                     slots, "\nmax_restarts: ", max_restarts,
+                     "\nenvironment:\n  environment_variables:\n    - TEST_DIR=", cluster_.dir(),
+                     "\n"));
   }
 
   void Create(const std::string& config) {
@@ -136,7 +136,8 @@ TEST_F(AgentDaemon, AgentWithoutTheSecretIsRefusedAndSaysWhy) {
   yaml.erase(at, std::string("cluster_secret: test-secret\n").size());
   ASSERT_TRUE(cluster_.StartAgentWithYaml("intruder", yaml, {}, /*wait_joined=*/false).ok());
   std::optional<ExitStatus> exit = cluster_.WaitAgentExit("intruder", absl::Seconds(30));
-  ASSERT_TRUE(exit.has_value()) << "a refused agent keeps running:\n" << cluster_.LogTail("intruder");
+  ASSERT_TRUE(exit.has_value()) << "a refused agent keeps running:\n"
+                                << cluster_.LogTail("intruder");
   EXPECT_EQ(exit->exit_code, 3);
   std::string log = cluster_.LogTail("intruder");
   EXPECT_THAT(log, HasSubstr("refused"));
@@ -152,8 +153,10 @@ TEST_F(AgentDaemon, AgentWithoutTheSecretIsRefusedAndSaysWhy) {
 TEST_F(AgentDaemon, WorkerKilledBySigkillIsReportedWithItsSignal) {
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  Create(Experiment("sigkill", "echo $$ > \"$TEST_DIR/pid.tmp\" && mv \"$TEST_DIR/pid.tmp\" \"$TEST_DIR/pid\"\n"
-                               "echo running\nexec sleep 1000\n"));
+  Create(
+      Experiment("sigkill",
+                 "echo $$ > \"$TEST_DIR/pid.tmp\" && mv \"$TEST_DIR/pid.tmp\" \"$TEST_DIR/pid\"\n"
+                 "echo running\nexec sleep 1000\n"));
   pid_t pid = WaitForPid("pid");
   ASSERT_GT(pid, 0) << Diagnostics();
   ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -177,7 +180,8 @@ if [ "$RANK" = 1 ]; then
 fi
 echo $$ > "$TEST_DIR/rank0.tmp" && mv "$TEST_DIR/rank0.tmp" "$TEST_DIR/rank0"
 exec sleep 1000
-)sh", /*slots=*/2));
+)sh",
+                    /*slots=*/2));
   pid_t rank0 = WaitForPid("rank0");
   ASSERT_GT(rank0, 0) << Diagnostics();
   ASSERT_TRUE(WaitForTrialState("STATE_ERROR")) << Diagnostics();
@@ -284,10 +288,13 @@ TEST_F(AgentDaemon, FollowedLogsOfBothRanksAndSystemMetrics) {
 i=1; while [ $i -le 30 ]; do echo "rank $RANK line $i"; i=$((i+1)); done
 while [ ! -e "$TEST_DIR/go" ]; do sleep 0.05; done
 while [ $i -le 60 ]; do echo "rank $RANK line $i"; i=$((i+1)); done
-)sh", /*slots=*/2));
+)sh",
+                    /*slots=*/2));
   ASSERT_TRUE(WaitForTrialState("STATE_RUNNING")) << Diagnostics();
   CommandResult followed;
-  std::thread follower([&] { followed = cluster_.Det({"trial", "logs", "1", "-f"}, absl::Seconds(120)); });
+  std::thread follower([&] {
+    followed = cluster_.Det({"trial", "logs", "1", "-f"}, absl::Seconds(120));
+  });
 
   // Host metrics of the trial's agent, plausible.
   nlohmann::json metrics;
@@ -357,9 +364,9 @@ while [ $i -le 60 ]; do echo "rank $RANK line $i"; i=$((i+1)); done
 TEST_F(AgentDaemon, ContextDirectoryWithScriptEntrypoint) {
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  std::string config = Experiment(
-      "context", "echo \"cwd=$(pwd)\"\necho \"arg=$1\"\ncat data/values.txt\n", 1,
-      "[\"./train.sh\", \"a b; echo injected $HOME\"]");
+  std::string config =
+      Experiment("context", "echo \"cwd=$(pwd)\"\necho \"arg=$1\"\ncat data/values.txt\n", 1,
+                 "[\"./train.sh\", \"a b; echo injected $HOME\"]");
   mkdir((context_ + "/data").c_str(), 0755);
   std::ofstream(context_ + "/data/values.txt") << "values from the context\n";
   Create(config);
@@ -370,8 +377,9 @@ TEST_F(AgentDaemon, ContextDirectoryWithScriptEntrypoint) {
   EXPECT_THAT(logs, Not(HasSubstr("\ninjected")));
   EXPECT_THAT(logs, HasSubstr("values from the context"));
   // Once the master has the exit, the agent cleans the allocation's directories up.
-  EXPECT_TRUE(WaitUntil([&] { return access((cluster_.dir() + "/agent-a/1.0").c_str(), F_OK) != 0; },
-                        absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitUntil([&] { return access((cluster_.dir() + "/agent-a/1.0").c_str(), F_OK) != 0; },
+                absl::Seconds(10)));
 }
 
 // The master enforces its own context size limit, whatever the client checked.
@@ -389,6 +397,7 @@ TEST_F(AgentDaemon, MasterRefusesAnOversizedContext) {
   }
   v1::CreateExperimentResponse resp;
   auto ctx = rpc::Context(absl::Seconds(60));
+  if (!cluster_.token().empty()) ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
   grpc::Status st = stub->CreateExperiment(ctx.get(), req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("over the master's limit of 64 MiB"));

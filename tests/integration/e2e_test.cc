@@ -132,6 +132,49 @@ TEST_F(EndToEnd, BadInputGetsAClearErrorAndCreatesNothing) {
   EXPECT_THAT(unreachable.err, HasSubstr("127.0.0.1:1"));
 }
 
+TEST(MasterStartup, UnusableDataDirOrConfigIsAClearError) {
+  TestCluster c("startup");
+  std::string file = c.WriteFile("not-a-dir", "x");
+  std::string bad_dir = c.WriteFile("bad-dir.yaml", "grpc_listen: \"127.0.0.1:0\"\ndata_dir: " + file + "/data\n");
+  CommandResult r = RunCommand({TestCluster::BinDir() + "/det-master", "--config", bad_dir}, absl::Seconds(30));
+  EXPECT_FALSE(r.exit.ok());
+  EXPECT_THAT(r.err, HasSubstr("cannot create directory '" + file + "/data': Not a directory"));
+
+  std::string malformed = c.WriteFile("malformed.yaml", "grpc_listen: [\n");
+  r = RunCommand({TestCluster::BinDir() + "/det-master", "--config", malformed}, absl::Seconds(30));
+  EXPECT_FALSE(r.exit.ok());
+  EXPECT_THAT(r.err, HasSubstr("malformed.yaml:"));
+
+  std::string typo = c.WriteFile("typo.yaml", "grpc_listne: \"127.0.0.1:0\"\n");
+  r = RunCommand({TestCluster::BinDir() + "/det-master", "--config", typo}, absl::Seconds(30));
+  EXPECT_THAT(r.err, HasSubstr("typo.yaml:1: grpc_listne: unknown key (did you mean 'grpc_listen'?)"));
+}
+
+TEST(MasterStartup, AFullDatabaseRefusesNewWorkWithAClearError) {
+  TestCluster c("full");
+  ASSERT_TRUE(c.StartMaster("db_max_size_mb: 1\n").ok()) << c.LogTail("master");
+  // Experiments carry their model context; a 300 KiB context fills 1 MiB in a few.
+  std::string dir = c.dir() + "/ctx";
+  ASSERT_EQ(RunCommand({"mkdir", "-p", dir}).exit.exit_code, 0);
+  ASSERT_EQ(RunCommand({"sh", "-c", "head -c 307200 /dev/urandom > " + dir + "/blob"}).exit.exit_code, 0);
+  std::string config = c.WriteFile("exp.yaml", ShortConfig(10, 5));
+  CommandResult r;
+  int created = 0;
+  for (int i = 0; i < 10; ++i) {
+    r = c.Det({"experiment", "create", config, dir});
+    if (!r.exit.ok()) break;
+    ++created;
+  }
+  EXPECT_FALSE(r.exit.ok());
+  EXPECT_THAT(r.err, HasSubstr("disk full"));
+  EXPECT_GT(created, 0);
+  // What was acknowledged is intact; the master still answers.
+  nlohmann::json list = c.DetJson({"experiment", "list"});
+  ASSERT_TRUE(list.is_object());
+  EXPECT_EQ(static_cast<int>(list["experiments"].size()), created);
+  EXPECT_EQ(Sql(c.db_path(), "PRAGMA integrity_check"), "ok");
+}
+
 TEST_F(EndToEnd, FailingWorkerIsRestartedThenTheTrialErrors) {
   std::string config =
       cluster_.WriteFile("fail.yaml", ShortConfig(100, 10, /*max_restarts=*/1, "/no/such/dir"));

@@ -66,7 +66,7 @@ TEST_F(Templates, MergedAtCreationAndNeverAfter) {
   std::string exp = cluster_.WriteFile("exp.yaml", kConfig);
   EXPECT_EQ(Ok({"tpl", "set", "base", tpl}), "Set template base\n");
   EXPECT_THAT(Ok({"template", "list"}), HasSubstr(" base "));
-  EXPECT_THAT(Ok({"tpl", "list", "-d"}), HasSubstr("  host_path: /tmp/template-cache"));
+  EXPECT_THAT(Ok({"tpl", "list", "-d"}), HasSubstr("    - host_path: /tmp/template-cache"));
   EXPECT_EQ(Ok({"tpl", "describe", "base"}), kTemplate);
 
   EXPECT_THAT(Ok({"experiment", "create", exp, "--template", "base", "--config",
@@ -86,7 +86,7 @@ TEST_F(Templates, MergedAtCreationAndNeverAfter) {
   // Objects from the template, with their defaults filled in.
   EXPECT_THAT(first, HasSubstr("host_path: /tmp/checkpoints"));
   EXPECT_THAT(first, HasSubstr("save_trial_best: 1"));
-  EXPECT_THAT(first, Not(HasSubstr("template")));
+  EXPECT_THAT(first, Not(HasSubstr("\ntemplate:")));
 
   // The template changes: new experiments see it, the first does not.
   std::string tpl2 = cluster_.WriteFile("tpl2.yaml", "resources:\n  priority: 9\nlabels: [team-b]\n");
@@ -134,7 +134,7 @@ TEST_F(Templates, ErrorsNameTheTemplateAndTheLine) {
   EXPECT_THAT(Ok({"experiment", "create", named}), HasSubstr("Created experiment 1"));
   EXPECT_THAT(Ok({"experiment", "config", "1"}), HasSubstr("max_restarts: 3"));
   EXPECT_THAT(Fails({"experiment", "create", named, "--template", "other"}),
-              HasSubstr("named.yaml:10: template: the config names template 'base' but "
+              HasSubstr("named.yaml:11: template: the config names template 'base' but "
                         "--template names 'other'"));
 
   // Templates live in the master's database.

@@ -33,10 +33,23 @@ std::string TestCluster::BinDir() {
 }
 
 CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout) {
+  return RunCommand(argv, timeout, {});
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                         const std::map<std::string, std::string>& env) {
   CommandResult r;
   SpawnOptions opts;
   opts.argv = argv;
   opts.env = CurrentEnvironment();
+  std::map<std::string, std::string> missing = env;
+  for (auto& [name, value] : opts.env) {
+    auto it = missing.find(name);
+    if (it == missing.end()) continue;
+    value = it->second;
+    missing.erase(it);
+  }
+  opts.env.insert(opts.env.end(), missing.begin(), missing.end());
   auto proc = Subprocess::Spawn(opts);
   if (!proc.ok()) {
     r.exit.exit_code = 127;
@@ -119,6 +132,7 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
   SpawnOptions opts;
   opts.argv = {BinDir() + "/det-master", "--config", config};
   opts.env = CurrentEnvironment();
+  opts.env.emplace_back("DET_ADMIN_PASSWORD", kTestAdminPassword);  // Used on first start.
   opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
   opts.stdout_path = opts.stderr_path = dir_ + "/master.log";
   auto proc = Subprocess::Spawn(opts);
@@ -137,6 +151,24 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
                                                LogTail("master")));
   }
   http_address_ = std::string(absl::StripAsciiWhitespace(Slurp(http_addr_file)));
+  if (token_.empty()) {
+    // The real `det user login`, into a HOME of the cluster's own; the token it kept is
+    // then sent by every Det() call.
+    std::string home = dir_ + "/home";
+    mkdir(home.c_str(), 0700);
+    CommandResult login = RunCommand({BinDir() + "/det", "-m", address_, "user", "login", "admin"},
+                                     absl::Seconds(60),
+                                     {{"HOME", home},
+                                      {"DET_PASSWORD", kTestAdminPassword},
+                                      {"DET_USER_TOKEN", ""}});
+    nlohmann::json auth = nlohmann::json::parse(Slurp(home + "/.det/auth.json"), nullptr,
+                                                /*allow_exceptions=*/false);
+    if (!login.exit.ok() || !auth.is_object()) {
+      return absl::UnauthenticatedError(absl::StrCat("det user login failed: ", login.err,
+                                                     "\n", LogTail("master")));
+    }
+    token_ = auth["masters"][address_].value("token", "");
+  }
   return absl::OkStatus();
 }
 
@@ -213,7 +245,7 @@ std::optional<ExitStatus> TestCluster::WaitAgentExit(const std::string& id,
 CommandResult TestCluster::Det(const std::vector<std::string>& args, absl::Duration timeout) {
   std::vector<std::string> argv = {BinDir() + "/det", "-m", address_};
   argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv, timeout);
+  return RunCommand(argv, timeout, {{"DET_USER_TOKEN", token_}});
 }
 
 nlohmann::json TestCluster::DetJson(const std::vector<std::string>& args) {

@@ -26,6 +26,12 @@ struct CommandResult {
 // Runs `argv` to completion (killing it after `timeout`), capturing both streams.
 CommandResult RunCommand(const std::vector<std::string>& argv,
                          absl::Duration timeout = absl::Seconds(120));
+// The same with this process's environment changed by `env` (name -> value).
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                         const std::map<std::string, std::string>& env);
+
+// The password of the admin account of every TestCluster's master.
+inline constexpr char kTestAdminPassword[] = "test-admin-password";
 
 // Polls `condition` every 50 ms until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
@@ -38,7 +44,7 @@ class TestCluster {
   ~TestCluster();
 
   // Starts the master (again, on the same port after the first start). `extra_yaml` is
-  // appended to its master.yaml.
+  // appended to its master.yaml. After the first start, logs in as admin (token()).
   absl::Status StartMaster(const std::string& extra_yaml = "");
   // Sends `signal` to the master and waits for it to exit.
   void StopMaster(int signal);
@@ -57,7 +63,7 @@ class TestCluster {
   // Waits up to `timeout` for agent `id` to exit by itself.
   std::optional<ExitStatus> WaitAgentExit(const std::string& id, absl::Duration timeout);
 
-  // Runs the det CLI against this cluster's master.
+  // Runs the det CLI against this cluster's master, as admin (DET_USER_TOKEN = token()).
   CommandResult Det(const std::vector<std::string>& args,
                     absl::Duration timeout = absl::Seconds(120));
   // Runs det with --json appended and parses stdout (null on failure).
@@ -67,6 +73,9 @@ class TestCluster {
   const std::string& address() const { return address_; }
   // host:port of the master's HTTP server (REST API, web page).
   const std::string& http_address() const { return http_address_; }
+  // The session token of the admin account, logged in after the first StartMaster; every
+  // Det() call sends it (DET_USER_TOKEN).
+  const std::string& token() const { return token_; }
   std::string db_path() const { return dir_ + "/master/det.db"; }
   // Writes `text` to dir()/name and returns the path.
   std::string WriteFile(const std::string& name, const std::string& text);
@@ -79,6 +88,7 @@ class TestCluster {
   std::string dir_;
   std::string address_;
   std::string http_address_;
+  std::string token_;
   std::unique_ptr<Subprocess> master_;
   std::map<std::string, std::unique_ptr<Subprocess>> agents_;
 };

@@ -1,8 +1,15 @@
 // det-load: drives a running master over real gRPC with many simulated agents and workers.
 //
-//   det-load --master HOST:PORT --secret S [--agents 1000] [--workers 200]
-//            [--seconds 60] [--rows-per-report 500] [--readers 4] [--pool load]
+//   det-load --master HOST:PORT --secret S [--token T] [--mode ingest|latency|queue]
+//            [--agents 1000] [--workers 200] [--seconds 60] [--rows-per-report 500]
+//            [--readers 4] [--pool load] [--trials 100000]
 //
+// --token (or DET_USER_TOKEN) authenticates the user-API calls.
+// Mode latency: the time from CreateExperiment to every rank RUNNING, for 1 and 8 slots,
+// on the real agents of pool "default" (one with >= 8 slots must be there).
+// Mode queue: `--agents` agents register and `--trials` trials are queued in pool
+// `--pool` (which has no agents), for measuring the master's memory.
+// Mode ingest (default):
 // `--agents` agents register and heartbeat (pool "default"); `--workers` more agents with
 // one slot each join pool `--pool` and poll for commands. One experiment of `--workers`
 // trials is submitted to that pool; each launch a fake agent receives starts a thread that
@@ -13,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +42,9 @@ namespace {
 struct Flags {
   std::string master;
   std::string secret;
+  std::string token;
+  std::string mode = "ingest";
+  int trials = 100000;
   std::string pool = "load";
   int agents = 1000;
   int workers = 200;
@@ -48,6 +59,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     bool ok = true;
     if (k == "--master") f->master = v;
     else if (k == "--secret") f->secret = v;
+    else if (k == "--token") f->token = v;
+    else if (k == "--mode") f->mode = v;
+    else if (k == "--trials") ok = absl::SimpleAtoi(v, &f->trials);
     else if (k == "--pool") f->pool = v;
     else if (k == "--agents") ok = absl::SimpleAtoi(v, &f->agents);
     else if (k == "--workers") ok = absl::SimpleAtoi(v, &f->workers);
@@ -60,13 +74,17 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       return false;
     }
   }
+  if (f->token.empty() && std::getenv("DET_USER_TOKEN")) f->token = std::getenv("DET_USER_TOKEN");
   if (f->master.empty()) std::fprintf(stderr, "det-load: --master HOST:PORT is required\n");
   return !f->master.empty();
 }
 
+std::string g_token;  // Set once in main, before any thread starts.
+
 template <typename Fn>
 grpc::Status Call(absl::Duration timeout, Fn fn) {
   auto ctx = rpc::Context(timeout);
+  if (!g_token.empty()) ctx->AddMetadata("authorization", "Bearer " + g_token);
   return fn(ctx.get());
 }
 
@@ -118,6 +136,43 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
+// Median of the time from CreateExperiment to all ranks running, for `slots` slots.
+double CreateToRunningMs(v1::Api::Stub* api, int slots, int repeats) {
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    v1::CreateExperimentRequest create;
+    create.set_config_path("latency.yaml");
+    create.set_config_yaml(absl::StrCat(
+        "name: latency\nentrypoint: [sleep, '30']\nsearcher: {name: single, metric: x, "
+        "max_length: {batches: 1}}\nmax_restarts: 0\nresources: {slots_per_trial: ", slots, "}\n"));
+    v1::CreateExperimentResponse created;
+    absl::Time t0 = absl::Now();
+    grpc::Status st = Call(absl::Seconds(30), [&](grpc::ClientContext* c) {
+      return api->CreateExperiment(c, create, &created);
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "det-load: create: %s\n", st.error_message().c_str());
+      return -1;
+    }
+    while (absl::Now() - t0 < absl::Seconds(60)) {
+      v1::GetExperimentRequest g;
+      g.set_id(created.experiment().id());
+      v1::GetExperimentResponse e;
+      Call(absl::Seconds(10), [&](grpc::ClientContext* c) { return api->GetExperiment(c, g, &e); });
+      if (e.trials_size() > 0 && e.trials(0).state() == v1::STATE_RUNNING) break;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    v1::KillExperimentRequest k;
+    k.set_id(created.experiment().id());
+    v1::KillExperimentResponse kr;
+    Call(absl::Seconds(30), [&](grpc::ClientContext* c) { return api->KillExperiment(c, k, &kr); });
+    absl::SleepFor(absl::Seconds(1));  // Let the slots free before the next one.
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 int Run(const Flags& f) {
   auto channel = rpc::MakeChannel(f.master);
   auto agents = v1::AgentService::NewStub(channel);
@@ -125,6 +180,15 @@ int Run(const Flags& f) {
   auto workers = v1::WorkerService::NewStub(channel);
   Stats stats;
   absl::Time start = absl::Now();
+  if (f.mode == "latency") {
+    for (int slots : {1, 8}) {
+      double ms = CreateToRunningMs(api.get(), slots, 5);
+      std::printf("| create to all ranks running | %d slot(s), real det-agent, CPU slots | %.0f ms median of 5 | |\n",
+                  slots, ms);
+      if (ms < 0) return 1;
+    }
+    return 0;
+  }
 
   // Heartbeating agents, registered up front.
   std::vector<std::pair<std::string, std::string>> sessions;  // agent id, session
@@ -157,6 +221,29 @@ int Run(const Flags& f) {
   }
   absl::Duration register_time = absl::Now() - start;
   std::printf("registered %d agents in %.2f s\n", f.agents, absl::ToDoubleSeconds(register_time));
+  if (f.mode == "queue") {
+    constexpr int kPerExperiment = 1000;
+    for (int made = 0; made < f.trials; made += kPerExperiment) {
+      v1::CreateExperimentRequest create;
+      create.set_config_path("queue.yaml");
+      create.set_config_yaml(absl::StrCat(
+          "name: queued\nentrypoint: simulated\nsearcher:\n  name: random\n  metric: loss\n"
+          "  max_trials: ", std::min(kPerExperiment, f.trials - made),
+          "\n  max_length: {batches: 100}\nhyperparameters:\n  x: {type: double, minval: 0, maxval: 1}\n"
+          "resources:\n  resource_pool: ", f.pool, "\n"));
+      create.set_force(true);
+      v1::CreateExperimentResponse created;
+      grpc::Status st = Call(absl::Seconds(120), [&](grpc::ClientContext* c) {
+        return api->CreateExperiment(c, create, &created);
+      });
+      if (!st.ok()) {
+        std::fprintf(stderr, "det-load: create: %s\n", st.error_message().c_str());
+        return 1;
+      }
+    }
+    std::printf("queued %d trials in %.1f s\n", f.trials, absl::ToDoubleSeconds(absl::Now() - start));
+    return 0;
+  }
 
   // Worker agents: one slot each, in their own pool, polling for launches.
   absl::Time deadline = absl::Now() + absl::Seconds(f.seconds);
@@ -311,5 +398,6 @@ int Run(const Flags& f) {
 int main(int argc, char** argv) {
   det::load::Flags flags;
   if (!det::load::ParseFlags(argc, argv, &flags)) return 2;
+  det::load::g_token = flags.token;
   return det::load::Run(flags);
 }

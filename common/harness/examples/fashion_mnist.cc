@@ -18,6 +18,8 @@
 // IDX files' directory.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -45,6 +47,8 @@ namespace {
 
 // The sample order this worker uses (data::EpochOrder), recorded in checkpoints.
 constexpr char kOrderAlgorithm[] = "epoch_order_v1";
+// How often (in batches, at least) the ranks check whether one of them was asked to stop.
+constexpr int64_t kStopCheckBatches = 10;
 
 absl::Status Annotate(const absl::Status& st, const std::string& what) {
   if (st.ok()) return st;
@@ -64,6 +68,8 @@ class Trainer {
   absl::Status ReportTraining(int64_t done);
   absl::Status Validate(int64_t done);
   absl::Status Checkpoint(int64_t done);
+  // Whether this rank (world of one) or any rank was asked to stop.
+  absl::StatusOr<bool> StopRequested();
   double LearningRate(int64_t batch) const;
 
   harness::TrialContext ctx_;
@@ -351,11 +357,21 @@ absl::Status Trainer::Checkpoint(int64_t done) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> Trainer::StopRequested() {
+  if (ctx_.world_size == 1) return harness::StopRequested();
+  return harness::AnyRankStopRequested(*collective_);
+}
+
 absl::Status Trainer::Run() {
+  harness::InstallStopHandler();
   RETURN_IF_ERROR(Setup());
   const int64_t unit = std::max<int64_t>(1, ctx_.scheduling_unit);
   const int64_t validate_every = ctx_.validation_period > 0 ? ctx_.validation_period : target_;
   const int k = ctx_.aggregation_frequency;
+  // Ranks agree on stopping every few batches, always between aggregation groups.
+  const int64_t stop_every = k * ((kStopCheckBatches + k - 1) / k);
+  ASSIGN_OR_RETURN(bool stop, StopRequested());
+  if (stop) return absl::CancelledError("asked to stop before training began");
   group_start_ = clock_.Now();
   for (int64_t batch = start_batch_; batch < target_; ++batch) {
     RETURN_IF_ERROR(TrainBatch(batch));
@@ -367,6 +383,18 @@ absl::Status Trainer::Run() {
     // Checkpoints only between aggregation groups: the group's partial gradient sum is
     // not part of a checkpoint.
     if (checkpoint_pending_ && (done % k == 0 || last)) RETURN_IF_ERROR(Checkpoint(done));
+    if (done % stop_every == 0 && !last) {
+      ASSIGN_OR_RETURN(stop, StopRequested());
+      if (!stop) continue;
+      if (ctx_.is_chief()) {
+        std::cout << absl::StrFormat("stop requested (the trial is being preempted, paused or killed): "
+                                     "checkpointing at batch %d",
+                                     done)
+                  << std::endl;
+      }
+      RETURN_IF_ERROR(Checkpoint(done));
+      return absl::CancelledError(absl::StrCat("stopped at batch ", done, " on request"));
+    }
   }
   return absl::OkStatus();
 }
@@ -384,6 +412,10 @@ int main() {
   int rank = ctx->rank;
   det::Trainer trainer(std::move(*ctx), clock);
   absl::Status st = trainer.Run();
+  if (absl::IsCancelled(st)) {
+    std::cout << "det-fashion-mnist: rank " << rank << ": " << st.message() << std::endl;
+    _exit(det::harness::kStopExitCode);
+  }
   if (!st.ok()) {
     std::cerr << "det-fashion-mnist: rank " << rank << ": " << st.message() << std::endl;
     // Skip destructors: tearing down connections to failed peers must not delay the exit.

@@ -108,7 +108,9 @@ async function api(path, options = {}) {
   }
   if (!res.ok) {
     const err = new ApiError(res.status, body && body.code, (body && body.message) || res.statusText);
-    if (res.status === 401 && !path.startsWith('/auth/login')) showLogin(err.message);
+    if (res.status === 401 && !path.startsWith('/auth/login')) {
+      showLogin(token ? 'Your session has ended: log in again.' : '');
+    }
     throw err;
   }
   return body;
@@ -353,7 +355,8 @@ async function experimentView(id) {
     `<h1>Experiment ${esc(id)} <span id="exp-name"></span></h1>` +
     '<div class="toolbar"><button id="kill" class="danger">Kill</button><span id="action-msg" class="muted"></span></div>' +
     '<div id="exp-detail"></div><h2>Trials</h2><div id="trials"></div>' +
-    '<h2>Metrics</h2><div class="charts" id="exp-charts"></div>';
+    '<h2>Metrics</h2><div class="charts" id="exp-charts"></div>' +
+    '<h2>Checkpoints</h2><div id="checkpoints"></div>';
   $('kill').addEventListener('click', async () => {
     if (!confirm(`Kill experiment ${id}?`)) return;
     try {
@@ -407,6 +410,14 @@ async function experimentView(id) {
       for (const s of seriesFrom(rows, 'validation', (k) => !isLoss(k), prefix, false)) other.push(s);
     });
     setHtml('exp-charts', lineChart('Loss', loss) + lineChart('Validation metrics', other));
+    const ck = (await api(`/experiments/${id}/checkpoints`)).checkpoints || [];
+    setHtml('checkpoints', ck.length
+      ? '<table id="checkpoints-table"><thead><tr><th>UUID</th><th class="num">Trial</th><th class="num">Batches</th><th>State</th><th>Reported</th><th>Path</th><th>Metrics</th></tr></thead><tbody>' +
+        ck.map((c) => `<tr><td><code>${esc(c.uuid)}</code></td><td class="num"><a href="#/trials/${esc(c.trial_id)}">${esc(c.trial_id)}</a></td>` +
+          `<td class="num">${esc(c.total_batches)}</td><td>${stateBadge(c.state)}</td><td>${esc(when(c.report_time_ms))}</td>` +
+          `<td><code>${esc(c.storage_path)}</code></td><td>${Object.entries(c.metrics || {}).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ')}</td></tr>`).join('') +
+        '</tbody></table>'
+      : '<p class="muted">No checkpoints.</p>');
   };
 }
 

@@ -1,0 +1,347 @@
+#include "master/auth/user_service.h"
+
+#include <sodium.h>
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+
+namespace det::master {
+namespace {
+
+constexpr char kAdmin[] = "admin";
+constexpr int kTokenBytes = 32;
+constexpr size_t kMinPassword = 8;
+constexpr size_t kMaxPassword = 1024;
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  std::string out(2 * n + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes, n);
+  out.pop_back();
+  return out;
+}
+
+std::string RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  randombytes_buf(raw.data(), raw.size());
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+void Wipe(std::string& secret) {
+  if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
+  secret.clear();
+}
+
+absl::Status NotAdmin(const Caller& caller, const std::string& what) {
+  return absl::PermissionDeniedError(absl::StrCat("only an admin can ", what, "; user '",
+                                                  caller.user.username(), "' is not one"));
+}
+
+}  // namespace
+
+absl::Status ValidateUsername(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && absl::ascii_isalnum(name[0]);
+  for (char c : name) {
+    ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == '@');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "username: expected 1 to 64 letters, digits, '.', '_', '-' or '@' starting with a "
+        "letter or a digit, got \"",
+        name, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePassword(const std::string& password, const std::string& field) {
+  if (password.size() < kMinPassword || password.size() > kMaxPassword) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": expected ", kMinPassword, " to ",
+                                                   kMaxPassword, " characters, got ",
+                                                   password.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> HashPassword(const std::string& password) {
+  char out[crypto_pwhash_STRBYTES];
+  if (crypto_pwhash_str(out, password.data(), password.size(),
+                        crypto_pwhash_OPSLIMIT_INTERACTIVE,
+                        crypto_pwhash_MEMLIMIT_INTERACTIVE) != 0) {
+    return absl::ResourceExhaustedError("cannot hash the password: out of memory");
+  }
+  return std::string(out);
+}
+
+bool VerifyPassword(const std::string& hash, const std::string& password) {
+  if (hash.empty() || hash.size() >= crypto_pwhash_STRBYTES) return false;
+  return crypto_pwhash_str_verify(hash.c_str(), password.data(), password.size()) == 0;
+}
+
+std::string TokenHash(const std::string& token) {
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(token.data()), token.size());
+  return Hex(digest, sizeof(digest));
+}
+
+UserService::UserService(EventLoop& loop, Store& store, Clock& clock, UserServiceOptions options)
+    : loop_(loop), store_(store), clock_(clock), options_(std::move(options)), hasher_(clock) {
+  if (sodium_init() < 0) {
+    // Only fails when the system has no usable randomness: nothing can be secured then.
+    Logger("master")->critical("libsodium cannot initialize");
+    std::abort();
+  }
+  hasher_.Start();
+}
+
+UserService::~UserService() {
+  hasher_.Stop();
+  Wipe(options_.initial_admin_password);
+}
+
+absl::Status UserService::Restore() {
+  ASSIGN_OR_RETURN(std::vector<UserRow> rows, store_.ListUsers());
+  for (auto& u : rows) users_[u.id] = std::move(u);
+  ASSIGN_OR_RETURN(std::vector<SessionRow> sessions, store_.LoadSessions(clock_.NowMs()));
+  for (const auto& s : sessions) sessions_[s.token_hash] = {s.user_id, s.expires_ms};
+  if (!users_.empty()) return absl::OkStatus();
+
+  std::string password = options_.initial_admin_password;
+  const bool generated = password.empty();
+  if (generated) {
+    password = RandomHex(12);
+  } else if (absl::Status st = ValidatePassword(password, "DET_ADMIN_PASSWORD"); !st.ok()) {
+    return st;
+  }
+  UserRow admin;
+  admin.username = kAdmin;
+  admin.admin = true;
+  admin.created_ms = clock_.NowMs();
+  ASSIGN_OR_RETURN(admin.password_hash, HashPassword(password));
+  ASSIGN_OR_RETURN(admin.id, store_.InsertUser(admin));
+  users_[admin.id] = admin;
+  if (generated) {
+    Logger("master")->warn(
+        "created user 'admin' with password {} (shown once; log in with `det user login "
+        "admin`, then change it with `det user change-password`)",
+        password);
+  } else {
+    Logger("master")->info("created user 'admin' with the password from DET_ADMIN_PASSWORD");
+  }
+  Wipe(password);
+  return absl::OkStatus();
+}
+
+const UserRow* UserService::FindUser(const std::string& name) const {
+  for (const auto& [id, u] : users_) {
+    if (u.username == name) return &u;
+  }
+  return nullptr;
+}
+
+v1::User UserService::ToProto(const UserRow& row) const {
+  v1::User u;
+  u.set_id(row.id);
+  u.set_username(row.username);
+  u.set_admin(row.admin);
+  u.set_created_ms(row.created_ms);
+  return u;
+}
+
+const std::string& UserService::DummyHash() {
+  if (dummy_hash_.empty()) dummy_hash_ = HashPassword(RandomHex(16)).value_or("");
+  return dummy_hash_;
+}
+
+absl::Status UserService::StartSession(const UserRow& user, v1::LoginResponse* response) {
+  std::string token = RandomHex(kTokenBytes);
+  SessionRow row;
+  row.token_hash = TokenHash(token);
+  row.user_id = user.id;
+  row.created_ms = clock_.NowMs();
+  row.expires_ms = row.created_ms + absl::ToInt64Milliseconds(options_.session_ttl);
+  RETURN_IF_ERROR(store_.InsertSession(row));
+  sessions_[row.token_hash] = {row.user_id, row.expires_ms};
+  response->set_token(token);
+  *response->mutable_user() = ToProto(user);
+  response->set_expires_ms(row.expires_ms);
+  Logger("master")->info("user '{}' logged in", user.username);
+  return absl::OkStatus();
+}
+
+void UserService::Authenticate(const std::string& token, Caller* caller, Done done) {
+  loop_.Post([this, token, caller, done = std::move(done)] {
+    if (token.empty()) {
+      ++rejected_;
+      done(absl::UnauthenticatedError(
+          "no session token: log in with `det user login` (REST: POST /api/v1/auth/login, "
+          "then send \"Authorization: Bearer TOKEN\")"));
+      return;
+    }
+    const std::string hash = TokenHash(token);
+    auto it = sessions_.find(hash);
+    if (it != sessions_.end() && it->second.expires_ms <= clock_.NowMs()) {
+      sessions_.erase(it);
+      absl::Status st = store_.DeleteSession(hash);
+      if (!st.ok()) Logger("master")->error("cannot delete an expired session: {}", st.ToString());
+      it = sessions_.end();
+    }
+    auto user = it == sessions_.end() ? users_.end() : users_.find(it->second.user_id);
+    if (user == users_.end()) {
+      ++rejected_;
+      done(absl::UnauthenticatedError(
+          "invalid or expired session token: log in again with `det user login`"));
+      return;
+    }
+    ++authenticated_;
+    caller->user = ToProto(user->second);
+    caller->token = token;
+    done(absl::OkStatus());
+  });
+}
+
+void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* response,
+                        Done done) {
+  loop_.Post([this, &request, response, done = std::move(done)]() mutable {
+    const UserRow* user = FindUser(request.username());
+    std::string hash = user ? user->password_hash : "";
+    int64_t id = user ? user->id : 0;
+    std::string password = request.password();
+    hasher_.Post([this, hash, id, password, response, done = std::move(done)]() mutable {
+      // An unknown user costs as much time as a wrong password.
+      bool ok = VerifyPassword(hash.empty() ? DummyHash() : hash, password) && !hash.empty();
+      Wipe(password);
+      loop_.Post([this, ok, id, response, done = std::move(done)] {
+        auto user = users_.find(id);
+        if (!ok || user == users_.end()) {
+          ++rejected_;
+          done(absl::UnauthenticatedError("wrong user name or password"));
+          return;
+        }
+        done(StartSession(user->second, response));
+      });
+    });
+  });
+}
+
+void UserService::Logout(const Caller& caller, const v1::LogoutRequest&, v1::LogoutResponse*,
+                         Done done) {
+  loop_.Post([this, token = caller.token, done = std::move(done)] {
+    const std::string hash = TokenHash(token);
+    sessions_.erase(hash);
+    done(store_.DeleteSession(hash));
+  });
+}
+
+void UserService::WhoAmI(const Caller& caller, const v1::WhoAmIRequest&,
+                         v1::WhoAmIResponse* response, Done done) {
+  loop_.Post([this, token = caller.token, user_id = caller.user.id(), response,
+              done = std::move(done)] {
+    auto u = users_.find(user_id);
+    auto s = sessions_.find(TokenHash(token));
+    if (u == users_.end() || s == sessions_.end()) {
+      done(absl::UnauthenticatedError("the session has ended: log in again with `det user login`"));
+      return;
+    }
+    *response->mutable_user() = ToProto(u->second);
+    response->set_expires_ms(s->second.expires_ms);
+    done(absl::OkStatus());
+  });
+}
+
+void UserService::CreateUser(const Caller& caller, const v1::CreateUserRequest& request,
+                             v1::CreateUserResponse* response, Done done) {
+  if (!caller.user.admin()) return done(NotAdmin(caller, "create users"));
+  if (absl::Status st = ValidateUsername(request.username()); !st.ok()) return done(st);
+  if (absl::Status st = ValidatePassword(request.password(), "password"); !st.ok()) {
+    return done(st);
+  }
+  loop_.Post([this, &request, response, done = std::move(done)]() mutable {
+    if (FindUser(request.username())) {
+      done(absl::AlreadyExistsError(
+          absl::StrCat("user '", request.username(), "' already exists")));
+      return;
+    }
+    UserRow row;
+    row.username = request.username();
+    row.admin = request.admin();
+    std::string password = request.password();
+    hasher_.Post([this, row, password, response, done = std::move(done)]() mutable {
+      absl::StatusOr<std::string> hash = HashPassword(password);
+      Wipe(password);
+      loop_.Post([this, row, hash, response, done = std::move(done)]() mutable {
+        if (!hash.ok()) return done(hash.status());
+        row.password_hash = *hash;
+        row.created_ms = clock_.NowMs();
+        absl::StatusOr<int64_t> id = store_.InsertUser(row);
+        if (!id.ok()) return done(id.status());
+        row.id = *id;
+        users_[row.id] = row;
+        *response->mutable_user() = ToProto(row);
+        Logger("master")->info("user '{}' created{}", row.username, row.admin ? " (admin)" : "");
+        done(absl::OkStatus());
+      });
+    });
+  });
+}
+
+void UserService::ListUsers(const Caller&, const v1::ListUsersRequest&,
+                            v1::ListUsersResponse* response, Done done) {
+  loop_.Post([this, response, done = std::move(done)] {
+    for (const auto& [id, u] : users_) *response->add_users() = ToProto(u);
+    done(absl::OkStatus());
+  });
+}
+
+void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request,
+                                 v1::ChangePasswordResponse*, Done done) {
+  const std::string target =
+      request.username().empty() ? caller.user.username() : request.username();
+  const bool self = target == caller.user.username();
+  if (!self && !caller.user.admin()) {
+    return done(NotAdmin(caller, "change another user's password"));
+  }
+  if (absl::Status st = ValidatePassword(request.new_password(), "new_password"); !st.ok()) {
+    return done(st);
+  }
+  loop_.Post([this, target, self, token = caller.token, &request, done = std::move(done)]() mutable {
+    const UserRow* user = FindUser(target);
+    if (user == nullptr) {
+      done(absl::NotFoundError(absl::StrCat("user '", target, "' not found")));
+      return;
+    }
+    struct Work {
+      int64_t id;
+      std::string old_hash, old_password, new_password;
+    };
+    Work w{user->id, user->password_hash, request.old_password(), request.new_password()};
+    hasher_.Post([this, w = std::move(w), self, token, done = std::move(done)]() mutable {
+      absl::StatusOr<std::string> hash =
+          self && !VerifyPassword(w.old_hash, w.old_password)
+              ? absl::StatusOr<std::string>(
+                    absl::PermissionDeniedError("old_password: wrong password"))
+              : HashPassword(w.new_password);
+      Wipe(w.old_password);
+      Wipe(w.new_password);
+      loop_.Post([this, id = w.id, hash, self, token, done = std::move(done)] {
+        if (!hash.ok()) return done(hash.status());
+        auto user = users_.find(id);
+        if (user == users_.end()) return done(absl::NotFoundError("the user was removed"));
+        if (absl::Status st = store_.SetUserPassword(id, *hash); !st.ok()) return done(st);
+        user->second.password_hash = *hash;
+        // The user's other sessions end; the caller's own stays when it is theirs.
+        const std::string keep = self ? TokenHash(token) : "";
+        if (absl::Status st = store_.DeleteUserSessions(id, keep); !st.ok()) return done(st);
+        for (auto it = sessions_.begin(); it != sessions_.end();) {
+          it = it->second.user_id == id && it->first != keep ? sessions_.erase(it) : std::next(it);
+        }
+        Logger("master")->info("password of user '{}' changed", user->second.username);
+        done(absl::OkStatus());
+      });
+    });
+  });
+}
+
+}  // namespace det::master

@@ -1,0 +1,109 @@
+// Users, passwords and sessions of the user API (det user ..., POST /api/v1/auth/login).
+//
+// Passwords are stored as libsodium argon2id hash strings (crypto_pwhash_str); a session
+// is a random 256-bit token that the client sends as "Bearer TOKEN" and the master keeps
+// only as its SHA-256 hash, with an expiry. On first start (no users in the database) an
+// admin account "admin" is created. Design notes: docs/operations.md
+// ("Users, sessions and security").
+#ifndef DET_MASTER_AUTH_USER_SERVICE_H_
+#define DET_MASTER_AUTH_USER_SERVICE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock/clock.h"
+#include "common/event_loop/event_loop.h"
+#include "master/api/handlers.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+struct UserServiceOptions {
+  // How long a session lasts after login. Default: 7 days.
+  absl::Duration session_ttl = absl::Hours(7 * 24);
+  // Password of the admin account made when the database has no user; empty: a random
+  // one, written once to the master's log.
+  std::string initial_admin_password;
+};
+
+// InvalidArgument unless `name` is 1 to 64 letters, digits, '.', '_', '-' or '@',
+// starting with a letter or a digit.
+absl::Status ValidateUsername(const std::string& name);
+// InvalidArgument unless `password` has 8 to 1024 bytes.
+absl::Status ValidatePassword(const std::string& password, const std::string& field);
+// The argon2id hash string of `password` (slow on purpose: ~0.1 s, 64 MiB).
+absl::StatusOr<std::string> HashPassword(const std::string& password);
+// Whether `password` matches `hash` (a HashPassword result). Slow like HashPassword.
+bool VerifyPassword(const std::string& hash, const std::string& password);
+// SHA-256 of `token`, hex: what the store keeps of a session token.
+std::string TokenHash(const std::string& token);
+
+// Implements UserHandler on the master's event loop. Password hashing and checking run
+// on a thread of this object so they never hold the loop up.
+class UserService : public UserHandler {
+ public:
+  // `loop`, `store` and `clock` must outlive this object; `store` is only used on `loop`.
+  UserService(EventLoop& loop, Store& store, Clock& clock, UserServiceOptions options);
+  ~UserService() override;
+  UserService(const UserService&) = delete;
+  UserService& operator=(const UserService&) = delete;
+
+  // Loads users and live sessions and, when there is no user yet, creates "admin".
+  // REQUIRES: called once, before `loop` runs closures of this object.
+  absl::Status Restore();
+
+  // User API calls that passed / failed Authenticate, and failed logins. Loop thread.
+  int64_t authenticated() const { return authenticated_; }
+  int64_t rejected() const { return rejected_; }
+
+  // UserHandler.
+  void Authenticate(const std::string& token, Caller* caller, Done done) override;
+  void Login(const v1::LoginRequest& request, v1::LoginResponse* response, Done done) override;
+  void Logout(const Caller& caller, const v1::LogoutRequest& request,
+              v1::LogoutResponse* response, Done done) override;
+  void WhoAmI(const Caller& caller, const v1::WhoAmIRequest& request,
+              v1::WhoAmIResponse* response, Done done) override;
+  void CreateUser(const Caller& caller, const v1::CreateUserRequest& request,
+                  v1::CreateUserResponse* response, Done done) override;
+  void ListUsers(const Caller& caller, const v1::ListUsersRequest& request,
+                 v1::ListUsersResponse* response, Done done) override;
+  void ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request,
+                      v1::ChangePasswordResponse* response, Done done) override;
+
+ private:
+  struct Session {
+    int64_t user_id = 0;
+    int64_t expires_ms = 0;
+  };
+
+  // Loop thread: the user named `name`, or null.
+  const UserRow* FindUser(const std::string& name) const;
+  v1::User ToProto(const UserRow& row) const;
+  // Loop thread: a new session for `user`, persisted, filled into `response`.
+  absl::Status StartSession(const UserRow& user, v1::LoginResponse* response);
+  // Hasher thread: a hash that matches no password, for logins of unknown users.
+  const std::string& DummyHash();
+
+  EventLoop& loop_;
+  Store& store_;
+  Clock& clock_;
+  UserServiceOptions options_;
+  EventLoop hasher_;
+
+  // Loop thread.
+  std::map<int64_t, UserRow> users_;           // by id
+  std::map<std::string, Session> sessions_;    // by token hash
+  int64_t authenticated_ = 0;
+  int64_t rejected_ = 0;
+
+  // Hasher thread.
+  std::string dummy_hash_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_AUTH_USER_SERVICE_H_

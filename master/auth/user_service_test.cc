@@ -1,0 +1,266 @@
+#include "master/auth/user_service.h"
+
+#include <cstdlib>
+#include <functional>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock/clock.h"
+#include "common/event_loop/event_loop.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/sqlite_store.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kAdminPassword[] = "first-admin-password";
+
+absl::Status Wait(const std::function<void(Done)>& call) {
+  absl::Notification n;
+  absl::Status status;
+  call([&](absl::Status st) {
+    status = st;
+    n.Notify();
+  });
+  n.WaitForNotification();
+  return status;
+}
+
+class UserServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    path_ = absl::StrCat(tmp ? tmp : "/tmp", "/users_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".db");
+    std::remove(path_.c_str());
+    Open(kAdminPassword);
+  }
+  void TearDown() override { Close(); }
+
+  void Open(const std::string& admin_password) {
+    auto store = SqliteStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    loop_ = std::make_unique<EventLoop>(clock_);
+    UserServiceOptions options;
+    options.session_ttl = absl::Hours(1);
+    options.initial_admin_password = admin_password;
+    users_ = std::make_unique<UserService>(*loop_, *store_, clock_, options);
+    ASSERT_TRUE(users_->Restore().ok());
+    loop_->Start();
+  }
+  void Close() {
+    if (loop_) loop_->Stop();
+    users_.reset();
+    loop_.reset();
+    store_.reset();
+  }
+
+  absl::StatusOr<std::string> Login(const std::string& user, const std::string& password) {
+    v1::LoginRequest req;
+    req.set_username(user);
+    req.set_password(password);
+    v1::LoginResponse resp;
+    absl::Status st = Wait([&](Done d) { users_->Login(req, &resp, std::move(d)); });
+    if (!st.ok()) return st;
+    EXPECT_EQ(resp.user().username(), user);
+    EXPECT_EQ(resp.expires_ms(), clock_.NowMs() + 3600 * 1000);
+    return resp.token();
+  }
+
+  absl::StatusOr<Caller> Auth(const std::string& token) {
+    Caller caller;
+    absl::Status st = Wait([&](Done d) { users_->Authenticate(token, &caller, std::move(d)); });
+    if (!st.ok()) return st;
+    return caller;
+  }
+
+  absl::Status CreateUser(const Caller& as, const std::string& name, const std::string& password,
+                          bool admin = false) {
+    v1::CreateUserRequest req;
+    req.set_username(name);
+    req.set_password(password);
+    req.set_admin(admin);
+    v1::CreateUserResponse resp;
+    return Wait([&](Done d) { users_->CreateUser(as, req, &resp, std::move(d)); });
+  }
+
+  absl::Status ChangePassword(const Caller& as, const std::string& name, const std::string& old,
+                              const std::string& fresh) {
+    v1::ChangePasswordRequest req;
+    req.set_username(name);
+    req.set_old_password(old);
+    req.set_new_password(fresh);
+    v1::ChangePasswordResponse resp;
+    return Wait([&](Done d) { users_->ChangePassword(as, req, &resp, std::move(d)); });
+  }
+
+  Caller AdminCaller() {
+    auto token = Login("admin", kAdminPassword);
+    EXPECT_TRUE(token.ok()) << token.status();
+    auto caller = Auth(token.value_or(""));
+    EXPECT_TRUE(caller.ok()) << caller.status();
+    return caller.value_or(Caller{});
+  }
+
+  FakeClock clock_;
+  std::string path_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<UserService> users_;
+};
+
+TEST_F(UserServiceTest, AdminIsCreatedOnFirstStartAndLogsIn) {
+  auto token = Login("admin", kAdminPassword);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(token->size(), 64u);
+  auto caller = Auth(*token);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_EQ(caller->user.username(), "admin");
+  EXPECT_TRUE(caller->user.admin());
+  EXPECT_EQ(caller->token, *token);
+
+  // Only the token's hash is stored, and the password only as an argon2id hash.
+  auto sessions = store_->LoadSessions(clock_.NowMs());
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->size(), 1u);
+  EXPECT_EQ((*sessions)[0].token_hash, TokenHash(*token));
+  EXPECT_NE((*sessions)[0].token_hash, *token);
+  auto rows = store_->ListUsers();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_THAT((*rows)[0].password_hash, ::testing::StartsWith("$argon2id$"));
+  EXPECT_THAT((*rows)[0].password_hash, ::testing::Not(HasSubstr(kAdminPassword)));
+}
+
+TEST_F(UserServiceTest, WrongPasswordsUnknownUsersAndBadTokensAreRefused) {
+  auto wrong = Login("admin", "not-the-password");
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("wrong user name or password"));
+  auto unknown = Login("nobody", kAdminPassword);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(unknown.status().message(), wrong.status().message());
+
+  EXPECT_EQ(Auth("").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(Auth("").status().message(), HasSubstr("det user login"));
+  EXPECT_EQ(Auth(std::string(64, 'a')).status().code(), absl::StatusCode::kUnauthenticated);
+  absl::Notification n;
+  int64_t authenticated = -1, rejected = -1;
+  loop_->Post([&] {
+    authenticated = users_->authenticated();
+    rejected = users_->rejected();
+    n.Notify();
+  });
+  n.WaitForNotification();
+  EXPECT_EQ(authenticated, 0);
+  EXPECT_EQ(rejected, 5);
+}
+
+TEST_F(UserServiceTest, SessionsExpireAndEndAtLogout) {
+  auto token = Login("admin", kAdminPassword);
+  ASSERT_TRUE(token.ok());
+  clock_.Advance(absl::Minutes(59));
+  EXPECT_TRUE(Auth(*token).ok());
+  clock_.Advance(absl::Minutes(2));
+  auto expired = Auth(*token);
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(expired.status().message(), HasSubstr("expired"));
+  EXPECT_TRUE(store_->LoadSessions(0)->empty());  // Deleted from the store too.
+
+  auto again = Login("admin", kAdminPassword);
+  ASSERT_TRUE(again.ok());
+  auto caller = Auth(*again);
+  ASSERT_TRUE(caller.ok());
+  v1::WhoAmIResponse me;
+  ASSERT_TRUE(Wait([&](Done d) { users_->WhoAmI(*caller, {}, &me, std::move(d)); }).ok());
+  EXPECT_EQ(me.user().username(), "admin");
+  EXPECT_EQ(me.expires_ms(), clock_.NowMs() + 3600 * 1000);
+  v1::LogoutResponse out;
+  ASSERT_TRUE(Wait([&](Done d) { users_->Logout(*caller, {}, &out, std::move(d)); }).ok());
+  EXPECT_EQ(Auth(*again).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(UserServiceTest, UsersAndSessionsSurviveARestartAndAdminIsMadeOnce) {
+  auto token = Login("admin", kAdminPassword);
+  ASSERT_TRUE(token.ok());
+  Close();
+  Open("another-password-ignored");
+  EXPECT_TRUE(Auth(*token).ok());
+  EXPECT_TRUE(Login("admin", kAdminPassword).ok());
+  EXPECT_FALSE(Login("admin", "another-password-ignored").ok());
+  EXPECT_EQ(store_->ListUsers()->size(), 1u);
+}
+
+TEST_F(UserServiceTest, GeneratedAdminPasswordWhenNoneIsGiven) {
+  Close();
+  std::remove(path_.c_str());
+  Open("");
+  auto rows = store_->ListUsers();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].username, "admin");
+  EXPECT_FALSE(Login("admin", "").ok());
+  EXPECT_FALSE(Login("admin", kAdminPassword).ok());
+}
+
+TEST_F(UserServiceTest, AdminsCreateUsersWhoCannotCreateUsers) {
+  Caller admin = AdminCaller();
+  ASSERT_TRUE(CreateUser(admin, "bob", "bobs-password").ok());
+  auto dup = CreateUser(admin, "bob", "bobs-password");
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(CreateUser(admin, "bad name'; --", "whatever-pw").code(),
+            absl::StatusCode::kInvalidArgument);
+  auto short_pw = CreateUser(admin, "carol", "short");
+  EXPECT_EQ(short_pw.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_pw.message(), HasSubstr("password: expected 8"));
+
+  auto bob_token = Login("bob", "bobs-password");
+  ASSERT_TRUE(bob_token.ok());
+  auto bob = Auth(*bob_token);
+  ASSERT_TRUE(bob.ok());
+  EXPECT_FALSE(bob->user.admin());
+  auto refused = CreateUser(*bob, "mallory", "mallorys-pw");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(), HasSubstr("only an admin can create users"));
+
+  v1::ListUsersResponse list;
+  ASSERT_TRUE(Wait([&](Done d) { users_->ListUsers(*bob, {}, &list, std::move(d)); }).ok());
+  ASSERT_EQ(list.users_size(), 2);
+  EXPECT_EQ(list.users(1).username(), "bob");
+}
+
+TEST_F(UserServiceTest, ChangingAPasswordEndsOtherSessions) {
+  Caller admin = AdminCaller();
+  ASSERT_TRUE(CreateUser(admin, "bob", "bobs-password").ok());
+  auto first = Login("bob", "bobs-password");
+  auto second = Login("bob", "bobs-password");
+  ASSERT_TRUE(first.ok() && second.ok());
+  Caller bob = *Auth(*first);
+
+  EXPECT_EQ(ChangePassword(bob, "", "wrong-old", "new-bob-password").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ChangePassword(bob, "admin", "", "new-admin-password").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ChangePassword(bob, "", "bobs-password", "short").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ChangePassword(bob, "", "bobs-password", "new-bob-password").ok());
+  EXPECT_TRUE(Auth(*first).ok());    // The caller's session stays,
+  EXPECT_FALSE(Auth(*second).ok());  // the others end.
+  EXPECT_FALSE(Login("bob", "bobs-password").ok());
+  EXPECT_TRUE(Login("bob", "new-bob-password").ok());
+
+  // An admin sets it without the old one; every session of bob ends.
+  ASSERT_TRUE(ChangePassword(admin, "bob", "", "reset-by-admin").ok());
+  EXPECT_FALSE(Auth(*first).ok());
+  EXPECT_TRUE(Login("bob", "reset-by-admin").ok());
+  EXPECT_EQ(ChangePassword(admin, "nobody", "", "whatever-pw").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Auth(admin.token).ok());
+}
+
+}  // namespace
+}  // namespace det::master

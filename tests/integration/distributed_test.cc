@@ -1,0 +1,281 @@
+// Data-parallel trials with real processes: det CLI -> det-master -> det-agent with 4 CPU
+// slots -> 4 det-fashion-mnist ranks all-reducing over Gloo on loopback, bootstrapped
+// through the master's rendezvous; checkpoints on shared_fs, their listing and garbage
+// collection; timings in `det trial describe`; a rank killed mid-training.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+int64_t Int(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<int64_t>();
+  int64_t v = -1;
+  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
+  return -1;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// True while `pid` runs (a zombie has exited).
+bool Running(int pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+std::string Config(const std::string& name, int slots, int64_t batches, const std::string& checkpoints,
+                   int64_t checkpoint_every, int max_restarts = 0) {
+  return absl::StrCat("name: ", name, R"(
+entrypoint: det-fashion-mnist
+hyperparameters:
+  global_batch_size: 64
+  learning_rate: 0.05
+  hidden_size: 16
+records_per_epoch: 60000
+searcher:
+  name: single
+  metric: validation_loss
+  max_length:
+    batches: )", batches, R"(
+min_checkpoint_period:
+  batches: )", checkpoint_every, R"(
+scheduling_unit: 50
+max_restarts: )", max_restarts, R"(
+resources:
+  slots_per_trial: )", slots, R"(
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoints, R"(
+  save_trial_latest: 1
+  save_trial_best: 1
+data:
+  dir: /usr/share/datasets/fashion-mnist
+)");
+}
+
+// rank -> pid from the "rank R of N (local rank L, pid P)" lines of a trial's logs.
+std::map<int, int> RankPids(const std::string& logs) {
+  std::map<int, int> pids;
+  std::regex re(R"(rank (\d+) of \d+ \(local rank \d+, pid (\d+)\))");
+  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), re); it != std::sregex_iterator(); ++it) {
+    pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+  }
+  return pids;
+}
+
+class Distributed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
+    ASSERT_TRUE(cluster_.StartAgent("agent-a", 4).ok()) << cluster_.LogTail("agent-a");
+  }
+  TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
+};
+
+TEST_F(Distributed, FourRanksReachTheAccuracyOfOneRankWithTheSameGlobalBatch) {
+  const std::string checkpoints = cluster_.dir() + "/checkpoints";
+  std::map<int, double> accuracy;
+  for (int slots : {1, 4}) {
+    std::string config = cluster_.WriteFile(absl::StrCat("exp", slots, ".yaml"),
+                                            Config(absl::StrCat("ranks-", slots), slots, 300, checkpoints, 100));
+    CommandResult create = cluster_.Det({"experiment", "create", config, "-f"}, absl::Seconds(180));
+    ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master")
+                                  << cluster_.LogTail("agent-a");
+    EXPECT_THAT(create.out, HasSubstr(absl::StrCat("rank ", slots - 1, " of ", slots)));
+    int64_t id = slots == 1 ? 1 : 2;
+    nlohmann::json d = cluster_.DetJson({"experiment", "describe", absl::StrCat(id)});
+    ASSERT_TRUE(d.is_object());
+    const auto& t = d["trials"][0];
+    EXPECT_EQ(t["state"], "STATE_COMPLETED");
+    EXPECT_EQ(Int(t["total_batches"]), 300);
+    accuracy[slots] = t["validation_summary"]["accuracy"]["last"].get<double>();
+  }
+  // The same model, data order and steps; only the order of float sums differs.
+  EXPECT_GT(accuracy[1], 0.7);
+  EXPECT_NEAR(accuracy[4], accuracy[1], 0.02);
+
+  // Timings, reported per batch group, shown by `det trial describe`.
+  CommandResult describe = cluster_.Det({"trial", "describe", "2"});
+  ASSERT_TRUE(describe.exit.ok()) << describe.err;
+  for (const char* phase : {"dataloader_next", "to_device", "train_batch", "step_lr_schedulers", "from_device",
+                            "reduce_metrics"}) {
+    EXPECT_THAT(describe.out, HasSubstr(phase));
+  }
+  EXPECT_THAT(describe.out, HasSubstr("samples/s"));
+  nlohmann::json trial = cluster_.DetJson({"trial", "describe", "2"});
+  EXPECT_EQ(Int(trial["trial"]["timings_summary"]["train_batch_mean_ms"]["count"]), 6);
+  EXPECT_GT(trial["trial"]["timings_summary"]["train_batch_p99_ms"]["last"].get<double>(), 0);
+
+  // Checkpoints at batches 100, 200, 300; once the trial ended, garbage collection keeps
+  // the latest (also the best: the only one with validation metrics).
+  nlohmann::json listed;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        listed = cluster_.DetJson({"experiment", "list-checkpoints", "2"});
+        if (!listed.is_object() || listed["checkpoints"].size() != 3) return false;
+        int deleted = 0;
+        for (const auto& c : listed["checkpoints"]) deleted += c["state"] == "STATE_DELETED";
+        return deleted == 2;
+      },
+      absl::Seconds(30)))
+      << listed.dump(2) << cluster_.LogTail("master");
+  for (const auto& c : listed["checkpoints"]) {
+    const std::string path = c["storage_path"].get<std::string>();
+    EXPECT_EQ(path, checkpoints + "/" + c["uuid"].get<std::string>());
+    if (Int(c["total_batches"]) == 300) {
+      EXPECT_EQ(c["state"], "STATE_COMPLETED");
+      EXPECT_TRUE(Exists(path + "/model.bin"));
+      EXPECT_TRUE(Exists(path + "/state.json"));
+      EXPECT_GT(c["metrics"]["accuracy"].get<double>(), 0.7);
+    } else {
+      EXPECT_EQ(c["state"], "STATE_DELETED");
+      EXPECT_FALSE(Exists(path)) << path;
+    }
+  }
+  CommandResult table = cluster_.Det({"experiment", "list-checkpoints", "2"});
+  EXPECT_THAT(table.out, HasSubstr("DELETED"));
+  EXPECT_THAT(table.out, HasSubstr("COMPLETED"));
+}
+
+TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestCheckpoint) {
+  const std::string checkpoints = cluster_.dir() + "/checkpoints";
+  std::string config = cluster_.WriteFile("long.yaml", Config("kill", 4, 50000, checkpoints, 50, 1));
+  CommandResult create = cluster_.Det({"experiment", "create", config});
+  ASSERT_TRUE(create.exit.ok()) << create.err;
+
+  // Mid-training, after a checkpoint.
+  std::map<int, int> pids;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json c = cluster_.DetJson({"experiment", "list-checkpoints", "1"});
+        if (!c.is_object() || c.value("checkpoints", nlohmann::json::array()).empty()) return false;
+        pids = RankPids(cluster_.Det({"trial", "logs", "1"}).out);
+        return pids.size() == 4;
+      },
+      absl::Seconds(90)))
+      << cluster_.Det({"trial", "logs", "1"}).out << cluster_.LogTail("master");
+
+  const int victim = 2;
+  absl::Time killed = absl::Now();
+  ASSERT_EQ(kill(pids[victim], SIGKILL), 0);
+  // Every other rank exits within seconds: no rank hangs in an all-reduce.
+  bool all_gone = WaitUntil(
+      [&] {
+        for (const auto& [rank, pid] : pids) {
+          if (Running(pid)) return false;
+        }
+        return true;
+      },
+      absl::Seconds(15));
+  ASSERT_TRUE(all_gone) << cluster_.Det({"trial", "logs", "1"}).out;
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(15));
+
+  // The trial restarts from its latest checkpoint of the first run.
+  std::string logs;
+  std::smatch resumed;
+  std::regex resume_re(R"(resuming from checkpoint (\S+) at batch (\d+))");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        logs = cluster_.Det({"trial", "logs", "1"}).out;
+        return std::regex_search(logs, resumed, resume_re);
+      },
+      absl::Seconds(90)))
+      << logs << cluster_.LogTail("master");
+  // A surviving rank said what went wrong.
+  EXPECT_THAT(logs, HasSubstr("gradient all-reduce at batch"));
+  EXPECT_THAT(logs, HasSubstr("a peer rank exited or its connection broke"));
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", victim, " exited: killed by signal 9")));
+
+  nlohmann::json list = cluster_.DetJson({"experiment", "list-checkpoints", "1"});
+  ASSERT_TRUE(list.is_object());
+  // The newest checkpoint reported before the kill is the one the new run starts from.
+  std::string latest_path;
+  int64_t latest_batches = -1;
+  for (const auto& c : list["checkpoints"]) {
+    if (Int(c["total_batches"]) > latest_batches && logs.find(c["uuid"].get<std::string>()) != std::string::npos) {
+      // Only checkpoints of the first run are logged before the resume line.
+      if (logs.find(c["uuid"].get<std::string>()) < logs.find(resumed[0].str())) {
+        latest_batches = Int(c["total_batches"]);
+        latest_path = c["storage_path"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(resumed[1].str(), latest_path);
+  EXPECT_EQ(std::stoll(resumed[2].str()), latest_batches);
+  EXPECT_GE(latest_batches, 50);
+
+  nlohmann::json t = cluster_.DetJson({"trial", "describe", "1"});
+  EXPECT_EQ(t["trial"]["restarts"], 1);
+  // The new run trains on from there.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json tr = cluster_.DetJson({"trial", "describe", "1"});
+        return tr.is_object() && Int(tr["trial"]["run_id"]) == 1 &&
+               Int(tr["trial"]["total_batches"]) > latest_batches + 100;
+      },
+      absl::Seconds(90)))
+      << cluster_.Det({"trial", "logs", "1"}).out;
+  ASSERT_TRUE(cluster_.Det({"experiment", "kill", "1"}).exit.ok());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json e = cluster_.DetJson({"experiment", "describe", "1"});
+        return e.is_object() && e["experiment"]["state"] == "STATE_CANCELED";
+      },
+      absl::Seconds(60)));
+}
+
+TEST_F(Distributed, RanksAskedToStopCheckpointFirst) {
+  const std::string checkpoints = cluster_.dir() + "/checkpoints";
+  // No periodic checkpoints: the only one is the one taken on the way out.
+  std::string config = cluster_.WriteFile("stop.yaml", Config("stop", 2, 50000, checkpoints, 1000000));
+  ASSERT_TRUE(cluster_.Det({"experiment", "create", config}).exit.ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json t = cluster_.DetJson({"trial", "describe", "1"});
+        return t.is_object() && Int(t["trial"]["total_batches"]) >= 100;
+      },
+      absl::Seconds(90)))
+      << cluster_.Det({"trial", "logs", "1"}).out;
+  // The master asks the agent to stop the workers (SIGTERM, SIGKILL after a grace).
+  ASSERT_TRUE(cluster_.Det({"experiment", "kill", "1"}).exit.ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json e = cluster_.DetJson({"experiment", "describe", "1"});
+        return e.is_object() && e["experiment"]["state"] == "STATE_CANCELED";
+      },
+      absl::Seconds(60)));
+  std::string logs = cluster_.Det({"trial", "logs", "1"}).out;
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(logs, stopped, std::regex(R"(checkpointing at batch (\d+))"))) << logs;
+  int64_t batch = std::stoll(stopped[1].str());
+  EXPECT_EQ(batch % 10, 0);
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat("stopped at batch ", batch, " on request")));
+  EXPECT_THAT(logs, HasSubstr("exit code 143"));
+  nlohmann::json list = cluster_.DetJson({"experiment", "list-checkpoints", "1"});
+  ASSERT_TRUE(list.is_object());
+  ASSERT_EQ(list["checkpoints"].size(), 1u) << list.dump(2);
+  EXPECT_EQ(Int(list["checkpoints"][0]["total_batches"]), batch);
+  EXPECT_EQ(list["checkpoints"][0]["state"], "STATE_COMPLETED");
+  EXPECT_TRUE(Exists(list["checkpoints"][0]["storage_path"].get<std::string>() + "/model.bin"));
+}
+
+}  // namespace
+}  // namespace det::testing
