@@ -48,18 +48,27 @@ void GradientReducer::MarkReady(size_t begin, size_t end) {
   const size_t n = grads_.size();
   const size_t first = (n - end) / per;       // bucket holding end - 1
   const size_t last = (n - 1 - begin) / per;  // bucket holding begin
+  std::vector<size_t> filled;
   for (size_t b = first; b <= last && b < buckets_.size(); ++b) {
     const auto [lo, hi] = buckets_[b];
     ready_[b] += std::min(end, hi) - std::max(begin, lo);
-    if (ready_[b] == hi - lo) Enqueue(b);
+    if (ready_[b] == hi - lo) filled.push_back(b);
   }
-}
-
-void GradientReducer::Enqueue(size_t bucket) {
-  ++enqueued_;
-  if (!comm_.joinable()) return;  // Finish() reduces them.
-  absl::MutexLock l(&mu_);
-  queue_.push_back(bucket);
+  full_ += filled.size();
+  // Buckets that fill while backward still has work left go to the communication
+  // thread; those that fill last have nothing to overlap with and are reduced by
+  // Finish() on this thread, sparing a hand-over. The split depends only on the calls,
+  // so it is the same on every rank.
+  const bool overlap = comm_.joinable() && full_ < buckets_.size();
+  for (size_t b : filled) {
+    if (overlap) {
+      ++enqueued_;
+      absl::MutexLock l(&mu_);
+      queue_.push_back(b);
+    } else {
+      deferred_.push_back(b);
+    }
+  }
 }
 
 void GradientReducer::CommThread() {
@@ -104,15 +113,17 @@ absl::StatusOr<bool> GradientReducer::Finish() {
     }
   }
   std::fill(ready_.begin(), ready_.end(), 0);
+  full_ = 0;
   absl::Status status;
   if (comm_.joinable()) {
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(this, &GradientReducer::AllReduced));
     reduced_ = 0;
     status = status_;
-  } else {
-    for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) status = Reduce(b);
   }
+  // After the communication thread's buckets, in the order they filled.
+  for (size_t i = 0; i < deferred_.size() && status.ok(); ++i) status = Reduce(deferred_[i]);
+  deferred_.clear();
   enqueued_ = 0;
   if (!status.ok()) return status;
   return true;

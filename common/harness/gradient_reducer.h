@@ -6,8 +6,10 @@
 // gradients first, so the first bucket to fill is the one at the end. As backward marks
 // ranges final (MarkReady), every bucket whose elements are all final is all-reduced on
 // a communication thread while backward goes on with earlier layers (as PyTorch DDP
-// does); Finish() waits for the rest. A model that produces its whole gradient at once
-// marks it in one call and gets one all-reduce per bucket.
+// does); the buckets completed by the last MarkReady() have nothing left to overlap
+// with and Finish() reduces them on the caller's thread. A model that produces its whole
+// gradient at once marks it in one call and gets one all-reduce per bucket, without a
+// thread hand-over.
 //
 // With aggregation frequency k, the gradients of k batches are summed locally and
 // all-reduced once, on the k-th (the "sync" batch); the optimizer steps only then, on the
@@ -74,9 +76,10 @@ class GradientReducer {
   absl::StatusOr<bool> Finish();
 
  private:
-  void Enqueue(size_t bucket);
   void CommThread();
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); }
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !queue_.empty();
+  }
   // enqueued_ is written only by the caller's thread, which is the one waiting here.
   bool AllReduced() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reduced_ >= enqueued_; }
   absl::Status Reduce(size_t bucket);
@@ -85,8 +88,10 @@ class GradientReducer {
   absl::Span<float> grads_;
   const GradientReducerOptions options_;
   std::vector<std::pair<size_t, size_t>> buckets_;
-  std::vector<size_t> ready_;            // per bucket: elements marked this batch
-  std::vector<float> sum_;               // the group's sum (aggregation_frequency > 1)
+  std::vector<size_t> ready_;     // per bucket: elements marked this batch
+  size_t full_ = 0;               // buckets complete this batch
+  std::vector<size_t> deferred_;  // complete buckets that Finish() reduces itself
+  std::vector<float> sum_;        // the group's sum (aggregation_frequency > 1)
   int64_t batch_ = 0;
   size_t enqueued_ = 0;
 

@@ -5,13 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/setup.sh
 
-BENCHES=(scheduler_bench allreduce_bench scaling_bench)
+BENCHES=(scheduler_bench cluster_bench allreduce_bench scaling_bench)
 if (($# > 0)); then BENCHES=("$@"); fi
 
-bazel build $(printf -- '//tests/bench:%s ' "${BENCHES[@]}") >/dev/null 2>&1 || {
-  bazel build $(printf -- '//tests/bench:%s ' "${BENCHES[@]}")
-  exit 1
-}
+TARGETS=(//deploy:bin //tests/load:det-load)
+for b in "${BENCHES[@]}"; do
+  [[ "$b" == cluster_bench ]] || TARGETS+=("//tests/bench:$b")
+done
+bazel build "${TARGETS[@]}" >/dev/null 2>&1 || { bazel build "${TARGETS[@]}"; exit 1; }
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 for b in "${BENCHES[@]}"; do
   echo
@@ -24,5 +25,9 @@ for b in "${BENCHES[@]}"; do
       echo "| --- | --- | --- | --- |"
       ;;
   esac
-  "bazel-bin/tests/bench/$b"
+  if [[ "$b" == cluster_bench ]]; then
+    tests/bench/cluster_bench.sh
+  else
+    "bazel-bin/tests/bench/$b"
+  fi
 done

@@ -1,5 +1,7 @@
 // Hyperparameter search with real processes: seeds and samples are reproducible, and
 // adaptive_asha stops weak trials of the example model early.
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -163,6 +165,53 @@ data: {dir: /usr/share/datasets/fashion-mnist}
   EXPECT_GE(stopped, 1);
   CommandResult logs = cluster_.Det({"trial", "logs", absl::StrCat(Int(trials[1]["id"]))});
   EXPECT_THAT(logs.out, HasSubstr("stopped early by the searcher"));
+}
+
+TEST_F(Search, RestartedMasterGoesOnWithTheSearch) {
+  ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
+  ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
+  // One trial at a time: the searcher creates the next when one ends.
+  auto config = [](int concurrent) {
+    return absl::StrCat(R"(name: restart
+entrypoint: det-fashion-mnist
+hyperparameters:
+  global_batch_size: 32
+  hidden_size: 16
+  learning_rate: {type: log, minval: -2, maxval: -1}
+records_per_epoch: 60000
+searcher:
+  name: random
+  metric: validation_loss
+  max_length: {batches: 200}
+  max_trials: 3
+  max_concurrent_trials: )", concurrent, R"(
+reproducibility: {experiment_seed: 7}
+data: {dir: /usr/share/datasets/fashion-mnist}
+)");
+  };
+  ASSERT_EQ(Create(config(1)), 1);
+  EXPECT_EQ(Trials(1).size(), 1u);
+  ASSERT_TRUE(WaitUntil([&] { return Trials(1).size() >= 2; }, absl::Seconds(60)))
+      << cluster_.LogTail("master");
+  cluster_.StopMaster(SIGKILL);
+  ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
+  nlohmann::json d;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        d = cluster_.DetJson({"experiment", "describe", "1"});
+        return d.is_object() && d["experiment"]["state"] != "STATE_ACTIVE";
+      },
+      absl::Seconds(120)))
+      << cluster_.LogTail("master") << cluster_.LogTail("agent-a");
+  EXPECT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
+  for (const auto& t : d["trials"]) EXPECT_EQ(t["state"], "STATE_COMPLETED");
+  // The rebuilt searcher went on drawing where it had stopped: the trials are those the
+  // same search creates all at once.
+  int64_t all_at_once = Create(config(0));
+  std::vector<Trial> expected = Trials(all_at_once);
+  cluster_.Det({"experiment", "kill", absl::StrCat(all_at_once)});
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_EQ(Trials(1), expected);
 }
 
 }  // namespace

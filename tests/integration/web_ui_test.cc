@@ -168,6 +168,13 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(page, HasSubstr("the trial has ended"));  // The logs were read to the end.
   EXPECT_THAT(page, HasSubstr("batch 160/160"));
 
+  // The experiment: its trial and the same curve.
+  std::string experiment = Browse("#/experiments/1", "--dump-dom");
+  EXPECT_THAT(experiment, HasSubstr("id=\"trials-table\""));
+  EXPECT_THAT(experiment, HasSubstr("href=\"#/trials/1\""));
+  EXPECT_EQ(Attr(SeriesPath(experiment, "training loss"), "data-points"),
+            absl::StrCat(training_points));
+
   // Without a session the page asks to log in and shows no data.
   std::string anonymous = Browse("#/", "--dump-dom", /*with_token=*/false);
   EXPECT_THAT(anonymous, HasSubstr("id=\"login-form\""));
@@ -175,6 +182,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
 
   Screenshot("#/", "overview.png");
   Screenshot("#/trials/1", "trial.png");
+  Screenshot("#/experiments/1", "experiment.png");
 }
 
 }  // namespace
