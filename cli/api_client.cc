@@ -199,6 +199,33 @@ absl::StatusOr<v1::GetExperimentResponse> ApiClient::GetExperiment(int64_t id) {
               options_.deadline, address_);
 }
 
+absl::Status ApiClient::PauseExperiment(int64_t id) {
+  v1::PauseExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::PauseExperiment, "PauseExperiment", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::Status ApiClient::ActivateExperiment(int64_t id) {
+  v1::ActivateExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::ActivateExperiment, "ActivateExperiment", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::SetExperimentSlotsResponse> ApiClient::SetExperimentSlots(int64_t id,
+                                                                             int32_t slots,
+                                                                             bool force) {
+  v1::SetExperimentSlotsRequest request;
+  request.set_id(id);
+  request.set_slots_per_trial(slots);
+  request.set_force(force);
+  return Call(*rpc_->stub, &v1::Api::Stub::SetExperimentSlots, "SetExperimentSlots", request,
+              options_.deadline, address_);
+}
+
 absl::Status ApiClient::KillExperiment(int64_t id) {
   v1::KillExperimentRequest request;
   request.set_id(id);

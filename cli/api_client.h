@@ -56,6 +56,10 @@ class ApiClient {
       const v1::ListExperimentsRequest& request);
   absl::StatusOr<v1::GetExperimentResponse> GetExperiment(int64_t id);
   absl::Status KillExperiment(int64_t id);
+  absl::Status PauseExperiment(int64_t id);
+  absl::Status ActivateExperiment(int64_t id);
+  absl::StatusOr<v1::SetExperimentSlotsResponse> SetExperimentSlots(int64_t id, int32_t slots,
+                                                                    bool force);
   absl::StatusOr<v1::GetTrialResponse> GetTrial(int64_t id);
   absl::StatusOr<v1::GetTrialMetricsResponse> GetTrialMetrics(
       const v1::GetTrialMetricsRequest& request);

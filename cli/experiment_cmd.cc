@@ -156,6 +156,20 @@ absl::Status Kill(CliContext& ctx, int64_t id) {
   return absl::OkStatus();
 }
 
+absl::Status Pause(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  RETURN_IF_ERROR(api->PauseExperiment(id));
+  ctx.out << "Paused experiment " << id << " (running trials checkpoint and stop)\n";
+  return absl::OkStatus();
+}
+
+absl::Status Activate(CliContext& ctx, int64_t id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  RETURN_IF_ERROR(api->ActivateExperiment(id));
+  ctx.out << "Activated experiment " << id << '\n';
+  return absl::OkStatus();
+}
+
 absl::Status ListCheckpoints(CliContext& ctx, int64_t id) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   v1::ListCheckpointsRequest request;
@@ -217,6 +231,33 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
       ->add_flag("--json", ctx.json, kJsonHelp);
   AddIdCommand(*group, ctx, "config", "print an experiment's effective config", Config);
   AddIdCommand(*group, ctx, "kill", "kill an experiment", Kill);
+  AddIdCommand(*group, ctx, "pause", "pause an experiment: its trials checkpoint and stop", Pause);
+  AddIdCommand(*group, ctx, "activate", "resume a paused experiment", Activate);
+  // det experiment set slots ID N [--force]
+  CLI::App* set = group->add_subcommand("set", "change a paused experiment");
+  set->require_subcommand(1);
+  struct SetSlots {
+    int64_t id = 0;
+    int32_t slots = 0;
+    bool force = false;
+  };
+  auto set_slots = std::make_shared<SetSlots>();
+  CLI::App* slots = set->add_subcommand(
+      "slots", "set slots_per_trial; trials resume from their checkpoints on that many slots "
+               "with the same global batch size");
+  slots->add_option("ID", set_slots->id, "experiment ID")->required();
+  slots->add_option("SLOTS", set_slots->slots, "slots per trial")->required();
+  slots->add_flag("--force", set_slots->force, "even if it can never fit the resource pool");
+  slots->callback([&ctx, set_slots] {
+    ctx.action = [&ctx, set_slots]() -> absl::Status {
+      ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+      ASSIGN_OR_RETURN(v1::SetExperimentSlotsResponse r,
+                       api->SetExperimentSlots(set_slots->id, set_slots->slots, set_slots->force));
+      ctx.out << "Experiment " << set_slots->id << ": slots_per_trial = "
+              << r.experiment().slots_per_trial() << " (activate it to resume)\n";
+      return absl::OkStatus();
+    };
+  });
   AddIdCommand(*group, ctx, "list-checkpoints",
                "list an experiment's checkpoints (deleted ones included, as DELETED)", ListCheckpoints)
       ->add_flag("--json", ctx.json, kJsonHelp);

@@ -1,7 +1,5 @@
 #include "common/harness/context.h"
 
-#include <unistd.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -166,12 +164,6 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   if (auto st = ReadTrainingConfig(&c); !st.ok()) return st;
   c.collective_host = get("DET_COLLECTIVE_HOST");
   c.collective_iface = get("DET_COLLECTIVE_IFACE");
-  if (c.collective_host.empty()) {
-    char host[256] = {0};
-    c.collective_host = c.cross_size <= 1 || gethostname(host, sizeof(host) - 1) != 0
-                            ? "127.0.0.1"
-                            : std::string(host);
-  }
   return c;
 }
 

@@ -63,9 +63,9 @@ struct TrialContext {
   bool average_training_metrics = true;
   // optimizations.tensor_fusion_threshold (MB, default 64): size of one gradient bucket.
   int64_t bucket_bytes = int64_t{64} << 20;
-  // Address the collective listens on (DET_COLLECTIVE_HOST; "127.0.0.1" when every rank
-  // runs on one agent, else the host name) and an interface that overrides it
-  // (DET_COLLECTIVE_IFACE, the cluster's dtrain_network_interface).
+  // Address the collective listens on (DET_COLLECTIVE_HOST) and a network interface that
+  // overrides it (DET_COLLECTIVE_IFACE, like Determined's dtrain_network_interface);
+  // empty: see harness::ConnectCollective.
   std::string collective_host;
   std::string collective_iface;
 

@@ -85,7 +85,7 @@ TEST(TrialContext, ReadsTrainingSettingsFromTheConfig) {
   EXPECT_EQ(c->bucket_bytes, 2 << 20);
   EXPECT_EQ(c->per_slot_batch_size, 16);
   EXPECT_EQ(c->effective_global_batch_size(), 64);
-  EXPECT_EQ(c->collective_host, "127.0.0.1");  // One agent (CROSS_SIZE 1).
+  EXPECT_EQ(c->collective_host, "");
 }
 
 TEST(TrialContext, DefaultsWithoutTrainingSettings) {

@@ -1,6 +1,10 @@
 #include "common/harness/distributed.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -13,6 +17,36 @@
 
 namespace det::harness {
 
+namespace {
+
+// The local IP address of the interface that routes to `host_port` (a UDP connect sends
+// nothing); "127.0.0.1" when that cannot be found.
+std::string LocalAddressTowards(const std::string& host_port) {
+  std::string host = host_port.substr(0, host_port.rfind(':'));
+  std::string port = host_port.substr(host_port.rfind(':') + 1);
+  if (!host.empty() && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local = {};
+    socklen_t len = sizeof(local);
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) == 0) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
 std::string MembershipKey(const TrialContext& context, const std::string& backend) {
   std::string alloc = context.allocation_id.empty() ? absl::StrCat(context.trial_id, ".", context.run_id)
                                                     : context.allocation_id;
@@ -23,7 +57,10 @@ absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
     const TrialContext& context, collective::Rendezvous& rendezvous, const CollectiveOptions& options) {
   if (context.world_size == 1) return std::make_unique<collective::LocalCollective>();
   collective::GlooOptions gloo;
-  gloo.hostname = context.collective_host.empty() ? "127.0.0.1" : context.collective_host;
+  gloo.hostname = context.collective_host;
+  if (gloo.hostname.empty()) {
+    gloo.hostname = context.cross_size <= 1 ? "127.0.0.1" : LocalAddressTowards(context.master);
+  }
   gloo.iface = context.collective_iface;
   gloo.timeout = options.timeout;
   gloo.rendezvous_timeout = options.rendezvous_timeout;

@@ -29,8 +29,10 @@ struct CollectiveOptions {
 };
 
 // The collective for a host-memory model: a LocalCollective for a world of one (no
-// rendezvous), else a GlooCollective over TCP on context.collective_host (or
-// collective_iface), bootstrapped through `rendezvous`. Models on CUDA devices create a
+// rendezvous), else a GlooCollective over TCP bootstrapped through `rendezvous`,
+// listening on context.collective_iface or collective_host when set, else on 127.0.0.1
+// when every rank runs on one agent (CROSS_SIZE 1), else on the local address this
+// machine uses to reach the master. Models on CUDA devices create a
 // collective::NcclCollective with MembershipKey(context, "nccl") instead.
 absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
     const TrialContext& context, collective::Rendezvous& rendezvous,

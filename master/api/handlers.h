@@ -27,6 +27,9 @@ class ApiHandler {
   virtual void ListExperiments(const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
   virtual void GetExperiment(const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
   virtual void KillExperiment(const v1::KillExperimentRequest& request, v1::KillExperimentResponse* response, Done done) = 0;
+  virtual void PauseExperiment(const v1::PauseExperimentRequest& request, v1::PauseExperimentResponse* response, Done done) = 0;
+  virtual void ActivateExperiment(const v1::ActivateExperimentRequest& request, v1::ActivateExperimentResponse* response, Done done) = 0;
+  virtual void SetExperimentSlots(const v1::SetExperimentSlotsRequest& request, v1::SetExperimentSlotsResponse* response, Done done) = 0;
   virtual void GetTrial(const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
   virtual void GetTrialMetrics(const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
   virtual void GetTrialLogs(const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;

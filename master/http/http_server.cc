@@ -541,6 +541,12 @@ void HttpServer::AddRoutes() {
            ApiRoute(api, &ApiHandler::GetExperiment, {"id"}), users);
   Register(srv, "POST", v1 + "/experiments/" + id + "/kill",
            ApiRoute(api, &ApiHandler::KillExperiment, {"id"}), users);
+  Register(srv, "POST", v1 + "/experiments/" + id + "/pause",
+           ApiRoute(api, &ApiHandler::PauseExperiment, {"id"}), users);
+  Register(srv, "POST", v1 + "/experiments/" + id + "/activate",
+           ApiRoute(api, &ApiHandler::ActivateExperiment, {"id"}), users);
+  Register(srv, "POST", v1 + "/experiments/" + id + "/slots",
+           ApiRoute(api, &ApiHandler::SetExperimentSlots, {"id"}), users);
 
   Register(srv, "GET", v1 + "/experiments/" + id + "/checkpoints",
            ApiRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);

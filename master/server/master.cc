@@ -483,6 +483,132 @@ void Master::KillExperiment(const v1::KillExperimentRequest& req, v1::KillExperi
   });
 }
 
+void Master::PauseExperiment(const v1::PauseExperimentRequest& req, v1::PauseExperimentResponse*,
+                             Done done) {
+  OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    auto it = experiments_.find(req.id());
+    if (it == experiments_.end()) {
+      return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+    }
+    ExperimentState& es = it->second;
+    if (es.experiment.state() == v1::STATE_PAUSED) return absl::OkStatus();
+    if (es.experiment.state() != v1::STATE_ACTIVE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "experiment ", req.id(), " is ", StateName(es.experiment.state()), ", not ACTIVE"));
+    }
+    v1::Experiment updated = es.experiment;
+    updated.set_state(v1::STATE_PAUSED);
+    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
+    es.experiment = updated;
+    Logger("master")->info("experiment {}: paused", req.id());
+    for (int64_t tid : es.trial_ids) {
+      TrialState& t = trials_.at(tid);
+      if (t.trial.state() == v1::STATE_QUEUED) {
+        t.trial.set_state(v1::STATE_PAUSED);
+        waiting_reason_.erase(absl::StrCat(tid));
+        PersistTrial(t);
+        TrialEvent(tid, "experiment paused");
+      } else if (!t.trial.allocation().id().empty()) {
+        KillAllocation(t, "experiment paused");  // Workers checkpoint on SIGTERM.
+      }
+    }
+    UpdateExperiment(es);
+    return absl::OkStatus();
+  });
+}
+
+void Master::ActivateExperiment(const v1::ActivateExperimentRequest& req,
+                                v1::ActivateExperimentResponse*, Done done) {
+  OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    auto it = experiments_.find(req.id());
+    if (it == experiments_.end()) {
+      return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+    }
+    ExperimentState& es = it->second;
+    if (es.experiment.state() == v1::STATE_ACTIVE) return absl::OkStatus();
+    if (es.experiment.state() != v1::STATE_PAUSED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "experiment ", req.id(), " is ", StateName(es.experiment.state()), ", not PAUSED"));
+    }
+    v1::Experiment updated = es.experiment;
+    updated.set_state(v1::STATE_ACTIVE);
+    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
+    es.experiment = updated;
+    Logger("master")->info("experiment {}: activated", req.id());
+    for (int64_t tid : es.trial_ids) {
+      TrialState& t = trials_.at(tid);
+      if (t.trial.state() != v1::STATE_PAUSED) continue;
+      t.trial.set_state(v1::STATE_QUEUED);
+      PersistTrial(t);
+      TrialEvent(tid, absl::StrCat("experiment activated; queued on ",
+                                   es.experiment.slots_per_trial(), " slot(s)"));
+    }
+    UpdateExperiment(es);
+    RequestSchedule();
+    return absl::OkStatus();
+  });
+}
+
+void Master::SetExperimentSlots(const v1::SetExperimentSlotsRequest& req,
+                                v1::SetExperimentSlotsResponse* resp, Done done) {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    auto it = experiments_.find(req.id());
+    if (it == experiments_.end()) {
+      return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+    }
+    ExperimentState& es = it->second;
+    if (es.experiment.state() != v1::STATE_PAUSED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "experiment ", req.id(), " is ", StateName(es.experiment.state()),
+          ": pause it first (det experiment pause ", req.id(), ")"));
+    }
+    for (int64_t tid : es.trial_ids) {
+      if (!trials_.at(tid).trial.allocation().id().empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "experiment ", req.id(), ": trial ", tid, " is still stopping; try again shortly"));
+      }
+    }
+    int slots = req.slots_per_trial();
+    if (slots < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slots_per_trial: expected an integer >= 1, got ", slots));
+    }
+    int64_t global = es.config.global_batch_size;
+    if (global > 0 && global % slots != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slots_per_trial ", slots, " does not divide global_batch_size ", global,
+          ": the same global batch could not be kept (use a divisor of ", global, ")"));
+    }
+    if (std::string why = NeverFits(es.experiment.resource_pool(), slots);
+        !why.empty() && !req.force()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slots_per_trial ", slots, " can never be scheduled: ", why, " (use --force)"));
+    }
+    config::ConfigInput input;
+    input.config_yaml = es.experiment.config_yaml();
+    input.config_path = absl::StrCat("experiment ", req.id());
+    input.overrides.push_back(absl::StrCat("resources.slots_per_trial=", slots));
+    auto no_template = [](const std::string& name) -> absl::StatusOr<std::string> {
+      return absl::NotFoundError(absl::StrCat("template ", name, " not found"));
+    };
+    ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
+                     config::ParseExperimentConfig(
+                         input, no_template, static_cast<uint32_t>(es.experiment.experiment_seed())));
+    v1::Experiment updated = es.experiment;
+    updated.set_config_yaml(parsed.effective_yaml);
+    updated.set_slots_per_trial(slots);
+    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
+    es.experiment = updated;
+    es.config = parsed.config;
+    es.config_json = parsed.effective_json;
+    for (int64_t tid : es.trial_ids) {
+      TrialEvent(tid, absl::StrCat("slots_per_trial set to ", slots));
+    }
+    *resp->mutable_experiment() = updated;
+    return absl::OkStatus();
+  });
+}
+
 void Master::GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp, Done done) {
   OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(TrialState * t, FindTrial(req.id()));
@@ -1199,6 +1325,29 @@ std::string Master::NeverFits(const std::string& pool, int slots) const {
 void Master::StartAllocation(
     TrialState& t, const std::vector<std::pair<std::string, std::vector<std::string>>>& agents) {
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  if (t.trial.run_id() > 0) {
+    // This run starts from the latest checkpoint (or from scratch): what earlier runs
+    // reported after it is superseded, so the curve keeps one value per batch.
+    int64_t from = 0;
+    auto checkpoints = store_->GetCheckpoints(t.trial.id());
+    if (checkpoints.ok()) {
+      for (const auto& c : *checkpoints) {
+        if (!t.trial.latest_checkpoint().empty() && c.storage_path() == t.trial.latest_checkpoint()) {
+          from = c.total_batches();
+        }
+      }
+    }
+    v1::Trial updated = t.trial;
+    auto deleted = store_->SupersedeMetrics(&updated, t.trial.run_id(), from);
+    if (!deleted.ok()) {
+      Logger("master")->error("trial {}: cannot supersede metrics: {}", t.trial.id(),
+                              deleted.status().ToString());
+    } else if (*deleted > 0) {
+      t.trial = std::move(updated);
+      TrialEvent(t.trial.id(), absl::StrCat(*deleted, " metric rows reported after batch ", from,
+                                            " by earlier runs superseded by run ", t.trial.run_id()));
+    }
+  }
   v1::Allocation a;
   a.set_id(absl::StrCat(t.trial.id(), ".", t.trial.run_id()));
   a.set_trial_id(t.trial.id());
@@ -1316,6 +1465,8 @@ void Master::EndAllocation(TrialState& t) {
   const bool stopped_early = t.trial.search().stopped_early();
   if (stopping) {
     outcome = v1::STATE_CANCELED;
+  } else if (es.experiment.state() == v1::STATE_PAUSED && t.killing) {
+    outcome = v1::STATE_PAUSED;  // Resumes from its checkpoint when activated.
   } else if (stopped_early) {
     outcome = v1::STATE_COMPLETED;  // The searcher stopped it: done, with the length it has.
   } else if (t.lost || t.preempting) {
@@ -1345,7 +1496,12 @@ void Master::EndAllocation(TrialState& t) {
   std::string alloc_id = a->id();
   t.last_allocation = *a;
   t.trial.clear_allocation();
-  if (outcome == v1::STATE_QUEUED) {
+  if (outcome == v1::STATE_PAUSED) {
+    t.trial.set_run_id(t.trial.run_id() + 1);
+    t.trial.set_state(v1::STATE_PAUSED);
+    TrialEvent(t.trial.id(), absl::StrCat("allocation ", alloc_id, " stopped: experiment paused"));
+    PersistTrial(t);
+  } else if (outcome == v1::STATE_QUEUED) {
     t.trial.set_run_id(t.trial.run_id() + 1);
     t.trial.set_state(v1::STATE_QUEUED);
     TrialEvent(t.trial.id(),
@@ -1489,7 +1645,12 @@ void Master::SearcherValidation(const v1::Metrics& m) {
   if (t_it == trials_.end()) return;
   TrialState& t = t_it->second;
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
-  if (!es.searcher || Terminal(t.trial.state()) || t.trial.search().stopped_early()) return;
+  if (!es.searcher || Terminal(t.trial.state())) return;
+  if (t.trial.search().stopped_early()) {
+    // Still reporting: the stop did not reach the run (the master restarted meanwhile).
+    if (!t.trial.allocation().id().empty()) KillAllocation(t, "stopped early by the searcher");
+    return;
+  }
   const std::string& metric = es.config.searcher.metric;
   auto value = m.values().find(metric);
   if (value == m.values().end()) {

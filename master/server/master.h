@@ -59,6 +59,12 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
                        Done) override;
   void GetExperiment(const v1::GetExperimentRequest&, v1::GetExperimentResponse*, Done) override;
   void KillExperiment(const v1::KillExperimentRequest&, v1::KillExperimentResponse*, Done) override;
+  void PauseExperiment(const v1::PauseExperimentRequest&, v1::PauseExperimentResponse*,
+                       Done) override;
+  void ActivateExperiment(const v1::ActivateExperimentRequest&, v1::ActivateExperimentResponse*,
+                          Done) override;
+  void SetExperimentSlots(const v1::SetExperimentSlotsRequest&, v1::SetExperimentSlotsResponse*,
+                          Done) override;
   void GetTrial(const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
   void GetTrialMetrics(const v1::GetTrialMetricsRequest&, v1::GetTrialMetricsResponse*,
                        Done) override;

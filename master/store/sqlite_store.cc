@@ -462,6 +462,38 @@ absl::StatusOr<std::vector<v1::Metrics>> SqliteStore::GetMetrics(int64_t trial_i
   return out;
 }
 
+absl::StatusOr<int64_t> SqliteStore::SupersedeMetrics(v1::Trial* trial, int32_t run_id,
+                                                      int64_t after_batches) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  Stmt del(db_, "DELETE FROM metrics WHERE trial_id = ? AND run_id < ? AND total_batches > ?");
+  RETURN_IF_ERROR(del.Bind(1, trial->id()).Bind(2, run_id).Bind(3, after_batches).Run());
+  int64_t deleted = sqlite3_changes(db_);
+  if (deleted > 0) {
+    ASSIGN_OR_RETURN(std::vector<v1::Metrics> rows, GetMetrics(trial->id(), ""));
+    trial->clear_training_summary();
+    trial->clear_validation_summary();
+    trial->set_total_batches(0);
+    for (const auto& m : rows) {
+      auto* summary = m.group() == "training"     ? trial->mutable_training_summary()
+                      : m.group() == "validation" ? trial->mutable_validation_summary()
+                                                  : nullptr;
+      trial->set_total_batches(std::max(trial->total_batches(), m.total_batches()));
+      if (!summary) continue;
+      for (const auto& [name, value] : m.values()) {
+        v1::MetricSummary& s = (*summary)[name];
+        if (s.count() == 0 || value < s.min()) s.set_min(value);
+        if (s.count() == 0 || value > s.max()) s.set_max(value);
+        s.set_last(value);
+        s.set_count(s.count() + 1);
+      }
+    }
+    RETURN_IF_ERROR(WriteTrial(*trial));
+  }
+  RETURN_IF_ERROR(tx.Commit());
+  return deleted;
+}
+
 absl::Status SqliteStore::AddLogs(std::vector<v1::LogLine>* lines) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());

@@ -42,6 +42,8 @@ class SqliteStore : public Store {
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
+  absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
+                                           int64_t after_batches) override;
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;
   absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
                                                    std::optional<int> rank) override;

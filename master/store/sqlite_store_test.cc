@@ -107,6 +107,40 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   EXPECT_EQ(after->size(), 2u);
 }
 
+TEST(SqliteStore, ARerunSupersedesWhatEarlierRunsReportedPastItsCheckpoint) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  std::vector<v1::Trial> trials(1);
+  v1::Experiment e;
+  ASSERT_TRUE((*store)->InsertExperiment(e, "", &trials).ok());
+  v1::Trial t = trials[0];
+  std::vector<v1::Metrics> rows;
+  for (int b = 1; b <= 5; ++b) {  // Run 0 reported batches 1..5, then failed.
+    v1::Metrics& m = rows.emplace_back();
+    m.set_trial_id(t.id());
+    m.set_group("training");
+    m.set_total_batches(b);
+    (*m.mutable_values())["loss"] = 10 - b;
+  }
+  ASSERT_TRUE((*store)->AddMetrics({t}, rows).ok());
+  // Run 1 resumes from the checkpoint at batch 3.
+  auto deleted = (*store)->SupersedeMetrics(&t, 1, 3);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, 2);
+  auto left = (*store)->GetMetrics(t.id(), "training");
+  ASSERT_EQ(left->size(), 3u);
+  EXPECT_EQ(left->back().total_batches(), 3);
+  EXPECT_EQ(t.total_batches(), 3);
+  EXPECT_EQ(t.training_summary().at("loss").count(), 3);
+  EXPECT_DOUBLE_EQ(t.training_summary().at("loss").last(), 7);
+  EXPECT_DOUBLE_EQ(t.training_summary().at("loss").min(), 7);
+  // The trial row in the store has the recomputed summaries.
+  auto snap = (*store)->Load();
+  EXPECT_EQ(snap->trials[0].training_summary().at("loss").count(), 3);
+  // Nothing more to supersede for the same run.
+  EXPECT_EQ(*(*store)->SupersedeMetrics(&t, 1, 3), 0);
+}
+
 TEST(SqliteStore, ClosedAllocationsAreNotReloaded) {
   auto store = SqliteStore::Open(":memory:");
   ASSERT_TRUE(store.ok());

@@ -73,6 +73,12 @@ class Store {
   // Rows of `trial_id` (of `group` unless empty), in report order.
   virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                               const std::string& group) = 0;
+  // Deletes the rows that runs before `run_id` reported past batch `after_batches` (a
+  // rerun from a checkpoint at that batch reports them again), recomputes `trial`'s
+  // summaries and total_batches from the rows left, and writes it, in one transaction.
+  // Returns the number of rows deleted.
+  virtual absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
+                                                   int64_t after_batches) = 0;
 
   // Appends log lines; assigns their ids (in place).
   virtual absl::Status AddLogs(std::vector<v1::LogLine>* lines) = 0;

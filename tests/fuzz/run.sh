@@ -46,8 +46,9 @@ if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" common/config/*.h maste
     -lyaml-cpp "${absl_libs[@]/#/-labsl_}"
 fi
 
-# A smaller quarantine than ASan's 256 MiB keeps the RSS of long runs well under the limit.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=64:allocator_release_to_os_interval_ms=1000}
+# A smaller quarantine than ASan's 256 MiB and shorter allocation stacks (fewer distinct
+# stacks kept) keep the RSS of long runs well under the limit.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=64:allocator_release_to_os_interval_ms=1000:malloc_context_size=10}
 echo "fuzzing for ${seconds}s (working corpus $out/corpus, seeds tests/fuzz/corpus)"
 cd "$out"
 exec ./config_fuzzer -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
