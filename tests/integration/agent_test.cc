@@ -27,12 +27,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-int64_t Int(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<int64_t>();
-  int64_t v = -1;
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);

@@ -16,12 +16,6 @@
 namespace det::testing {
 namespace {
 
-int64_t Int(const nlohmann::json& j) {
-  int64_t v = -1;
-  if (j.is_number()) return j.get<int64_t>();
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
 constexpr char kConfig[] = R"(name: crash
 entrypoint: det-fashion-mnist

@@ -16,19 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Protobuf's JSON writes int64 as strings.
-int64_t Int(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<int64_t>();
-  int64_t v = -1;
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
-std::string Sql(const std::string& db, const std::string& query) {
-  CommandResult r = RunCommand({"sqlite3", db, query});
-  EXPECT_TRUE(r.exit.ok()) << r.err;
-  return std::string(absl::StripAsciiWhitespace(r.out));
-}
 
 std::string ShortConfig(int64_t batches, int unit, int max_restarts = 0,
                         const std::string& data_dir = "/usr/share/datasets/fashion-mnist",

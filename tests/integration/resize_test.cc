@@ -12,16 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int64_t Int(const nlohmann::json& j) {
-  int64_t v = -1;
-  if (j.is_number()) return j.get<int64_t>();
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
-std::string Sql(const std::string& db, const std::string& query) {
-  return std::string(absl::StripAsciiWhitespace(RunCommand({"sqlite3", db, query}).out));
-}
 
 TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
   TestCluster cluster("resize");

@@ -40,12 +40,6 @@ resources:
   priority: )", priority, "\n");
 }
 
-int64_t Int(const nlohmann::json& j) {
-  int64_t v = -1;
-  if (j.is_number()) return j.get<int64_t>();
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
 std::string State(TestCluster& c, int64_t exp) {
   nlohmann::json d = c.DetJson({"experiment", "describe", absl::StrCat(exp)});

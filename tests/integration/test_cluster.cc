@@ -78,6 +78,17 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   return r;
 }
 
+int64_t Int(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<int64_t>();
+  int64_t v = -1;
+  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
+  return -1;
+}
+
+std::string Sql(const std::string& db, const std::string& query) {
+  return std::string(absl::StripAsciiWhitespace(RunCommand({"sqlite3", db, query}).out));
+}
+
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {

@@ -33,6 +33,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
 // The password of the admin account of every TestCluster's master.
 inline constexpr char kTestAdminPassword[] = "test-admin-password";
 
+// A JSON integer; protobuf's JSON writes int64 as a string. -1 when `j` is neither.
+int64_t Int(const nlohmann::json& j);
+
+// Runs `query` on the SQLite file `db` with the sqlite3 tool; its output, trimmed.
+std::string Sql(const std::string& db, const std::string& query);
+
 // Polls `condition` every 50 ms until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
 

@@ -22,12 +22,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-int64_t Int(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<int64_t>();
-  int64_t v = -1;
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
 // Quotes and markup in the name: the page must show it as text.
 constexpr char kName[] = "web \"ui\" <b>bold</b> & 'done'";
