@@ -685,16 +685,24 @@ void Agent::Supervise(Allocation* a, Worker* w) {
   };
   std::optional<WorkerExit> exit;
   bool sigkilled = false;
+  absl::Time next_term = absl::InfinitePast();
   while (true) {
     ship(/*final=*/false);
     exit = w->process->Wait(kSuperviseTick);
     if (exit) break;
-    bool kill_now;
+    bool kill_now, term_now = false;
     {
       absl::MutexLock l(&mu_);
       if (detaching_) return;  // The worker runs on; the next agent process watches it.
       kill_now = a->killing && absl::Now() > a->kill_deadline && !sigkilled;
+      // SIGTERM again every second of the grace period: one sent while the shim was still
+      // starting its worker reached no worker.
+      if (a->killing && !kill_now && absl::Now() >= next_term) {
+        term_now = next_term != absl::InfinitePast();
+        next_term = absl::Now() + absl::Seconds(1);
+      }
     }
+    if (term_now) w->process->SignalGroup(SIGTERM).IgnoreError();
     if (kill_now) {
       Logger("agent")->warn(
           "allocation {} rank {}: still running after the grace period; "

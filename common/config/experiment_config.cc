@@ -78,6 +78,7 @@ class SchemaReader {
     r.Int("scheduling_unit", &c_.scheduling_unit, 1, 1 << 30);
     r.Object("reproducibility", [&](ObjectReader& rep) {
       rep.Int("experiment_seed", &c_.experiment_seed, 0, kMaxSeed);
+      rep.Bool("deterministic", &c_.deterministic);
     });
     r.Object("environment", [&](ObjectReader& env) { ReadEnvironment(env); });
     r.StringList("labels", &c_.labels);

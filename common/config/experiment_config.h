@@ -118,6 +118,9 @@ struct ExperimentConfig {
   int64_t records_per_epoch = 0;
   int scheduling_unit = 100;
   int64_t experiment_seed = -1;  // -1 until chosen.
+  // reproducibility.deterministic: bitwise-identical CPU training for any rank count
+  // (docs/determinism.md).
+  bool deterministic = false;
   std::map<std::string, std::string> environment_variables;
   std::vector<std::string> labels;
   std::vector<BindMount> bind_mounts;

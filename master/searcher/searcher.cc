@@ -159,10 +159,10 @@ class AshaSearch : public SearchBase {
       if (rank >= keep) {
         r.stopped = true;
         return {true, absl::StrFormat(
-                          "stopped by adaptive_asha at rung %d (%d of %d batches): %s %s ranks %d "
+                          "stopped by adaptive_asha at rung %d (%d of %d batches): %s %.6g ranks %d "
                           "of the %d trials that reached it in bracket %d; the best %d continue",
-                          rung, rungs[rung], rungs.back(), config_.searcher.metric,
-                          JsonNumber(metric), rank + 1, recorded, r.bracket, keep)};
+                          rung, rungs[rung], rungs.back(), config_.searcher.metric, metric,
+                          rank + 1, recorded, r.bracket, keep)};
       }
     }
     return {};

@@ -543,6 +543,10 @@ void Master::ActivateExperiment(const v1::ActivateExperimentRequest& req,
       TrialEvent(tid, absl::StrCat("experiment activated; queued on ",
                                    es.experiment.slots_per_trial(), " slot(s)"));
     }
+    // Trials the searcher asked for while the experiment was paused.
+    if (absl::Status st = CreateSearcherTrials(es); !st.ok()) {
+      Logger("master")->error("experiment {}: {}", req.id(), st.ToString());
+    }
     UpdateExperiment(es);
     RequestSchedule();
     return absl::OkStatus();
@@ -1611,8 +1615,8 @@ absl::Status Master::RebuildSearcher(ExperimentState& es) {
 }
 
 absl::Status Master::CreateSearcherTrials(ExperimentState& es) {
-  const v1::State state = es.experiment.state();
-  if (!es.searcher || Terminal(state) || state == v1::STATE_STOPPING) return absl::OkStatus();
+  // Only an active experiment grows (a paused one catches up when activated).
+  if (!es.searcher || es.experiment.state() != v1::STATE_ACTIVE) return absl::OkStatus();
   for (const searcher::TrialRequest& r : es.searcher->NextTrials()) {
     v1::Trial t;
     t.set_experiment_id(es.experiment.id());

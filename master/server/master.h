@@ -170,7 +170,7 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   const config::ResourcePoolConfig* FindPool(const std::string& name) const;
   void FinishTrial(TrialState& t, v1::State state, const std::string& error);
   // The searcher (master/searcher): builds es.searcher from the trials es has; creates the
-  // trials it asks for (unless the experiment is stopping or ended); hands it a validation
+  // trials it asks for (only while the experiment is ACTIVE); hands it a validation
   // report, stopping the trial when it says so.
   absl::Status RebuildSearcher(ExperimentState& es);
   absl::Status CreateSearcherTrials(ExperimentState& es);

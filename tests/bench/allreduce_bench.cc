@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -133,6 +134,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
     auto results = (*group)->Wait(absl::Minutes(10));
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
     for (int r = 0; r < n; ++r) {
       if (!results[r].status.ok()) {
         std::cerr << "rank " << r << " failed: " << results[r].err << std::endl;

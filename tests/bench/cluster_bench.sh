@@ -43,10 +43,8 @@ YAML
   for _ in $(seq 100); do [[ -s "$dir/addr" ]] && break; sleep 0.1; done
   MASTER="$(cat "$dir/addr")"
   HOME="$dir" DET_PASSWORD="$PASSWORD" "$BIN/det" -m "$MASTER" user login admin >/dev/null
-  TOKEN="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(next(iter(d.values()))["token"] if "token" not in d else d["token"])' "$dir/.det/auth.json" 2>/dev/null || true)"
-  if [[ -z "$TOKEN" ]]; then
-    TOKEN="$(grep -o '"token" *: *"[^"]*"' "$dir/.det/auth.json" | head -1 | sed 's/.*"\([^"]*\)"$/\1/')"
-  fi
+  TOKEN="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["masters"][sys.argv[2]]["token"])' \
+    "$dir/.det/auth.json" "$MASTER")"
 }
 
 stop_master() {
@@ -83,5 +81,6 @@ start_master queue
 "$LOAD" --master "$MASTER" --secret "$SECRET" --token "$TOKEN" --mode queue --agents 1000 \
   --trials 100000 --pool idle >/dev/null
 rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$MASTER_PID/status")"
-echo "| master RSS | 1000 agents, 100000 trials (queued), SQLite $(du -m "$WORK/queue/data/det.db" | cut -f1) MiB | $((rss_kb / 1024)) MiB | |"
+db_mb="$(du -cm "$WORK/queue/data/"det.db* | tail -1 | cut -f1)"
+echo "| master RSS | 1000 agents, 100000 trials (queued), database $db_mb MiB | $((rss_kb / 1024)) MiB | |"
 stop_master

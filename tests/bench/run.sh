@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/setup.sh
 
-BENCHES=(scheduler_bench cluster_bench allreduce_bench scaling_bench)
+BENCHES=(scheduler_bench cluster_bench allreduce_bench scaling_bench resume_bench)
 if (($# > 0)); then BENCHES=("$@"); fi
 
 TARGETS=(//deploy:bin //tests/load:det-load)

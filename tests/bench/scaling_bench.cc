@@ -4,12 +4,13 @@
 // (warm-up) group left out. Strong scaling keeps the global batch; weak scaling keeps
 // the per-slot batch.
 //
-//   scaling_bench [--batches 120] [--ranks 1,2,4]
+//   scaling_bench [--batches 200] [--ranks 1,2,4]
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ data:
 )");
 }
 
+int Run(int batches, const std::vector<int>& ranks);
+
 // Median samples/s of the chief's "batch N/T ... S samples/s)" lines after the first.
 double SamplesPerSecond(const std::string& logs) {
   std::vector<double> rates;
@@ -61,7 +64,7 @@ double SamplesPerSecond(const std::string& logs) {
 }
 
 int Main(int argc, char** argv) {
-  int batches = 120;
+  int batches = 200;
   std::vector<int> ranks = {1, 2, 4};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -83,7 +86,15 @@ int Main(int argc, char** argv) {
   if (!getenv("TEST_SRCDIR")) setenv("TEST_SRCDIR", absl::StrCat(self, ".runfiles").c_str(), 1);
   if (!getenv("TEST_WORKSPACE")) setenv("TEST_WORKSPACE", "det", 1);
   std::string tmp = "/tmp/det-scaling-bench-XXXXXX";
-  if (!getenv("TEST_TMPDIR") && mkdtemp(tmp.data())) setenv("TEST_TMPDIR", tmp.c_str(), 1);
+  bool own_tmp = !getenv("TEST_TMPDIR") && mkdtemp(tmp.data()) != nullptr;
+  if (own_tmp) setenv("TEST_TMPDIR", tmp.c_str(), 1);
+  int rc = Run(batches, ranks);
+  std::error_code ignored;
+  if (own_tmp) std::filesystem::remove_all(tmp, ignored);
+  return rc;
+}
+
+int Run(int batches, const std::vector<int>& ranks) {
 
   testing::TestCluster cluster("scaling");
   if (auto st = cluster.StartMaster(); !st.ok()) {

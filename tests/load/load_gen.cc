@@ -228,6 +228,7 @@ int Run(const Flags& f) {
       create.set_config_path("queue.yaml");
       create.set_config_yaml(absl::StrCat(
           "name: queued\nentrypoint: simulated\nsearcher:\n  name: random\n  metric: loss\n"
+          "  max_concurrent_trials: ", kPerExperiment, "\n"
           "  max_trials: ", std::min(kPerExperiment, f.trials - made),
           "\n  max_length: {batches: 100}\nhyperparameters:\n  x: {type: double, minval: 0, maxval: 1}\n"
           "resources:\n  resource_pool: ", f.pool, "\n"));
@@ -303,7 +304,7 @@ int Run(const Flags& f) {
   create.set_config_path("load.yaml");
   create.set_config_yaml(absl::StrCat(
       "name: load\nentrypoint: simulated\nsearcher:\n  name: random\n  metric: loss\n"
-      "  max_trials: ", f.workers, "\n  max_length: {batches: 1000000000}\n"
+      "  max_concurrent_trials: ", f.workers, "\n  max_trials: ", f.workers, "\n  max_length: {batches: 1000000000}\n"
       "hyperparameters:\n  x: {type: double, minval: 0, maxval: 1}\n"
       "max_restarts: 0\nresources:\n  slots_per_trial: 1\n  resource_pool: ", f.pool, "\n"));
   v1::CreateExperimentResponse created;

@@ -6,16 +6,27 @@
 // checkpoint_storage; a restarted trial resumes from DET_LATEST_CHECKPOINT.
 //
 // Each global batch is the next window of effective_global_batch_size positions of the
-// epoch's sample order (a pure function of the trial seed and the epoch); rank r trains
+// epoch's elastic sample order (data::ElasticLoader: a pure function of the trial seed,
+// the epoch, num_canonical_nodes and the data set, never of the rank count); rank r trains
 // on its per-slot slice of the window, and the gradients are averaged over the ranks, so
 // 1 rank and N ranks with the same global batch make the same steps up to the order of
-// floating-point sums.
+// floating-point sums. With reproducibility.deterministic: true they make bitwise the
+// same steps: each global batch is trained as fixed micro-batches of micro_batch_size
+// (hyperparameter, default 1) samples whatever the rank count, each micro-batch's
+// gradient and loss are converted to int64 fixed point (kFixedScale) and summed exactly
+// (docs/determinism.md). The loader's state is in every checkpoint; a resumed run
+// continues at the exact next sample. Training metrics include sample_checksum (an
+// order-independent checksum of the sample ids trained); the last validation includes
+// params_hash_hi/params_hash_lo (FNV-1a of the final parameters' bytes), also printed.
 //
 // Hyperparameters: global_batch_size (64), learning_rate (0.05, falling linearly to 0 over
 // the run), momentum (0.9), hidden_size (128), lr_warmup_epochs (0 = off: with N slots
 // the rate rises linearly from learning_rate to N x learning_rate over that many epochs,
-// for weak scaling, where the global batch grows with the slots). config.data.dir: the
-// IDX files' directory.
+// for weak scaling, where the global batch grows with the slots), input_noise (0: per-sample
+// uniform noise of that amplitude added to the pixels, keyed by the sample's position in
+// the epoch), micro_batch_size (1, deterministic mode). config.data.dir: the IDX files'
+// directory; config.data.num_canonical_nodes: the sample order's canonical partitions
+// (default: the first run's node count; later runs keep the checkpoint's).
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,7 +42,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock/clock.h"
 #include "common/data/idx.h"
-#include "common/data/sampler.h"
+#include "common/data/elastic_sampler.h"
 #include "common/harness/checkpoint.h"
 #include "common/harness/context.h"
 #include "common/harness/distributed.h"
@@ -45,8 +56,23 @@
 namespace det {
 namespace {
 
-// The sample order this worker uses (data::EpochOrder), recorded in checkpoints.
-constexpr char kOrderAlgorithm[] = "epoch_order_v1";
+// Fixed-point scale of deterministic mode: 2^32 (resolution 2.3e-10; |value| summed over a
+// global batch must stay below 2^31).
+constexpr double kFixedScale = 4294967296.0;
+
+int64_t ToFixed(double v) {
+  double q = std::nearbyint(v * kFixedScale);
+  // Clamp far beyond any sane gradient, so that overflow cannot wrap around.
+  constexpr double kMax = 9.0e15;
+  return static_cast<int64_t>(std::max(-kMax, std::min(kMax, q)));
+}
+
+uint64_t Fnv1a(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
 // How often (in batches, at least) the ranks check whether one of them was asked to stop.
 constexpr int64_t kStopCheckBatches = 10;
 
@@ -71,6 +97,8 @@ class Trainer {
   // Whether this rank (world of one) or any rank was asked to stop.
   absl::StatusOr<bool> StopRequested();
   double LearningRate(int64_t batch) const;
+  // Deterministic mode's forward/backward and exact all-reduce; returns the global loss.
+  absl::StatusOr<float> DeterministicStep(int64_t batch, int64_t checksum);
 
   harness::TrialContext ctx_;
   Clock& clock_;
@@ -87,8 +115,12 @@ class Trainer {
   int64_t hidden_ = 128, requested_batch_ = 64, per_slot_ = 0, global_batch_ = 0;
   int64_t batches_per_epoch_ = 0, target_ = 0, start_batch_ = 0;
 
-  std::vector<int64_t> order_;
-  int64_t order_epoch_ = -1;
+  bool deterministic_ = false;
+  int64_t micro_ = 1;
+  double input_noise_ = 0;
+  std::optional<data::ElasticLoader> loader_;
+  std::vector<int64_t> fixed_;  // deterministic mode: grads, loss, checksum in fixed point
+  double checksum_sum_ = 0;
   std::vector<float> x_;
   std::vector<uint8_t> y_;
 
@@ -110,6 +142,21 @@ absl::Status Trainer::Setup() {
   ASSIGN_OR_RETURN(momentum_, ctx_.HparamDouble("momentum", 0.9));
   ASSIGN_OR_RETURN(hidden_, ctx_.HparamInt("hidden_size", 128));
   ASSIGN_OR_RETURN(warmup_epochs_, ctx_.HparamDouble("lr_warmup_epochs", 0));
+  ASSIGN_OR_RETURN(input_noise_, ctx_.HparamDouble("input_noise", 0));
+  ASSIGN_OR_RETURN(micro_, ctx_.HparamInt("micro_batch_size", 1));
+  if (ctx_.config.contains("reproducibility") && ctx_.config["reproducibility"].is_object()) {
+    deterministic_ = ctx_.config["reproducibility"].value("deterministic", false);
+  }
+  if (deterministic_) {
+    if (requested_batch_ % ctx_.world_size != 0 || micro_ <= 0 || (requested_batch_ / ctx_.world_size) % micro_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reproducibility.deterministic: the ", ctx_.world_size, " slots must divide global_batch_size ",
+          requested_batch_, " into per-slot batches that are multiples of micro_batch_size ", micro_));
+    }
+    if (ctx_.aggregation_frequency != 1) {
+      return absl::InvalidArgumentError("reproducibility.deterministic needs optimizations.aggregation_frequency 1");
+    }
+  }
   if (requested_batch_ <= 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: must be > 0");
   per_slot_ = requested_batch_ / ctx_.world_size;
   if (per_slot_ == 0) {
@@ -144,6 +191,12 @@ absl::Status Trainer::Setup() {
   options.momentum = static_cast<float>(momentum_);
   ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(options, ctx_.trial_seed));
   model_.emplace(std::move(model));
+  int64_t canonical = ctx_.cross_size;
+  if (ctx_.config.contains("data") && ctx_.config["data"].is_object() &&
+      ctx_.config["data"].contains("num_canonical_nodes") && ctx_.config["data"]["num_canonical_nodes"].is_number_integer()) {
+    canonical = std::max<int64_t>(1, ctx_.config["data"]["num_canonical_nodes"].get<int64_t>());
+  }
+  loader_.emplace(train_.num_examples, train_.Fingerprint(), ctx_.trial_seed, canonical, global_batch_);
   if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore());
   // Every rank starts from rank 0's model and optimizer state.
   RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->params(), 0), "broadcasting the parameters"));
@@ -185,14 +238,16 @@ absl::Status Trainer::Restore() {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " holds a model of another shape"));
   }
   ASSIGN_OR_RETURN(harness::TrainingState state, harness::ParseTrainingState(files["state.json"]));
-  if (state.order_algorithm != kOrderAlgorithm || state.dataset_fingerprint != train_.Fingerprint() ||
-      state.dataset_size != train_.num_examples) {
+  if (!state.extra.contains("loader")) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "checkpoint %s was written for sample order %s over a data set of %d examples (fingerprint "
-        "%016x); this run has %s over %d examples (fingerprint %016x)",
-        path, state.order_algorithm, state.dataset_size, state.dataset_fingerprint, kOrderAlgorithm,
-        train_.num_examples, train_.Fingerprint()));
+        "checkpoint %s was written for sample order %s; this run has %s version %d", path, state.order_algorithm,
+        data::kElasticOrderAlgorithm, data::kElasticOrderVersion));
   }
+  ASSIGN_OR_RETURN(data::LoaderState ls, data::LoaderState::FromJson(state.extra["loader"]));
+  absl::StatusOr<data::ElasticLoader> loader =
+      data::ElasticLoader::Restore(ls, train_.num_examples, train_.Fingerprint(), global_batch_);
+  if (!loader.ok()) return Annotate(loader.status(), absl::StrCat("checkpoint ", path));
+  loader_.emplace(std::move(*loader));
   model_.emplace(std::move(model));
   start_batch_ = state.total_batches;
   if (ctx_.rank < static_cast<int>(state.rng_states.size())) {
@@ -201,8 +256,9 @@ absl::Status Trainer::Restore() {
   }
   if (state.extra.contains("best") && state.extra["best"].is_number()) best_ = state.extra["best"].get<double>();
   if (ctx_.is_chief()) {
-    std::cout << absl::StrFormat("resuming from checkpoint %s at batch %d (epoch %d)%s", path, start_batch_,
-                                 state.epoch,
+    std::cout << absl::StrFormat("resuming from checkpoint %s at batch %d (epoch %d, sample %d, %d canonical "
+                                 "nodes)%s",
+                                 path, start_batch_, ls.epoch, ls.samples_in_epoch, ls.num_canonical_nodes,
                                  state.global_batch_size == global_batch_
                                      ? ""
                                      : absl::StrFormat("; its global batch was %d, now %d",
@@ -223,19 +279,51 @@ double Trainer::LearningRate(int64_t batch) const {
   return lr0_ * scale * decay;
 }
 
+absl::StatusOr<float> Trainer::DeterministicStep(int64_t batch, int64_t checksum) {
+  absl::Span<float> g = model_->grads();
+  const size_t p = g.size();
+  fixed_.assign(p + 2, 0);
+  const int64_t example = train_.example_size();
+  for (int64_t m = 0; m < per_slot_; m += micro_) {
+    float l = model_->ForwardBackward(&x_[m * example], &y_[m], static_cast<int>(micro_));
+    for (size_t j = 0; j < p; ++j) fixed_[j] += ToFixed(g[j]);
+    fixed_[p] += ToFixed(l);
+  }
+  fixed_[p + 1] = checksum;
+  {
+    harness::ScopedTiming w(timings_, "gradient_sync", clock_);
+    if (ctx_.world_size > 1) {
+      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(fixed_)),
+                               absl::StrCat("fixed-point all-reduce at batch ", batch)));
+    }
+  }
+  // The mean over the global batch's fixed micro-batches, rounded once.
+  const double denom = kFixedScale * static_cast<double>(global_batch_ / micro_);
+  for (size_t j = 0; j < p; ++j) g[j] = static_cast<float>(static_cast<double>(fixed_[j]) / denom);
+  checksum_sum_ += static_cast<double>(fixed_[p + 1]);
+  return static_cast<float>(static_cast<double>(fixed_[p]) / denom);
+}
+
 absl::Status Trainer::TrainBatch(int64_t batch) {
+  int64_t checksum = 0;
   {
     harness::ScopedTiming t(timings_, "dataloader_next", clock_);
-    int64_t epoch = batch / batches_per_epoch_;
-    if (epoch != order_epoch_) {
-      order_ = data::EpochOrder(train_.num_examples, ctx_.trial_seed, epoch);
-      order_epoch_ = epoch;
-    }
+    data::Window w = loader_->Next();
+    absl::Span<const int64_t> mine = data::ElasticLoader::RankSlice(w, ctx_.rank, ctx_.world_size);
     const int64_t example = train_.example_size();
-    const int64_t first = (batch % batches_per_epoch_) * global_batch_ + ctx_.rank * per_slot_;
+    const int64_t first = w.first_position + ctx_.rank * per_slot_;
     for (int64_t i = 0; i < per_slot_; ++i) {
-      int64_t idx = order_[first + i];
+      int64_t idx = mine[i];
+      checksum += static_cast<int64_t>(data::Mix64(static_cast<uint64_t>(idx)) & 0xffffffffULL);
       std::copy_n(&train_.images[idx * example], example, &x_[i * example]);
+      if (input_noise_ > 0) {
+        // Per-sample randomness keyed by the sample's global position, not by the rank.
+        uint64_t key = data::SampleKey(ctx_.trial_seed, w.epoch, first + i);
+        for (int64_t j = 0; j < example; ++j) {
+          double u = static_cast<double>(data::Mix64(key + static_cast<uint64_t>(j)) >> 11) * 0x1.0p-53;
+          x_[i * example + j] += static_cast<float>(input_noise_ * (2 * u - 1));
+        }
+      }
       y_[i] = train_.labels[idx];
     }
   }
@@ -249,6 +337,19 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
   float loss;
   {
     harness::ScopedTiming t(timings_, "train_batch", clock_);
+    if (deterministic_) {
+      ASSIGN_OR_RETURN(loss, DeterministicStep(batch, checksum));
+      model_->Step(lr);
+      loss_sum_ += loss;
+      ++group_batches_;
+      return absl::OkStatus();
+    }
+    if (ctx_.world_size > 1) {
+      int64_t c = checksum;
+      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(&c, 1)), "sample checksum"));
+      checksum = c;
+    }
+    checksum_sum_ += static_cast<double>(checksum);
     loss = model_->ForwardBackward(x_.data(), y_.data(), static_cast<int>(per_slot_),
                                    [this](size_t begin, size_t end) { reducer_->MarkReady(begin, end); });
     absl::StatusOr<bool> sync;
@@ -273,10 +374,13 @@ absl::Status Trainer::ReportTraining(int64_t done) {
   std::map<std::string, double> training = {{"loss", loss_sum_ / group_batches_}};
   {
     harness::ScopedTiming t(timings_, "reduce_metrics", clock_);
-    if (ctx_.average_training_metrics && ctx_.world_size > 1) {
+    // Deterministic mode's loss is already the exact global mean.
+    if (!deterministic_ && ctx_.average_training_metrics && ctx_.world_size > 1) {
       ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*collective_, training, /*average=*/true));
     }
   }
+  training["sample_checksum"] = checksum_sum_;  // the same on every rank
+  checksum_sum_ = 0;
   double seconds = std::max(1e-9, absl::ToDoubleSeconds(clock_.Now() - group_start_));
   std::map<std::string, double> timings = timings_.Summarize();
   timings["samples_per_second"] = static_cast<double>(group_batches_ * global_batch_) / seconds;
@@ -297,15 +401,37 @@ absl::Status Trainer::ReportTraining(int64_t done) {
 absl::Status Trainer::Validate(int64_t done) {
   // Each rank evaluates its shard of the test set; the sums are all-reduced.
   const int64_t n = test_.num_examples;
-  const int64_t lo = n * ctx_.rank / ctx_.world_size, hi = n * (ctx_.rank + 1) / ctx_.world_size;
-  nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, hi - lo);
-  std::map<std::string, double> sums = {{"loss_sum", e.loss * static_cast<double>(hi - lo)},
-                                        {"correct", std::round(e.accuracy * static_cast<double>(hi - lo))},
-                                        {"count", static_cast<double>(hi - lo)}};
-  if (ctx_.world_size > 1) {
-    ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*collective_, sums, /*average=*/false));
+  if (deterministic_) {
+    // Fixed chunks of 100 examples, dealt round-robin to the ranks, summed in fixed point.
+    constexpr int64_t kChunk = 100;
+    std::vector<int64_t> sums(2, 0);
+    for (int64_t c = ctx_.rank; c * kChunk < n; c += ctx_.world_size) {
+      const int64_t lo = c * kChunk, cnt = std::min(kChunk, n - lo);
+      nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, cnt);
+      sums[0] += ToFixed(e.loss * static_cast<double>(cnt) / static_cast<double>(n));
+      sums[1] += static_cast<int64_t>(std::llround(e.accuracy * static_cast<double>(cnt)));
+    }
+    if (ctx_.world_size > 1) RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(sums)));
+    validation_ = {{"validation_loss", static_cast<double>(sums[0]) / kFixedScale},
+                   {"accuracy", static_cast<double>(sums[1]) / static_cast<double>(n)}};
+  } else {
+    const int64_t lo = n * ctx_.rank / ctx_.world_size, hi = n * (ctx_.rank + 1) / ctx_.world_size;
+    nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, hi - lo);
+    std::map<std::string, double> sums = {{"loss_sum", e.loss * static_cast<double>(hi - lo)},
+                                          {"correct", std::round(e.accuracy * static_cast<double>(hi - lo))},
+                                          {"count", static_cast<double>(hi - lo)}};
+    if (ctx_.world_size > 1) {
+      ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*collective_, sums, /*average=*/false));
+    }
+    validation_ = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
   }
-  validation_ = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
+  if (done == target_) {
+    absl::Span<const float> params = model_->params();
+    uint64_t h = Fnv1a(params.data(), params.size() * sizeof(float));
+    validation_["params_hash_hi"] = static_cast<double>(h >> 32);
+    validation_["params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
+    if (ctx_.is_chief()) std::cout << absl::StrFormat("final parameters hash %016x", h) << std::endl;
+  }
   validated_at_ = done;
   if (ctx_.is_chief()) {
     RETURN_IF_ERROR(reporter_->ReportMetrics("validation", done, validation_));
@@ -335,10 +461,11 @@ absl::Status Trainer::Checkpoint(int64_t done) {
   if (!ctx_.is_chief()) return absl::OkStatus();
   harness::TrainingState state;
   state.total_batches = done;
-  state.epoch = done / batches_per_epoch_;
-  state.samples_in_epoch = (done % batches_per_epoch_) * global_batch_;
+  state.epoch = loader_->state().epoch;
+  state.samples_in_epoch = loader_->state().samples_in_epoch;
+  state.extra["loader"] = loader_->state().ToJson();
   state.global_batch_size = global_batch_;
-  state.order_algorithm = kOrderAlgorithm;
+  state.order_algorithm = absl::StrCat(data::kElasticOrderAlgorithm, "_v", data::kElasticOrderVersion);
   state.dataset_fingerprint = train_.Fingerprint();
   state.dataset_size = train_.num_examples;
   state.trial_seed = ctx_.trial_seed;
