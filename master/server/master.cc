@@ -25,7 +25,7 @@ constexpr absl::Duration kAgentCheckPeriod = absl::Seconds(1);
 constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
 constexpr int kMaxMessageBytes = 256 << 20;
 // Metric rows stored by one group commit at most.
-constexpr size_t kMaxRowsPerFlush = 20000;
+constexpr size_t kMaxRowsPerFlush = 5000;
 // Largest model context an experiment may upload (the CLI checks the same limit first).
 constexpr int64_t kMaxContextBytes = int64_t{64} << 20;
 // How long agents' host metrics are kept, and how many of each agent's latest samples

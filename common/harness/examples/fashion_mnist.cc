@@ -56,8 +56,8 @@
 namespace det {
 namespace {
 
-// Fixed-point scale of deterministic mode: 2^32 (resolution 2.3e-10; |value| summed over a
-// global batch must stay below 2^31).
+// Fixed-point scale of deterministic mode: 2^32 (resolution 2.3e-10). ToFixed clamps each
+// micro-batch value to +-9e15 fixed units, so 1,024 micro-batches cannot overflow int64.
 constexpr double kFixedScale = 4294967296.0;
 
 int64_t ToFixed(double v) {
@@ -344,12 +344,6 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
       ++group_batches_;
       return absl::OkStatus();
     }
-    if (ctx_.world_size > 1) {
-      int64_t c = checksum;
-      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(&c, 1)), "sample checksum"));
-      checksum = c;
-    }
-    checksum_sum_ += static_cast<double>(checksum);
     loss = model_->ForwardBackward(x_.data(), y_.data(), static_cast<int>(per_slot_),
                                    [this](size_t begin, size_t end) { reducer_->MarkReady(begin, end); });
     absl::StatusOr<bool> sync;
@@ -361,6 +355,12 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
       return Annotate(sync.status(), absl::StrCat("gradient all-reduce at batch ", batch));
     }
     if (*sync) model_->Step(lr);
+    // After the gradients: a lost peer shows up in the gradient all-reduce first.
+    if (ctx_.world_size > 1) {
+      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(&checksum, 1)),
+                               absl::StrCat("sample checksum all-reduce at batch ", batch)));
+    }
+    checksum_sum_ += static_cast<double>(checksum);
   }
   {
     harness::ScopedTiming t(timings_, "from_device", clock_);
