@@ -483,24 +483,33 @@ void Master::KillExperiment(const v1::KillExperimentRequest& req, v1::KillExperi
   });
 }
 
+absl::StatusOr<Master::ExperimentState*> Master::MoveExperiment(int64_t id, v1::State from,
+                                                               v1::State to) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
+  }
+  ExperimentState& es = it->second;
+  if (es.experiment.state() == to) return nullptr;
+  if (es.experiment.state() != from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", id, " is ", StateName(es.experiment.state()), ", not ", StateName(from)));
+  }
+  v1::Experiment updated = es.experiment;
+  updated.set_state(to);
+  RETURN_IF_ERROR(store_->UpdateExperiment(updated));
+  es.experiment = std::move(updated);
+  Logger("master")->info("experiment {}: {}", id, StateName(to));
+  return &es;
+}
+
 void Master::PauseExperiment(const v1::PauseExperimentRequest& req, v1::PauseExperimentResponse*,
                              Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
-    auto it = experiments_.find(req.id());
-    if (it == experiments_.end()) {
-      return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
-    }
-    ExperimentState& es = it->second;
-    if (es.experiment.state() == v1::STATE_PAUSED) return absl::OkStatus();
-    if (es.experiment.state() != v1::STATE_ACTIVE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "experiment ", req.id(), " is ", StateName(es.experiment.state()), ", not ACTIVE"));
-    }
-    v1::Experiment updated = es.experiment;
-    updated.set_state(v1::STATE_PAUSED);
-    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-    es.experiment = updated;
-    Logger("master")->info("experiment {}: paused", req.id());
+    ASSIGN_OR_RETURN(ExperimentState * moved,
+                     MoveExperiment(req.id(), v1::STATE_ACTIVE, v1::STATE_PAUSED));
+    if (!moved) return absl::OkStatus();  // Already PAUSED.
+    ExperimentState& es = *moved;
     for (int64_t tid : es.trial_ids) {
       TrialState& t = trials_.at(tid);
       if (t.trial.state() == v1::STATE_QUEUED) {
@@ -520,21 +529,10 @@ void Master::PauseExperiment(const v1::PauseExperimentRequest& req, v1::PauseExp
 void Master::ActivateExperiment(const v1::ActivateExperimentRequest& req,
                                 v1::ActivateExperimentResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
-    auto it = experiments_.find(req.id());
-    if (it == experiments_.end()) {
-      return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
-    }
-    ExperimentState& es = it->second;
-    if (es.experiment.state() == v1::STATE_ACTIVE) return absl::OkStatus();
-    if (es.experiment.state() != v1::STATE_PAUSED) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "experiment ", req.id(), " is ", StateName(es.experiment.state()), ", not PAUSED"));
-    }
-    v1::Experiment updated = es.experiment;
-    updated.set_state(v1::STATE_ACTIVE);
-    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-    es.experiment = updated;
-    Logger("master")->info("experiment {}: activated", req.id());
+    ASSIGN_OR_RETURN(ExperimentState * moved,
+                     MoveExperiment(req.id(), v1::STATE_PAUSED, v1::STATE_ACTIVE));
+    if (!moved) return absl::OkStatus();  // Already ACTIVE.
+    ExperimentState& es = *moved;
     for (int64_t tid : es.trial_ids) {
       TrialState& t = trials_.at(tid);
       if (t.trial.state() != v1::STATE_PAUSED) continue;

@@ -169,6 +169,9 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::string NeverFits(const std::string& pool, int slots) const;
   const config::ResourcePoolConfig* FindPool(const std::string& name) const;
   void FinishTrial(TrialState& t, v1::State state, const std::string& error);
+  // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is
+  // already in `to`; NotFound, or FailedPrecondition when it is in neither.
+  absl::StatusOr<ExperimentState*> MoveExperiment(int64_t id, v1::State from, v1::State to);
   // The searcher (master/searcher): builds es.searcher from the trials es has; creates the
   // trials it asks for (only while the experiment is ACTIVE); hands it a validation
   // report, stopping the trial when it says so.
