@@ -18,6 +18,7 @@
 #include "agent/sysmetrics/system_sampler.h"
 #include "common/config/daemon_config.h"
 #include "common/logging/logging.h"
+#include "common/rpc/rpc.h"
 
 namespace {
 
@@ -78,6 +79,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (auto st = det::InitLogging(config->log_level); !st.ok()) {
+    std::cerr << "det-agent: " << st.message() << "\n";
+    return 2;
+  }
+  // TLS to the master: the agent's channels and, through the inherited environment, its
+  // workers' channels verify the master against this CA.
+  if (!config->master_cert_file.empty()) {
+    setenv(det::rpc::kMasterCertFileEnv, config->master_cert_file.c_str(), 1);
+  }
+  if (auto st = det::rpc::CheckMasterCertFile(); !st.ok()) {
     std::cerr << "det-agent: " << st.message() << "\n";
     return 2;
   }

@@ -1,5 +1,7 @@
 #include "cli/api_client.h"
 
+#include "common/rpc/rpc.h"
+
 #include <grpcpp/create_channel.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
@@ -141,6 +143,7 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
                                                              ApiClientOptions options) {
   absl::StatusOr<std::string> address = ParseMasterAddress(master);
   if (!address.ok()) return address.status();
+  if (absl::Status st = rpc::CheckMasterCertFile(); !st.ok()) return st;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
@@ -156,13 +159,13 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
   auto rpc = std::make_unique<Rpc>();
   rpc->channel =
       options.token.empty()
-          ? grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args)
+          ? grpc::CreateCustomChannel(*address, rpc::MasterChannelCredentials(), args)
           : [&] {
               std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
                   interceptors;
               interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
               return grpc::experimental::CreateCustomChannelWithInterceptors(
-                  *address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+                  *address, rpc::MasterChannelCredentials(), args, std::move(interceptors));
             }();
   rpc->stub = v1::Api::NewStub(rpc->channel);
   return std::unique_ptr<ApiClient>(

@@ -39,6 +39,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.String("address_file", &c.address_file);
   r.String("http_listen", &c.http_listen);
   r.String("http_address_file", &c.http_address_file);
+  r.Object("grpc_tls", [&](ObjectReader& tls) {
+    tls.String("cert_file", &c.grpc_tls_cert_file, /*required=*/true);
+    tls.String("key_file", &c.grpc_tls_key_file, /*required=*/true);
+  });
   r.Object("http_tls", [&](ObjectReader& tls) {
     tls.String("cert_file", &c.http_tls_cert_file, /*required=*/true);
     tls.String("key_file", &c.http_tls_key_file, /*required=*/true);
@@ -105,6 +109,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::strin
   r.String("work_dir", &c.work_dir);
   r.StringList("worker_path", &c.worker_path, /*allow_scalar=*/true);
   r.String("cluster_secret", &c.cluster_secret);
+  r.String("master_cert_file", &c.master_cert_file);
   r.Duration("heartbeat_interval", &c.heartbeat_interval);
   r.Duration("kill_grace", &c.kill_grace);
   r.String("log_level", &c.log_level);

@@ -37,6 +37,10 @@ struct MasterConfig {
   // When set, the master writes its bound HTTP address here once it serves.
   std::string http_address_file;
   // PEM certificate chain and key: the HTTP server serves HTTPS only (both or neither).
+  // TLS for the gRPC port (agents, workers and the CLI then need DET_MASTER_CERT_FILE /
+  // master_cert_file naming the CA); empty: plaintext.
+  std::string grpc_tls_cert_file;
+  std::string grpc_tls_key_file;
   std::string http_tls_cert_file;
   std::string http_tls_key_file;
   // How long a user's login session lasts.
@@ -75,6 +79,9 @@ struct AgentConfig {
   // Directories searched (before PATH) for entrypoint programs.
   std::vector<std::string> worker_path;
   std::string cluster_secret;
+  // PEM file of the CA that signed the master's gRPC certificate (the master has
+  // grpc_tls); the agent and its workers then speak TLS. Or DET_MASTER_CERT_FILE.
+  std::string master_cert_file;
   absl::Duration heartbeat_interval = absl::Seconds(5);
   // SIGTERM to SIGKILL when killing workers.
   absl::Duration kill_grace = absl::Seconds(10);

@@ -11,7 +11,20 @@
 
 namespace det::rpc {
 
-// A channel to `address` (host:port) with det's message size limits.
+// The environment variable naming the PEM file of the CA that signed the master's gRPC
+// certificate. Set: clients speak TLS and verify the master against it. Unset: plaintext.
+inline constexpr char kMasterCertFileEnv[] = "DET_MASTER_CERT_FILE";
+
+// Checks that DET_MASTER_CERT_FILE, when set, names a readable file; the error names it.
+absl::Status CheckMasterCertFile();
+
+// Credentials for channels to the master, chosen by DET_MASTER_CERT_FILE. An unreadable
+// file gives TLS with no trusted CA, so connections fail rather than fall back to
+// plaintext.
+std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials();
+
+// A channel to `address` (host:port) with det's message size limits and
+// MasterChannelCredentials().
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // grpc::Status -> absl::Status with the same code and message, except UNAVAILABLE, which

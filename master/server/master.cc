@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -201,7 +202,22 @@ absl::Status Master::Restore() {
 absl::Status Master::Serve() {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &port);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!config_.grpc_tls_cert_file.empty()) {
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    for (auto [path, out] : {std::pair{config_.grpc_tls_cert_file, &pair.cert_chain},
+                             std::pair{config_.grpc_tls_key_file, &pair.private_key}}) {
+      std::ifstream in(path);
+      if (!in) return absl::FailedPreconditionError(absl::StrCat("grpc_tls: cannot read '", path, "'"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      *out = ss.str();
+    }
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = grpc::SslServerCredentials(options);
+  }
+  builder.AddListeningPort(config_.grpc_listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   services_ = MakeGrpcServices(*this, *this, *this, &users_);
