@@ -89,8 +89,11 @@ TEST_F(Distributed, FourRanksReachTheAccuracyOfOneRankWithTheSameGlobalBatch) {
   const std::string checkpoints = cluster_.dir() + "/checkpoints";
   std::map<int, double> accuracy;
   for (int slots : {1, 4}) {
-    std::string config = cluster_.WriteFile(absl::StrCat("exp", slots, ".yaml"),
-                                            Config(absl::StrCat("ranks-", slots), slots, 300, checkpoints, 100));
+    // One experiment seed for both: the same initial parameters and sample order.
+    std::string config = cluster_.WriteFile(
+        absl::StrCat("exp", slots, ".yaml"),
+        Config(absl::StrCat("ranks-", slots), slots, 300, checkpoints, 100) +
+            "reproducibility: {experiment_seed: 20261122}\n");
     CommandResult create = cluster_.Det({"experiment", "create", config, "-f"}, absl::Seconds(180));
     ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master")
                                   << cluster_.LogTail("agent-a");
