@@ -17,6 +17,7 @@
 #include "master/http/downsample.h"
 #include "master/http/http_server.h"
 #include "master/scheduler/scheduler.h"
+#include "master/store/metric_summary.h"
 #include "master/store/sqlite_store.h"
 
 namespace det::master {
@@ -64,17 +65,6 @@ absl::Status MakeDirs(const std::string& path) {
         absl::StrCat("data directory '", path, "' is not writable: ", strerror(errno)));
   }
   return absl::OkStatus();
-}
-
-void Summarize(google::protobuf::Map<std::string, v1::MetricSummary>* summary,
-               const v1::Metrics& m) {
-  for (const auto& [name, value] : m.values()) {
-    v1::MetricSummary& s = (*summary)[name];
-    if (s.count() == 0 || value < s.min()) s.set_min(value);
-    if (s.count() == 0 || value > s.max()) s.set_max(value);
-    s.set_last(value);
-    s.set_count(s.count() + 1);
-  }
 }
 
 }  // namespace
@@ -1147,11 +1137,7 @@ void Master::FlushMetrics() {
     auto t = trials_.find(m.trial_id());
     if (t == trials_.end()) continue;
     auto [it, inserted] = updated.try_emplace(m.trial_id(), t->second.trial);
-    v1::Trial& u = it->second;
-    if (m.group() == "training") Summarize(u.mutable_training_summary(), m);
-    if (m.group() == "validation") Summarize(u.mutable_validation_summary(), m);
-    if (m.group() == "timings") Summarize(u.mutable_timings_summary(), m);
-    u.set_total_batches(std::max(u.total_batches(), m.total_batches()));
+    ApplyToSummaries(m, &it->second);
   }
   std::vector<v1::Trial> trials;
   for (const auto& [id, t] : updated) trials.push_back(t);

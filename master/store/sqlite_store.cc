@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "master/store/metric_summary.h"
 #include "nlohmann/json.hpp"
 
 namespace det::master {
@@ -473,21 +474,9 @@ absl::StatusOr<int64_t> SqliteStore::SupersedeMetrics(v1::Trial* trial, int32_t 
     ASSIGN_OR_RETURN(std::vector<v1::Metrics> rows, GetMetrics(trial->id(), ""));
     trial->clear_training_summary();
     trial->clear_validation_summary();
+    trial->clear_timings_summary();
     trial->set_total_batches(0);
-    for (const auto& m : rows) {
-      auto* summary = m.group() == "training"     ? trial->mutable_training_summary()
-                      : m.group() == "validation" ? trial->mutable_validation_summary()
-                                                  : nullptr;
-      trial->set_total_batches(std::max(trial->total_batches(), m.total_batches()));
-      if (!summary) continue;
-      for (const auto& [name, value] : m.values()) {
-        v1::MetricSummary& s = (*summary)[name];
-        if (s.count() == 0 || value < s.min()) s.set_min(value);
-        if (s.count() == 0 || value > s.max()) s.set_max(value);
-        s.set_last(value);
-        s.set_count(s.count() + 1);
-      }
-    }
+    for (const auto& m : rows) ApplyToSummaries(m, trial);
     RETURN_IF_ERROR(WriteTrial(*trial));
   }
   RETURN_IF_ERROR(tx.Commit());

@@ -122,11 +122,17 @@ TEST(SqliteStore, ARerunSupersedesWhatEarlierRunsReportedPastItsCheckpoint) {
     m.set_total_batches(b);
     (*m.mutable_values())["loss"] = 10 - b;
   }
+  v1::Metrics& timing = rows.emplace_back();
+  timing.set_trial_id(t.id());
+  timing.set_group("timings");
+  timing.set_total_batches(5);
+  (*timing.mutable_values())["train_batch_s"] = 0.01;
+  (*t.mutable_timings_summary())["train_batch_s"].set_count(1);
   ASSERT_TRUE((*store)->AddMetrics({t}, rows).ok());
   // Run 1 resumes from the checkpoint at batch 3.
   auto deleted = (*store)->SupersedeMetrics(&t, 1, 3);
   ASSERT_TRUE(deleted.ok()) << deleted.status();
-  EXPECT_EQ(*deleted, 2);
+  EXPECT_EQ(*deleted, 3);
   auto left = (*store)->GetMetrics(t.id(), "training");
   ASSERT_EQ(left->size(), 3u);
   EXPECT_EQ(left->back().total_batches(), 3);
@@ -134,6 +140,7 @@ TEST(SqliteStore, ARerunSupersedesWhatEarlierRunsReportedPastItsCheckpoint) {
   EXPECT_EQ(t.training_summary().at("loss").count(), 3);
   EXPECT_DOUBLE_EQ(t.training_summary().at("loss").last(), 7);
   EXPECT_DOUBLE_EQ(t.training_summary().at("loss").min(), 7);
+  EXPECT_TRUE(t.timings_summary().empty());
   // The trial row in the store has the recomputed summaries.
   auto snap = (*store)->Load();
   EXPECT_EQ(snap->trials[0].training_summary().at("loss").count(), 3);
