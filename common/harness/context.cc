@@ -164,6 +164,10 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   if (auto st = ReadTrainingConfig(&c); !st.ok()) return st;
   c.collective_host = get("DET_COLLECTIVE_HOST");
   c.collective_iface = get("DET_COLLECTIVE_IFACE");
+  if (std::string t = get("DET_SLOT_TYPE"); !t.empty()) c.slot_type = t;
+  if (c.slot_type != "cpu" && c.slot_type != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("DET_SLOT_TYPE: expected cpu or cuda, got '", c.slot_type, "'"));
+  }
   return c;
 }
 

@@ -68,6 +68,9 @@ struct TrialContext {
   // empty: see harness::ConnectCollective.
   std::string collective_host;
   std::string collective_iface;
+  // The kind of slots this rank got (DET_SLOT_TYPE): "cuda" (one GPU per rank, the only
+  // device CUDA_VISIBLE_DEVICES leaves) or "cpu".
+  std::string slot_type = "cpu";
 
   bool is_chief() const { return rank == 0; }
   // The batch one step really trains on: per_slot_batch_size * world_size.

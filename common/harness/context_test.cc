@@ -39,6 +39,7 @@ TEST(TrialContext, ReadsEverythingTheAgentProvides) {
   EXPECT_DOUBLE_EQ(*c->HparamDouble("missing", 0.5), 0.5);
   EXPECT_THAT(c->HparamInt("name", 0).status().message(), HasSubstr("hyperparameters.name"));
   EXPECT_EQ(c->DataString("dir", ""), "/d");
+  EXPECT_EQ(c->slot_type, "cpu");
 }
 
 TEST(TrialContext, MissingOrBadVariablesAreNamed) {
@@ -51,6 +52,11 @@ TEST(TrialContext, MissingOrBadVariablesAreNamed) {
   env = Env();
   env["DET_HPARAMS"] = "{not json";
   EXPECT_THAT(ContextFromEnvironment(env).status().message(), HasSubstr("DET_HPARAMS is not a JSON object"));
+  env = Env();
+  env["DET_SLOT_TYPE"] = "tpu";
+  EXPECT_THAT(ContextFromEnvironment(env).status().message(), HasSubstr("DET_SLOT_TYPE: expected cpu or cuda"));
+  env["DET_SLOT_TYPE"] = "cuda";
+  EXPECT_EQ(ContextFromEnvironment(env)->slot_type, "cuda");
 }
 
 }  // namespace

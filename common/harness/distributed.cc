@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/collective/gloo_collective.h"
 #include "common/collective/local_collective.h"
+#include "common/collective/nccl_collective.h"
 
 namespace det::harness {
 
@@ -66,6 +67,19 @@ absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
   gloo.rendezvous_timeout = options.rendezvous_timeout;
   auto c = collective::GlooCollective::Create(context.rank, context.world_size, rendezvous,
                                               MembershipKey(context, "gloo"), gloo);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<collective::Collective>(std::move(*c));
+}
+
+absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCudaCollective(
+    const TrialContext& context, collective::Rendezvous& rendezvous, int device,
+    const CollectiveOptions& options) {
+  collective::NcclOptions nccl;
+  nccl.device = device;
+  nccl.timeout = options.timeout;
+  nccl.rendezvous_timeout = options.rendezvous_timeout;
+  auto c = collective::NcclCollective::Create(context.rank, context.world_size, rendezvous,
+                                              MembershipKey(context, "nccl"), nccl);
   if (!c.ok()) return c.status();
   return std::unique_ptr<collective::Collective>(std::move(*c));
 }

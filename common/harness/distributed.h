@@ -38,6 +38,13 @@ absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
     const TrialContext& context, collective::Rendezvous& rendezvous,
     const CollectiveOptions& options = {});
 
+// The collective for a model on CUDA device `device`: an NcclCollective bootstrapped
+// through `rendezvous` under MembershipKey(context, "nccl"), for a world of one as well
+// (the GPU path is the same at every size). FailedPrecondition without a usable device.
+absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCudaCollective(
+    const TrialContext& context, collective::Rendezvous& rendezvous, int device,
+    const CollectiveOptions& options = {});
+
 // Sums `values` (name -> value) over every rank, in one all-reduce; with `average`
 // divides by the world size. Every rank must pass the same names. Returns the result.
 absl::StatusOr<std::map<std::string, double>> ReduceMetrics(collective::Collective& collective,

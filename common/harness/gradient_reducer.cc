@@ -1,14 +1,54 @@
 #include "common/harness/gradient_reducer.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 
 namespace det::harness {
+namespace {
+
+class HostMath : public GradientMath {
+ public:
+  absl::StatusOr<absl::Span<float>> NewBuffer(size_t n) override {
+    absl::MutexLock l(&mu_);
+    buffers_.emplace_back(n, 0.0f);
+    return absl::MakeSpan(buffers_.back());
+  }
+  absl::Status MoveAdd(absl::Span<float> dst, absl::Span<float> src) override {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      dst[i] += src[i];
+      src[i] = 0.0f;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Add(absl::Span<float> dst, absl::Span<const float> src) override {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] += src[i];
+    return absl::OkStatus();
+  }
+  absl::Status Scale(absl::Span<float> data, float factor) override {
+    for (float& g : data) g *= factor;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<std::vector<float>> buffers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+GradientMath& HostGradientMath() {
+  static HostMath* math = new HostMath;
+  return *math;
+}
 
 GradientReducer::GradientReducer(collective::Collective& collective, absl::Span<float> grads,
                                  GradientReducerOptions options)
-    : collective_(collective), grads_(grads), options_(options) {
+    : collective_(collective),
+      grads_(grads),
+      options_(options),
+      math_(options.math != nullptr ? *options.math : HostGradientMath()) {
   const size_t per = std::max<size_t>(1, static_cast<size_t>(options_.bucket_bytes) / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
     size_t begin = end > per ? end - per : 0;
@@ -16,7 +56,14 @@ GradientReducer::GradientReducer(collective::Collective& collective, absl::Span<
     end = begin;
   }
   ready_.assign(buckets_.size(), 0);
-  if (options_.aggregation_frequency > 1) sum_.assign(grads_.size(), 0.0f);
+  if (options_.aggregation_frequency > 1) {
+    absl::StatusOr<absl::Span<float>> sum = math_.NewBuffer(grads_.size());
+    if (sum.ok()) {
+      sum_ = *sum;
+    } else {
+      math_status_ = sum.status();
+    }
+  }
   if (options_.overlap && collective_.size() > 1) comm_ = std::thread([this] { CommThread(); });
 }
 
@@ -32,15 +79,14 @@ GradientReducer::~GradientReducer() {
 void GradientReducer::MarkReady(size_t begin, size_t end) {
   end = std::min(end, grads_.size());
   if (begin >= end) return;
-  if (options_.aggregation_frequency > 1) {
+  if (options_.aggregation_frequency > 1 && math_status_.ok()) {
+    absl::Span<float> sum = sum_.subspan(begin, end - begin);
+    absl::Span<float> grads = grads_.subspan(begin, end - begin);
     if (!IsSyncBatch()) {
-      for (size_t i = begin; i < end; ++i) sum_[i] += grads_[i];
+      math_status_ = math_.Add(sum, grads);
       return;
     }
-    for (size_t i = begin; i < end; ++i) {
-      grads_[i] += sum_[i];
-      sum_[i] = 0.0f;
-    }
+    math_status_ = math_.MoveAdd(grads, sum);
   } else if (!IsSyncBatch()) {
     return;
   }
@@ -94,16 +140,14 @@ absl::Status GradientReducer::Reduce(size_t bucket) {
     if (absl::Status st = collective_.AllReduceSum(part); !st.ok()) return st;
   }
   const int divisor = collective_.size() * options_.aggregation_frequency;
-  if (divisor > 1) {
-    const float scale = 1.0f / static_cast<float>(divisor);
-    for (float& g : part) g *= scale;
-  }
+  if (divisor > 1) return math_.Scale(part, 1.0f / static_cast<float>(divisor));
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> GradientReducer::Finish() {
   const bool sync = IsSyncBatch();
   ++batch_;
+  if (!math_status_.ok()) return math_status_;
   if (!sync) return false;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (ready_[b] != buckets_[b].second - buckets_[b].first) {

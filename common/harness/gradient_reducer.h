@@ -37,6 +37,25 @@
 
 namespace det::harness {
 
+// Element-wise arithmetic on gradient buffers in the memory where they live: the host
+// (HostGradientMath) or a CUDA device (CudaGradientMath). Each call has finished when it
+// returns. Safe to call from the caller's and the communication thread at once.
+class GradientMath {
+ public:
+  virtual ~GradientMath() = default;
+  // A zeroed buffer of `n` floats in the gradients' memory, owned by this object.
+  virtual absl::StatusOr<absl::Span<float>> NewBuffer(size_t n) = 0;
+  // dst += src, then src = 0.
+  virtual absl::Status MoveAdd(absl::Span<float> dst, absl::Span<float> src) = 0;
+  // dst += src.
+  virtual absl::Status Add(absl::Span<float> dst, absl::Span<const float> src) = 0;
+  // data *= factor.
+  virtual absl::Status Scale(absl::Span<float> data, float factor) = 0;
+};
+
+// GradientMath on host memory.
+GradientMath& HostGradientMath();
+
 struct GradientReducerOptions {
   // Target size of one bucket. Default: 64 MiB (Determined's tensor_fusion_threshold).
   int64_t bucket_bytes = int64_t{64} << 20;
@@ -45,12 +64,15 @@ struct GradientReducerOptions {
   // Reduce buckets on a communication thread as they fill. When false, Finish() reduces
   // every bucket on the caller's thread.
   bool overlap = true;
+  // Arithmetic for `grads`' memory; null: host memory. Must outlive the reducer.
+  GradientMath* math = nullptr;
 };
 
 class GradientReducer {
  public:
-  // `grads` is the model's gradient buffer (host memory), which backward overwrites every
-  // batch; `collective` must be a host-memory collective. Both must outlive the reducer.
+  // `grads` is the model's gradient buffer, which backward overwrites every batch;
+  // `collective` and options.math work on its memory (host, or the CUDA device). Both
+  // must outlive the reducer.
   GradientReducer(collective::Collective& collective, absl::Span<float> grads,
                   GradientReducerOptions options);
   ~GradientReducer();
@@ -91,7 +113,9 @@ class GradientReducer {
   std::vector<size_t> ready_;     // per bucket: elements marked this batch
   size_t full_ = 0;               // buckets complete this batch
   std::vector<size_t> deferred_;  // complete buckets that Finish() reduces itself
-  std::vector<float> sum_;        // the group's sum (aggregation_frequency > 1)
+  GradientMath& math_;
+  absl::Span<float> sum_;         // the group's sum (aggregation_frequency > 1)
+  absl::Status math_status_;      // the first failure of math_ on the caller's thread
   int64_t batch_ = 0;
   size_t enqueued_ = 0;
 

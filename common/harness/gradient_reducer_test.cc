@@ -10,6 +10,7 @@ namespace det::harness {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Pair;
 
 // Stands in for `world` ranks that all hold the same data: a sum is `world` times the
@@ -145,6 +146,57 @@ TEST(GradientReducer, UnmarkedGradientsAndCollectiveFailuresAreErrors) {
   GradientReducer r2(c, absl::MakeSpan(g), {});
   r2.MarkReady(0, 4);
   EXPECT_EQ(r2.Finish().status().code(), absl::StatusCode::kAborted);
+}
+
+// A model on a device hands the reducer its own arithmetic: every sum, average and
+// buffer goes through it (here host math that counts and can fail), none through the host.
+class CountingMath : public GradientMath {
+ public:
+  absl::StatusOr<absl::Span<float>> NewBuffer(size_t n) override {
+    ++buffers;
+    return HostGradientMath().NewBuffer(n);
+  }
+  absl::Status MoveAdd(absl::Span<float> dst, absl::Span<float> src) override {
+    ++move_adds;
+    return HostGradientMath().MoveAdd(dst, src);
+  }
+  absl::Status Add(absl::Span<float> dst, absl::Span<const float> src) override {
+    ++adds;
+    if (!fail.ok()) return fail;
+    return HostGradientMath().Add(dst, src);
+  }
+  absl::Status Scale(absl::Span<float> data, float factor) override {
+    ++scales;
+    return HostGradientMath().Scale(data, factor);
+  }
+  int buffers = 0, move_adds = 0, adds = 0, scales = 0;
+  absl::Status fail;
+};
+
+TEST(GradientReducer, DoesItsArithmeticThroughTheModelsGradientMath) {
+  FakeCollective c(2);
+  CountingMath math;
+  std::vector<float> g(4);
+  GradientReducerOptions o;
+  o.aggregation_frequency = 2;
+  o.bucket_bytes = 2 * sizeof(float);
+  o.math = &math;
+  GradientReducer r(c, absl::MakeSpan(g), o);
+  EXPECT_EQ(math.buffers, 1);
+  for (int batch = 0; batch < 2; ++batch) {
+    std::fill(g.begin(), g.end(), static_cast<float>(batch + 1));
+    r.MarkReady(2, 4);
+    r.MarkReady(0, 2);
+    ASSERT_TRUE(r.Finish().ok());
+  }
+  EXPECT_EQ(math.adds, 2);       // the first batch, one call per MarkReady
+  EXPECT_EQ(math.move_adds, 2);  // the sync batch
+  EXPECT_EQ(math.scales, 2);     // one per bucket
+  EXPECT_THAT(g, ElementsAre(1.5, 1.5, 1.5, 1.5));
+
+  math.fail = absl::InternalError("device lost");
+  r.MarkReady(0, 4);
+  EXPECT_THAT(r.Finish().status().message(), HasSubstr("device lost"));
 }
 
 }  // namespace

@@ -1,9 +1,14 @@
 // det-fashion-mnist: the example worker. Trains a multi-layer perceptron on Fashion-MNIST
 // (Debian's dataset-fashion-mnist package) for the number of batches the searcher asks for,
-// data-parallel over every rank of the trial (Gloo all-reduce over TCP on CPUs), reporting
+// data-parallel over every rank of the trial, reporting
 // training loss and timings every scheduling unit, validation loss and accuracy on the
 // 10,000 test images every min_validation_period and at the end, and checkpoints to
 // checkpoint_storage; a restarted trial resumes from DET_LATEST_CHECKPOINT.
+//
+// On CPU slots the model runs on the CPU and the gradients are all-reduced with Gloo over
+// TCP; on CUDA slots (DET_SLOT_TYPE=cuda, one GPU per rank) it runs on the GPU with cuBLAS
+// (nn::CudaModel) and everything is all-reduced with NCCL, the host-side values (metrics,
+// checksums, stop requests) through a host-staged view of the same communicator.
 //
 // Each global batch is the next window of effective_global_batch_size positions of the
 // epoch's elastic sample order (data::ElasticLoader: a pure function of the trial seed,
@@ -42,15 +47,19 @@
 #include "absl/strings/str_format.h"
 #include "common/clock/clock.h"
 #include "common/data/idx.h"
+#include "common/collective/host_staged_collective.h"
 #include "common/data/elastic_sampler.h"
 #include "common/harness/checkpoint.h"
 #include "common/harness/context.h"
+#include "common/harness/cuda_gradient_math.h"
 #include "common/harness/distributed.h"
 #include "common/harness/gradient_reducer.h"
 #include "common/harness/rendezvous_client.h"
 #include "common/harness/reporter_client.h"
 #include "common/harness/timings.h"
+#include "common/nn/cuda_mlp.h"
 #include "common/nn/mlp.h"
+#include "common/nn/model.h"
 #include "common/status/status_macros.h"
 
 namespace det {
@@ -89,7 +98,10 @@ class Trainer {
 
  private:
   absl::Status Setup();
-  absl::Status Restore();
+  // Restores `host` and the loader from DET_LATEST_CHECKPOINT.
+  absl::Status Restore(nn::Mlp& host);
+  // The model on this rank's device, and the collectives for it.
+  absl::Status Connect(const nn::Mlp& host);
   absl::Status TrainBatch(int64_t batch);
   absl::Status ReportTraining(int64_t done);
   absl::Status Validate(int64_t done);
@@ -104,9 +116,14 @@ class Trainer {
   Clock& clock_;
   std::unique_ptr<harness::Reporter> reporter_;
   std::unique_ptr<collective::Rendezvous> rendezvous_;
+  // The collective on the model's memory (gradients, parameters), and one on host memory
+  // for everything else: the same object on CPUs, a host-staged view of it on GPUs.
   std::unique_ptr<collective::Collective> collective_;
+  std::unique_ptr<collective::Collective> staged_;
+  collective::Collective* host_collective_ = nullptr;
+  std::unique_ptr<harness::CudaGradientMath> cuda_math_;
   std::unique_ptr<harness::GradientReducer> reducer_;
-  std::optional<nn::Mlp> model_;
+  std::unique_ptr<nn::Model> model_;
   data::Dataset train_, test_;
   // Random generator of this rank (for augmentation, dropout, ...); checkpointed.
   std::mt19937_64 rng_;
@@ -120,6 +137,7 @@ class Trainer {
   double input_noise_ = 0;
   std::optional<data::ElasticLoader> loader_;
   std::vector<int64_t> fixed_;  // deterministic mode: grads, loss, checksum in fixed point
+  std::vector<float> host_grads_;  // deterministic mode on a device: the gradients' host copy
   double checksum_sum_ = 0;
   std::vector<float> x_;
   std::vector<uint8_t> y_;
@@ -183,21 +201,18 @@ absl::Status Trainer::Setup() {
   if (batches_per_epoch_ == 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: larger than the data set");
   target_ = ctx_.target_batches > 0 ? ctx_.target_batches : batches_per_epoch_;
 
-  rendezvous_ = harness::NewMasterRendezvous(ctx_);
-  ASSIGN_OR_RETURN(collective_, harness::ConnectCollective(ctx_, *rendezvous_));
-
   nn::MlpOptions options;
   options.layer_sizes = {train_.rows * train_.cols, static_cast<int>(hidden_), 10};
   options.momentum = static_cast<float>(momentum_);
-  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(options, ctx_.trial_seed));
-  model_.emplace(std::move(model));
+  ASSIGN_OR_RETURN(nn::Mlp host, nn::Mlp::Create(options, ctx_.trial_seed));
   int64_t canonical = ctx_.cross_size;
   if (ctx_.config.contains("data") && ctx_.config["data"].is_object() &&
       ctx_.config["data"].contains("num_canonical_nodes") && ctx_.config["data"]["num_canonical_nodes"].is_number_integer()) {
     canonical = std::max<int64_t>(1, ctx_.config["data"]["num_canonical_nodes"].get<int64_t>());
   }
   loader_.emplace(train_.num_examples, train_.Fingerprint(), ctx_.trial_seed, canonical, global_batch_);
-  if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore());
+  if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore(host));
+  RETURN_IF_ERROR(Connect(host));
   // Every rank starts from rank 0's model and optimizer state.
   RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->params(), 0), "broadcasting the parameters"));
   RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->velocity(), 0), "broadcasting the optimizer state"));
@@ -205,6 +220,7 @@ absl::Status Trainer::Setup() {
   harness::GradientReducerOptions ro;
   ro.bucket_bytes = ctx_.bucket_bytes;
   ro.aggregation_frequency = ctx_.aggregation_frequency;
+  ro.math = cuda_math_.get();
   reducer_ = std::make_unique<harness::GradientReducer>(*collective_, model_->grads(), ro);
   reporter_ = harness::NewGrpcReporter(ctx_);
   x_.resize(per_slot_ * train_.example_size());
@@ -212,11 +228,11 @@ absl::Status Trainer::Setup() {
   if (ctx_.is_chief()) {
     std::cout << absl::StrFormat(
                      "trial %d: %d training and %d test images; batches %d..%d of %d (%.2f epochs), "
-                     "hidden %d, lr %.3g, seed %u, %s collective, %d gradient bucket(s), "
+                     "hidden %d, lr %.3g, seed %u, on %s, %s collective, %d gradient bucket(s), "
                      "aggregation frequency %d",
                      ctx_.trial_id, train_.num_examples, test_.num_examples, start_batch_, target_,
                      global_batch_, static_cast<double>(target_) / batches_per_epoch_, hidden_, lr0_,
-                     ctx_.trial_seed, collective_->backend(), reducer_->buckets().size(),
+                     ctx_.trial_seed, model_->device_name(), collective_->backend(), reducer_->buckets().size(),
                      ctx_.aggregation_frequency)
               << std::endl;
     if (ctx_.checkpoint_dir.empty()) {
@@ -227,14 +243,32 @@ absl::Status Trainer::Setup() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Restore() {
+absl::Status Trainer::Connect(const nn::Mlp& host) {
+  rendezvous_ = harness::NewMasterRendezvous(ctx_);
+  if (ctx_.slot_type != "cuda") {
+    ASSIGN_OR_RETURN(collective_, harness::ConnectCollective(ctx_, *rendezvous_));
+    host_collective_ = collective_.get();
+    model_ = nn::HostModel(host);
+    return absl::OkStatus();
+  }
+  // One GPU per rank: the only device CUDA_VISIBLE_DEVICES leaves this process.
+  constexpr int kDevice = 0;
+  ASSIGN_OR_RETURN(model_, nn::CudaModel(host, kDevice));
+  ASSIGN_OR_RETURN(collective_, harness::ConnectCudaCollective(ctx_, *rendezvous_, kDevice));
+  staged_ = std::make_unique<collective::HostStagedCollective>(*collective_, kDevice);
+  host_collective_ = staged_.get();
+  cuda_math_ = std::make_unique<harness::CudaGradientMath>(kDevice);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Restore(nn::Mlp& host) {
   const std::string& path = ctx_.latest_checkpoint;
   ASSIGN_OR_RETURN(auto files, harness::ReadCheckpoint(path));
   if (!files.count("model.bin") || !files.count("state.json")) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": model.bin or state.json is missing"));
   }
   ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Deserialize(files["model.bin"]));
-  if (model.options().layer_sizes != model_->options().layer_sizes) {
+  if (model.options().layer_sizes != host.options().layer_sizes) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " holds a model of another shape"));
   }
   ASSIGN_OR_RETURN(harness::TrainingState state, harness::ParseTrainingState(files["state.json"]));
@@ -248,7 +282,7 @@ absl::Status Trainer::Restore() {
       data::ElasticLoader::Restore(ls, train_.num_examples, train_.Fingerprint(), global_batch_);
   if (!loader.ok()) return Annotate(loader.status(), absl::StrCat("checkpoint ", path));
   loader_.emplace(std::move(*loader));
-  model_.emplace(std::move(model));
+  host = std::move(model);
   start_batch_ = state.total_batches;
   if (ctx_.rank < static_cast<int>(state.rng_states.size())) {
     std::istringstream in(state.rng_states[ctx_.rank]);
@@ -280,12 +314,15 @@ double Trainer::LearningRate(int64_t batch) const {
 }
 
 absl::StatusOr<float> Trainer::DeterministicStep(int64_t batch, int64_t checksum) {
-  absl::Span<float> g = model_->grads();
-  const size_t p = g.size();
+  const bool host = model_->memory() == nn::Memory::kHost;
+  const size_t p = model_->grads().size();
+  host_grads_.resize(host ? 0 : p);
+  absl::Span<float> g = host ? model_->grads() : absl::MakeSpan(host_grads_);
   fixed_.assign(p + 2, 0);
-  const int64_t example = train_.example_size();
   for (int64_t m = 0; m < per_slot_; m += micro_) {
-    float l = model_->ForwardBackward(&x_[m * example], &y_[m], static_cast<int>(micro_));
+    RETURN_IF_ERROR(model_->ForwardBackward(static_cast<int>(m), static_cast<int>(micro_), nullptr));
+    ASSIGN_OR_RETURN(float l, model_->Loss());
+    if (!host) RETURN_IF_ERROR(model_->GradsToHost(g));
     for (size_t j = 0; j < p; ++j) fixed_[j] += ToFixed(g[j]);
     fixed_[p] += ToFixed(l);
   }
@@ -293,13 +330,14 @@ absl::StatusOr<float> Trainer::DeterministicStep(int64_t batch, int64_t checksum
   {
     harness::ScopedTiming w(timings_, "gradient_sync", clock_);
     if (ctx_.world_size > 1) {
-      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(fixed_)),
+      RETURN_IF_ERROR(Annotate(host_collective_->AllReduceSum(absl::MakeSpan(fixed_)),
                                absl::StrCat("fixed-point all-reduce at batch ", batch)));
     }
   }
   // The mean over the global batch's fixed micro-batches, rounded once.
   const double denom = kFixedScale * static_cast<double>(global_batch_ / micro_);
   for (size_t j = 0; j < p; ++j) g[j] = static_cast<float>(static_cast<double>(fixed_[j]) / denom);
+  if (!host) RETURN_IF_ERROR(model_->GradsFromHost(g));
   checksum_sum_ += static_cast<double>(fixed_[p + 1]);
   return static_cast<float>(static_cast<double>(fixed_[p]) / denom);
 }
@@ -327,8 +365,10 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
       y_[i] = train_.labels[idx];
     }
   }
-  // The model lives in host memory: nothing moves to or from a device.
-  { harness::ScopedTiming t(timings_, "to_device", clock_); }
+  {
+    harness::ScopedTiming t(timings_, "to_device", clock_);
+    RETURN_IF_ERROR(model_->SetBatch(x_.data(), y_.data(), static_cast<int>(per_slot_)));
+  }
   float lr;
   {
     harness::ScopedTiming t(timings_, "step_lr_schedulers", clock_);
@@ -339,13 +379,14 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
     harness::ScopedTiming t(timings_, "train_batch", clock_);
     if (deterministic_) {
       ASSIGN_OR_RETURN(loss, DeterministicStep(batch, checksum));
-      model_->Step(lr);
+      RETURN_IF_ERROR(model_->Step(lr));
       loss_sum_ += loss;
       ++group_batches_;
       return absl::OkStatus();
     }
-    loss = model_->ForwardBackward(x_.data(), y_.data(), static_cast<int>(per_slot_),
-                                   [this](size_t begin, size_t end) { reducer_->MarkReady(begin, end); });
+    RETURN_IF_ERROR(model_->ForwardBackward(0, static_cast<int>(per_slot_), [this](size_t begin, size_t end) {
+      reducer_->MarkReady(begin, end);
+    }));
     absl::StatusOr<bool> sync;
     {
       harness::ScopedTiming w(timings_, "gradient_sync", clock_);
@@ -354,16 +395,17 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
     if (!sync.ok()) {
       return Annotate(sync.status(), absl::StrCat("gradient all-reduce at batch ", batch));
     }
-    if (*sync) model_->Step(lr);
+    if (*sync) RETURN_IF_ERROR(model_->Step(lr));
     // After the gradients: a lost peer shows up in the gradient all-reduce first.
     if (ctx_.world_size > 1) {
-      RETURN_IF_ERROR(Annotate(collective_->AllReduceSum(absl::MakeSpan(&checksum, 1)),
+      RETURN_IF_ERROR(Annotate(host_collective_->AllReduceSum(absl::MakeSpan(&checksum, 1)),
                                absl::StrCat("sample checksum all-reduce at batch ", batch)));
     }
     checksum_sum_ += static_cast<double>(checksum);
   }
   {
     harness::ScopedTiming t(timings_, "from_device", clock_);
+    ASSIGN_OR_RETURN(loss, model_->Loss());
     loss_sum_ += loss;
   }
   ++group_batches_;
@@ -376,7 +418,7 @@ absl::Status Trainer::ReportTraining(int64_t done) {
     harness::ScopedTiming t(timings_, "reduce_metrics", clock_);
     // Deterministic mode's loss is already the exact global mean.
     if (!deterministic_ && ctx_.average_training_metrics && ctx_.world_size > 1) {
-      ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*collective_, training, /*average=*/true));
+      ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*host_collective_, training, /*average=*/true));
     }
   }
   training["sample_checksum"] = checksum_sum_;  // the same on every rank
@@ -407,26 +449,29 @@ absl::Status Trainer::Validate(int64_t done) {
     std::vector<int64_t> sums(2, 0);
     for (int64_t c = ctx_.rank; c * kChunk < n; c += ctx_.world_size) {
       const int64_t lo = c * kChunk, cnt = std::min(kChunk, n - lo);
-      nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, cnt);
+      ASSIGN_OR_RETURN(nn::Evaluation e, model_->Evaluate(test_.images.data() + lo * test_.example_size(),
+                                                          test_.labels.data() + lo, cnt));
       sums[0] += ToFixed(e.loss * static_cast<double>(cnt) / static_cast<double>(n));
       sums[1] += static_cast<int64_t>(std::llround(e.accuracy * static_cast<double>(cnt)));
     }
-    if (ctx_.world_size > 1) RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(sums)));
+    if (ctx_.world_size > 1) RETURN_IF_ERROR(host_collective_->AllReduceSum(absl::MakeSpan(sums)));
     validation_ = {{"validation_loss", static_cast<double>(sums[0]) / kFixedScale},
                    {"accuracy", static_cast<double>(sums[1]) / static_cast<double>(n)}};
   } else {
     const int64_t lo = n * ctx_.rank / ctx_.world_size, hi = n * (ctx_.rank + 1) / ctx_.world_size;
-    nn::Evaluation e = model_->Evaluate(test_.images.data() + lo * test_.example_size(), test_.labels.data() + lo, hi - lo);
+    ASSIGN_OR_RETURN(nn::Evaluation e, model_->Evaluate(test_.images.data() + lo * test_.example_size(),
+                                                        test_.labels.data() + lo, hi - lo));
     std::map<std::string, double> sums = {{"loss_sum", e.loss * static_cast<double>(hi - lo)},
                                           {"correct", std::round(e.accuracy * static_cast<double>(hi - lo))},
                                           {"count", static_cast<double>(hi - lo)}};
     if (ctx_.world_size > 1) {
-      ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*collective_, sums, /*average=*/false));
+      ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*host_collective_, sums, /*average=*/false));
     }
     validation_ = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
   }
   if (done == target_) {
-    absl::Span<const float> params = model_->params();
+    ASSIGN_OR_RETURN(nn::Mlp final_model, model_->ToHost());
+    absl::Span<const float> params = final_model.params();
     uint64_t h = Fnv1a(params.data(), params.size() * sizeof(float));
     validation_["params_hash_hi"] = static_cast<double>(h >> 32);
     validation_["params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
@@ -456,7 +501,7 @@ absl::Status Trainer::Checkpoint(int64_t done) {
   if (ctx_.checkpoint_dir.empty() || checkpointed_at_ == done) return absl::OkStatus();
   std::ostringstream rng_text;
   rng_text << rng_;
-  ASSIGN_OR_RETURN(std::vector<std::string> rngs, harness::AllGatherBytes(*collective_, rng_text.str()));
+  ASSIGN_OR_RETURN(std::vector<std::string> rngs, harness::AllGatherBytes(*host_collective_, rng_text.str()));
   checkpointed_at_ = done;
   if (!ctx_.is_chief()) return absl::OkStatus();
   harness::TrainingState state;
@@ -472,10 +517,11 @@ absl::Status Trainer::Checkpoint(int64_t done) {
   state.world_size = ctx_.world_size;
   state.rng_states = std::move(rngs);
   if (best_.has_value()) state.extra["best"] = *best_;
+  ASSIGN_OR_RETURN(nn::Mlp model, model_->ToHost());
   std::string uuid = harness::NewCheckpointUuid();
   ASSIGN_OR_RETURN(v1::Checkpoint c,
                    harness::WriteCheckpoint(ctx_.checkpoint_dir, uuid,
-                                            {{"model.bin", model_->Serialize()},
+                                            {{"model.bin", model.Serialize()},
                                              {"state.json", harness::SerializeTrainingState(state)}}));
   c.set_total_batches(done);
   if (validated_at_ == done) c.mutable_metrics()->insert(validation_.begin(), validation_.end());
@@ -486,7 +532,7 @@ absl::Status Trainer::Checkpoint(int64_t done) {
 
 absl::StatusOr<bool> Trainer::StopRequested() {
   if (ctx_.world_size == 1) return harness::StopRequested();
-  return harness::AnyRankStopRequested(*collective_);
+  return harness::AnyRankStopRequested(*host_collective_);
 }
 
 absl::Status Trainer::Run() {
