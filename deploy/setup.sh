@@ -16,6 +16,17 @@ PACKAGES=(
   openssl  # makes a test certificate for the master's HTTPS test
 )
 
+# The CUDA toolkit with NCCL is not a Debian package: the build uses the one at
+# /usr/local/cuda (nvcc for the example's kernels; CUDA runtime, cuBLAS and NCCL to link).
+for f in bin/nvcc include/cuda_runtime.h include/cublas_v2.h include/nccl.h \
+         lib64/libcudart.so lib64/libcublas.so lib64/libnccl.so; do
+  if [[ ! -e /usr/local/cuda/$f ]]; then
+    echo "deploy/setup.sh: /usr/local/cuda/$f is missing; det builds against the CUDA toolkit" \
+         "and NCCL in /usr/local/cuda (see docs/building.md)" >&2
+    exit 1
+  fi
+done
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
