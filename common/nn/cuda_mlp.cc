@@ -105,11 +105,14 @@ class CudaMlp : public Model {
     RETURN_IF_ERROR(CheckLabels(y, count, classes()));
     RETURN_IF_ERROR(Reserve(count));
     DET_CUDA(cudaSetDevice(device_), "selecting the CUDA device");
-    // Synchronous copies from pageable memory: the host arrays are free once we return.
-    DET_CUDA(cudaMemcpy(x_.get(), x, static_cast<size_t>(count) * inputs() * sizeof(float),
-                        cudaMemcpyHostToDevice),
+    // In stream order after the work on the previous batch; waited for, so the host
+    // arrays are free once we return.
+    DET_CUDA(cudaMemcpyAsync(x_.get(), x, static_cast<size_t>(count) * inputs() * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_),
              "copying the batch to the device");
-    DET_CUDA(cudaMemcpy(y_.get(), y, count, cudaMemcpyHostToDevice), "copying the labels to the device");
+    DET_CUDA(cudaMemcpyAsync(y_.get(), y, count, cudaMemcpyHostToDevice, stream_),
+             "copying the labels to the device");
+    DET_CUDA(cudaStreamSynchronize(stream_), "copying the batch to the device");
     count_ = count;
     return absl::OkStatus();
   }
