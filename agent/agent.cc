@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/checkpoint_gc/checkpoint_gc.h"
 #include "agent/supervisor/file_tailer.h"
 #include "common/logging/logging.h"
 #include "common/rpc/rpc.h"
@@ -556,6 +557,13 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     st = absl::PermissionDeniedError(
         absl::StrCat("cannot create directory '", alloc->run_dir, "': ", ec.message()));
   }
+  std::vector<std::string> argv(launch.argv().begin(), launch.argv().end());
+  if (st.ok() && launch.has_checkpoint_gc()) {
+    // A checkpoint GC task: this binary deletes the checkpoints, supervised as a worker.
+    std::string spec_file = alloc->work_dir + "/checkpoint-gc.json";
+    st = WriteCheckpointGcSpec(spec_file, launch.checkpoint_gc());
+    argv = CheckpointGcArgv(options_.shim_path, spec_file);
+  }
   alloc->launch = launch;
   alloc->launch.clear_context();  // Written to disk; no need to keep it in memory.
   std::vector<int> started;
@@ -566,7 +574,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     if (st.ok()) {
       WorkerSpec spec;
       spec.shim_path = options_.shim_path;
-      spec.argv.assign(launch.argv().begin(), launch.argv().end());
+      spec.argv = argv;
       spec.env = WorkerEnvironment(launch, r, launch_context_, base);
       spec.cwd = alloc->work_dir;
       spec.stdout_path = RankOutputPath(alloc->run_dir, r.rank(), 0);

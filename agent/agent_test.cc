@@ -332,6 +332,61 @@ TEST_F(AgentTest, MissingEntrypointExits127WithTheReason) {
   EXPECT_THAT(master.AllLines(), HasSubstr("cannot execute \"no-such-entrypoint\""));
 }
 
+// A checkpoint GC launch runs `det-agent --checkpoint-gc SPEC` (this binary, not argv) as
+// rank 0 with no slots: its output and exit reach the master like a worker's.
+TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
+  std::string storage = dir_ + "/checkpoints";
+  mkdir(storage.c_str(), 0755);
+  for (const char* uuid : {"u-1", "u-2"}) {
+    mkdir((storage + "/" + uuid).c_str(), 0755);
+    std::ofstream(storage + "/" + uuid + "/model.bin") << "weights";
+  }
+  auto gc = [&](const std::string& id, const std::vector<std::pair<std::string, std::string>>& cs) {
+    v1::AgentCommand cmd;
+    v1::LaunchCommand* l = cmd.mutable_launch();
+    l->set_allocation_id(id);
+    l->set_trial_id(4);
+    l->add_argv("must-not-run");  // Ignored for a GC task.
+    v1::RankPlacement* p = l->add_ranks();
+    p->set_agent_id("agent-a");
+    l->set_world_size(1);
+    l->set_num_agents(1);
+    for (const auto& [uuid, path] : cs) {
+      v1::Checkpoint* c = l->mutable_checkpoint_gc()->add_checkpoints();
+      c->set_uuid(uuid);
+      c->set_storage_path(path);
+    }
+    return cmd;
+  };
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(gc("gc-1.0", {{"u-1", storage + "/u-1"}, {"u-2", storage + "/u-2"}}));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[0].allocation_id(), "gc-1.0");
+  EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
+  EXPECT_FALSE(Exists(storage + "/u-1"));
+  EXPECT_FALSE(Exists(storage + "/u-2"));
+  EXPECT_TRUE(Exists(storage));
+  EXPECT_THAT(master.Lines(0, "stdout"),
+              ElementsAre(absl::StrCat("deleted checkpoint u-1 (", storage, "/u-1)"),
+                          absl::StrCat("deleted checkpoint u-2 (", storage, "/u-2)"),
+                          "checkpoint gc: 2 checkpoint(s) deleted"));
+  ASSERT_EQ(master.launched().size(), 1u);
+  EXPECT_EQ(master.launched()[0].allocation_id(), "gc-1.0");
+
+  // A path that is not the checkpoint's own directory is refused: exit 1, naming it.
+  master.Send(gc("gc-2.0", {{"u-3", storage}}));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[1].allocation_id(), "gc-2.0");
+  EXPECT_EQ(master.exits()[1].exit_code(), 1);
+  EXPECT_TRUE(Exists(storage));
+  EXPECT_THAT(master.Lines(0, "stderr"),
+              ElementsAre(HasSubstr("checkpoint u-3: refusing to delete storage path"),
+                          HasSubstr("checkpoint gc failed: checkpoint u-3: refusing")));
+  EXPECT_THAT(master.AllLines(), Not(HasSubstr("must-not-run")));
+  EXPECT_TRUE(agent.Stop().ok());
+}
+
 TEST_F(AgentTest, RefusedAgentWithoutWorkersStops) {
   FakeMasterClient master;
   master.FailRegister(absl::UnauthenticatedError("cluster secret missing or wrong"));

@@ -1,4 +1,5 @@
-// det-agent: flags -> config -> agent. Also the worker shim (`det-agent --worker-shim`).
+// det-agent: flags -> config -> agent. Also the worker shim (`det-agent --worker-shim`) and
+// the checkpoint garbage-collection process (`det-agent --checkpoint-gc`).
 #include <pthread.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "agent/checkpoint_gc/checkpoint_gc.h"
 #include "agent/gpu/nvml.h"
 #include "agent/gpu/slots.h"
 #include "agent/master_client/master_client.h"
@@ -39,6 +41,9 @@ std::string SelfPath() {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == det::agent::kWorkerShimFlag) {
     return det::agent::RunWorkerShim(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::string(argv[1]) == det::agent::kCheckpointGcFlag) {
+    return det::agent::RunCheckpointGc(std::vector<std::string>(argv + 2, argv + argc));
   }
   std::string config_path;
   absl::Duration metrics_period = absl::Seconds(5);

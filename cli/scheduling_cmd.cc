@@ -52,12 +52,18 @@ absl::Status ListTasks(CliContext& ctx) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::ListTasksResponse response, api->ListTasks());
   if (ctx.json) return WriteJson(response, ctx.out);
-  Table table({"Task ID", "Type", "Experiment", "Trial", "State", "Slots", "Pool", "Ranks (rank@agent[slots])",
-               "Start Time"});
+  Table table({"Task ID", "Type", "Experiment", "Trial", "State", "Slots", "Pool", "Agent",
+               "Ranks (rank@agent[slots])", "Start Time", "Details"});
   for (const v1::Task& t : response.tasks()) {
+    // Why it waits or failed; for a checkpoint GC task otherwise what it deletes.
+    std::string details = !t.error().empty() ? t.error() : t.pending_reason();
+    if (details.empty() && t.checkpoint_uuids_size() > 0) {
+      details = absl::StrCat(t.checkpoint_uuids_size(), " checkpoint(s)");
+    }
     table.AddRow({t.allocation_id(), t.type(), absl::StrCat(t.experiment_id()),
                   absl::StrCat(t.trial_id()), StateName(t.state()), absl::StrCat(t.slots()),
-                  t.resource_pool(), Placement(t.ranks()), FormatTimeMs(t.start_time_ms())});
+                  t.resource_pool(), absl::StrJoin(t.agents(), ","), Placement(t.ranks()),
+                  FormatTimeMs(t.start_time_ms()), details});
   }
   table.Render(ctx.out);
   return absl::OkStatus();
@@ -98,9 +104,11 @@ void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx) {
     ctx.action = [&ctx, id, priority] { return UpdateJob(ctx, *id, *priority); };
   });
 
-  CLI::App* task = app.add_subcommand("task", "allocations holding slots");
+  CLI::App* task = app.add_subcommand(
+      "task", "trial allocations and checkpoint garbage-collection (zero-slot) tasks");
   task->require_subcommand(1);
-  CLI::App* tasks = task->add_subcommand("list", "list tasks");
+  CLI::App* tasks = task->add_subcommand(
+      "list", "list running trials and queued, running and recently ended checkpoint GC tasks");
   tasks->add_flag("--json", ctx.json, kJsonHelp);
   tasks->callback([&ctx] { ctx.action = [&ctx] { return ListTasks(ctx); }; });
 

@@ -1,11 +1,8 @@
 #include "master/checkpoints/checkpoint_gc.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
-#include <system_error>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -80,60 +77,18 @@ std::vector<std::string> CheckpointsToDelete(const std::vector<v1::Checkpoint>& 
   return out;
 }
 
-absl::Status DeleteCheckpointFiles(const v1::Checkpoint& c) {
-  const std::string& path = c.storage_path();
-  if (c.uuid().empty() || path.empty() || path[0] != '/' || !absl::EndsWith(path, "/" + c.uuid()) ||
-      absl::StrContains(path, "/../")) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", c.uuid(), ": refusing to delete storage path '",
-                                                   path, "' (not an absolute path ending in the uuid)"));
+std::vector<std::string> NotYetCollected(const std::vector<std::string>& uuids,
+                                         const std::vector<const v1::CheckpointGcTask*>& tasks) {
+  std::set<std::string> covered;
+  for (const v1::CheckpointGcTask* t : tasks) {
+    if (t->state() != v1::STATE_QUEUED && t->state() != v1::STATE_RUNNING) continue;
+    for (const auto& c : t->checkpoints()) covered.insert(c.uuid());
   }
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("checkpoint ", c.uuid(), ": cannot delete '", path, "': ", ec.message()));
+  std::vector<std::string> out;
+  for (const auto& uuid : uuids) {
+    if (!covered.count(uuid)) out.push_back(uuid);
   }
-  return absl::OkStatus();
-}
-
-CheckpointDeleter::CheckpointDeleter(Done done) : done_(std::move(done)) {
-  thread_ = std::thread([this] { Run(); });
-}
-
-CheckpointDeleter::~CheckpointDeleter() { Stop(); }
-
-void CheckpointDeleter::Delete(const v1::Checkpoint& checkpoint) {
-  absl::MutexLock l(&mu_);
-  if (stopping_ || !pending_.insert(checkpoint.uuid()).second) return;
-  queue_.push_back(checkpoint);
-}
-
-void CheckpointDeleter::Stop() {
-  {
-    absl::MutexLock l(&mu_);
-    if (stopping_ && !thread_.joinable()) return;
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void CheckpointDeleter::Run() {
-  while (true) {
-    v1::Checkpoint c;
-    {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](CheckpointDeleter* d) ABSL_NO_THREAD_SAFETY_ANALYSIS { return d->stopping_ || !d->queue_.empty(); },
-          this));
-      if (stopping_) return;
-      c = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    absl::Status st = DeleteCheckpointFiles(c);
-    done_(c, st);
-    absl::MutexLock l(&mu_);
-    pending_.erase(c.uuid());
-  }
+  return out;
 }
 
 }  // namespace det::master

@@ -1,11 +1,7 @@
 #include "master/checkpoints/checkpoint_gc.h"
 
-#include <stdlib.h>
-#include <sys/stat.h>
+#include <optional>
 
-#include <fstream>
-
-#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -79,54 +75,20 @@ TEST(GcPolicyFromConfig, ReadsTheConfigWithDeterminedDefaults) {
   EXPECT_THAT(bad.status().message(), HasSubstr("checkpoint_storage.save_trial_best"));
 }
 
-std::string TempDir() {
-  std::string t = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/gc-XXXXXX";
-  return mkdtemp(t.data());
-}
-
-bool Exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
-
-TEST(DeleteCheckpointFiles, RemovesTheTreeAndRefusesSuspiciousPaths) {
-  std::string dir = TempDir();
-  mkdir((dir + "/u-1").c_str(), 0755);
-  std::ofstream(dir + "/u-1/model.bin") << "x";
-  v1::Checkpoint c = C("u-1", 1, 1);
-  c.set_storage_path(dir + "/u-1");
-  ASSERT_TRUE(DeleteCheckpointFiles(c).ok());
-  EXPECT_FALSE(Exists(dir + "/u-1"));
-  EXPECT_TRUE(Exists(dir));
-  EXPECT_TRUE(DeleteCheckpointFiles(c).ok());  // Already gone.
-
-  c.set_storage_path(dir);  // Does not end in the uuid.
-  EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Exists(dir));
-  c.set_storage_path("u-1");
-  EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
-}
-
-TEST(CheckpointDeleter, DeletesOnItsThreadAndReportsEachOnce) {
-  std::string dir = TempDir();
-  mkdir((dir + "/u-2").c_str(), 0755);
-  v1::Checkpoint c = C("u-2", 1, 1);
-  c.set_storage_path(dir + "/u-2");
-  absl::Mutex mu;
-  std::vector<std::string> reported;
-  absl::Notification done;
-  CheckpointDeleter deleter([&](const v1::Checkpoint& ck, absl::Status st) {
-    EXPECT_TRUE(st.ok()) << st;
-    absl::MutexLock l(&mu);
-    reported.push_back(ck.uuid());
-    done.Notify();
-  });
-  deleter.Delete(c);
-  done.WaitForNotification();
-  deleter.Stop();
-  EXPECT_FALSE(Exists(dir + "/u-2"));
-  absl::MutexLock l(&mu);
-  EXPECT_EQ(reported, std::vector<std::string>{"u-2"});
+TEST(NotYetCollected, LeavesOutWhatALiveTaskDeletesAlready) {
+  auto task = [](v1::State state, std::vector<std::string> uuids) {
+    v1::CheckpointGcTask t;
+    t.set_state(state);
+    for (const auto& u : uuids) t.add_checkpoints()->set_uuid(u);
+    return t;
+  };
+  v1::CheckpointGcTask queued = task(v1::STATE_QUEUED, {"a"});
+  v1::CheckpointGcTask running = task(v1::STATE_RUNNING, {"b", "z"});
+  v1::CheckpointGcTask failed = task(v1::STATE_ERROR, {"c"});
+  v1::CheckpointGcTask done = task(v1::STATE_COMPLETED, {"d"});
+  EXPECT_THAT(NotYetCollected({"a", "b", "c", "d", "e"}, {&queued, &running, &failed, &done}),
+              ::testing::ElementsAre("c", "d", "e"));
+  EXPECT_THAT(NotYetCollected({"e", "a"}, {}), ::testing::ElementsAre("e", "a"));
 }
 
 }  // namespace

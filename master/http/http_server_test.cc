@@ -81,15 +81,26 @@ class RestTest : public ::testing::Test {
     dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/rest_",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_EQ(std::system(absl::StrCat("rm -rf '", dir_, "'").c_str()), 0);
-    config::MasterConfig config;
-    config.grpc_listen = "127.0.0.1:0";
-    config.http_listen = "127.0.0.1:0";
-    config.data_dir = dir_;
-    config.db_path = dir_ + "/det.db";
-    config.cluster_secret = "secret";
-    config.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
-    config.admin_password = kAdminPassword;
-    auto m = Master::Start(config, clock_);
+    config_.grpc_listen = "127.0.0.1:0";
+    config_.http_listen = "127.0.0.1:0";
+    config_.data_dir = dir_;
+    config_.db_path = dir_ + "/det.db";
+    config_.cluster_secret = "secret";
+    config_.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
+    config_.admin_password = kAdminPassword;
+    StartMaster();
+    token_ = Login("admin", kAdminPassword);
+    ASSERT_FALSE(token_.empty());
+  }
+
+  void TearDown() override {
+    http_.reset();
+    if (master_) master_->Shutdown();
+  }
+
+  // Starts the master on config_ (the same database after a restart); a fresh HTTP client.
+  void StartMaster() {
+    auto m = Master::Start(config_, clock_);
     ASSERT_TRUE(m.ok()) << m.status();
     master_ = std::move(*m);
     const std::string& addr = master_->http_address();
@@ -100,13 +111,14 @@ class RestTest : public ::testing::Test {
     port_ = port;
     http_ = std::make_unique<httplib::Client>(host_, port_);
     http_->set_read_timeout(60, 0);
-    token_ = Login("admin", kAdminPassword);
-    ASSERT_FALSE(token_.empty());
   }
 
-  void TearDown() override {
+  // Shuts the master down and starts it again on the same database.
+  void RestartMaster() {
     http_.reset();
-    if (master_) master_->Shutdown();
+    master_->Shutdown();
+    master_.reset();
+    StartMaster();
   }
 
   // Logs in through REST; the token, or "" on failure.
@@ -151,9 +163,12 @@ class RestTest : public ::testing::Test {
     return Int(r.body["experiment"]["id"]);
   }
 
-  // Registers agent `id` with `slots` cpu slots through the AgentHandler; its session.
-  std::string RegisterAgent(const std::string& id, int slots) {
+  // Registers agent `id` with `slots` cpu slots, still running the allocations `running`,
+  // through the AgentHandler; its session.
+  std::string RegisterAgent(const std::string& id, int slots,
+                            const std::vector<std::string>& running = {}) {
     v1::RegisterRequest req;
+    for (const auto& alloc : running) req.add_running_allocations(alloc);
     req.set_agent_id(id);
     req.set_hostname("host-" + id);
     req.set_cluster_secret("secret");
@@ -186,8 +201,22 @@ class RestTest : public ::testing::Test {
     return {};
   }
 
+  // True when a launch command reaches agent `id` within a short wait.
+  bool NextLaunchOrNone(const std::string& id, const std::string& session) {
+    v1::PollCommandsRequest req;
+    req.set_agent_id(id);
+    req.set_session_id(session);
+    req.set_wait_ms(300);
+    v1::PollCommandsResponse resp;
+    EXPECT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::PollCommands, req, &resp).ok());
+    for (const auto& c : resp.commands()) {
+      if (c.has_launch()) return true;
+    }
+    return false;
+  }
+
   void ShipLog(const std::string& agent, const std::string& session, const std::string& alloc,
-               int64_t trial, const std::string& message) {
+               int64_t trial, const std::string& message, const std::string& stream = "stdout") {
     v1::ShipLogsRequest req;
     req.set_agent_id(agent);
     req.set_session_id(session);
@@ -195,10 +224,79 @@ class RestTest : public ::testing::Test {
     l->set_trial_id(trial);
     l->set_allocation_id(alloc);
     l->set_rank(0);
-    l->set_stream("stdout");
+    l->set_stream(stream);
     l->set_message(message);
     v1::ShipLogsResponse resp;
     ASSERT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::ShipLogs, req, &resp).ok());
+  }
+
+  // Rank 0 of `alloc` on `agent` exited with `exit_code`.
+  void ReportExit(const std::string& agent, const std::string& session, const std::string& alloc,
+                  int exit_code) {
+    v1::ReportExitRequest req;
+    req.set_agent_id(agent);
+    req.set_session_id(session);
+    req.set_allocation_id(alloc);
+    req.set_rank(0);
+    req.set_exit_code(exit_code);
+    v1::ReportExitResponse resp;
+    ASSERT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::ReportExit, req, &resp).ok());
+  }
+
+  // The worker of `launch` reports checkpoint `uuid` at `batches` under /ckpt.
+  void ReportCheckpoint(const v1::LaunchCommand& launch, const std::string& uuid, int64_t batches) {
+    v1::ReportCheckpointRequest req;
+    req.mutable_auth()->set_allocation_id(launch.allocation_id());
+    req.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+    req.mutable_checkpoint()->set_uuid(uuid);
+    req.mutable_checkpoint()->set_total_batches(batches);
+    req.mutable_checkpoint()->set_storage_path("/ckpt/" + uuid);
+    grpc::ClientContext ctx;
+    v1::ReportCheckpointResponse resp;
+    grpc::Status st = WorkerStub()->ReportCheckpoint(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  // The CHECKPOINT_GC tasks of GET /api/v1/tasks.
+  std::vector<json> GcTasks() {
+    HttpReply tasks = Get("/api/v1/tasks");
+    EXPECT_EQ(tasks.status, 200) << tasks.text;
+    std::vector<json> out;
+    for (const auto& t : tasks.body["tasks"]) {
+      if (t.value("type", "") == "CHECKPOINT_GC") out.push_back(t);
+    }
+    return out;
+  }
+
+  // uuid -> state of experiment 1's checkpoints.
+  std::map<std::string, std::string> CheckpointStates() {
+    std::map<std::string, std::string> out;
+    HttpReply r = Get("/api/v1/experiments/1/checkpoints");
+    for (const auto& c : r.body["checkpoints"]) {
+      out[c["uuid"].get<std::string>()] = c["state"].get<std::string>();
+    }
+    return out;
+  }
+
+  std::string TrialLogs() {
+    std::string out;
+    HttpReply r = Get("/api/v1/trials/1/logs?limit=5000");
+    for (const auto& l : r.body["lines"]) {
+      out += l.value("message", "") + "\n";
+    }
+    return out;
+  }
+
+  // Runs experiment `name`'s single trial on agent a1 to completion after checkpoints at
+  // batches 10, 20 and 30 (no metrics: garbage collection keeps the latest, c-30), and
+  // returns the checkpoint GC launch that follows.
+  v1::LaunchCommand TrialWithThreeCheckpointsEnds(const std::string& session) {
+    EXPECT_EQ(CreateExperiment("gc"), 1);
+    v1::LaunchCommand launch = NextLaunch("a1", session);
+    for (int b : {10, 20, 30}) ReportCheckpoint(launch, absl::StrCat("c-", b), b);
+    EXPECT_TRUE(GcTasks().empty());  // Nothing to collect while the trial runs.
+    ReportExit("a1", session, launch.allocation_id(), 0);
+    return NextLaunch("a1", session);
   }
 
   std::unique_ptr<v1::WorkerService::Stub> WorkerStub() {
@@ -207,6 +305,7 @@ class RestTest : public ::testing::Test {
   }
 
   RealClock clock_;
+  config::MasterConfig config_;
   std::string dir_;
   std::unique_ptr<Master> master_;
   std::string host_;
@@ -568,6 +667,136 @@ TEST_F(RestTest, Checkpoints) {
   EXPECT_EQ(Get("/api/v1/experiments/9/checkpoints").status, 404);
 }
 
+// When a trial ends, the checkpoints no rule keeps are deleted by a CHECKPOINT_GC task: a
+// zero-slot launch on an agent, listed by GET /api/v1/tasks, requeued when its agent
+// loses it, reattached after a master restart, and, once it exits 0, its checkpoints are
+// DELETED.
+TEST_F(RestTest, CheckpointGcIsAZeroSlotTaskOnAnAgent) {
+  std::string session = RegisterAgent("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  EXPECT_EQ(gc.allocation_id(), "gc-1.0");
+  EXPECT_EQ(gc.trial_id(), 1);
+  ASSERT_TRUE(gc.has_checkpoint_gc());
+  ASSERT_EQ(gc.checkpoint_gc().checkpoints_size(), 2);
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).uuid(), "c-10");
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).storage_path(), "/ckpt/c-10");
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(1).uuid(), "c-20");
+  ASSERT_EQ(gc.ranks_size(), 1);
+  EXPECT_EQ(gc.ranks(0).agent_id(), "a1");
+  EXPECT_TRUE(gc.ranks(0).slot_ids().empty());
+  EXPECT_TRUE(gc.argv().empty());
+
+  std::vector<json> tasks = GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0]["allocation_id"], "gc-1.0");
+  EXPECT_EQ(tasks[0]["state"], "STATE_RUNNING");
+  EXPECT_EQ(tasks[0].value("slots", 0), 0);
+  EXPECT_EQ(tasks[0]["agents"], json::array({"a1"}));
+  EXPECT_EQ(tasks[0]["checkpoint_uuids"], json::array({"c-10", "c-20"}));
+  EXPECT_EQ(tasks[0]["resource_pool"], "default");
+  // It holds no slot: the agent's slot is free for the next trial.
+  EXPECT_EQ(Get("/api/v1/slots").body["slots"][0]["allocation_id"], "");
+
+  // The agent comes back without it (restarted with a fresh work_dir): requeued, run again.
+  session = RegisterAgent("a1", 1);
+  gc = NextLaunch("a1", session);
+  EXPECT_EQ(gc.allocation_id(), "gc-1.1");
+  EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 lost: agent a1 restarted "
+                                     "without it; requeued"));
+
+  // The master restarts while it runs; the agent registers again with it: reattached.
+  RestartMaster();
+  session = RegisterAgent("a1", 1, {"gc-1.1"});
+  tasks = GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0]["allocation_id"], "gc-1.1");
+  EXPECT_EQ(tasks[0]["state"], "STATE_RUNNING");
+  EXPECT_EQ(CheckpointStates()["c-10"], "STATE_COMPLETED");
+
+  ReportExit("a1", session, "gc-1.0", 0);  // The lost attempt: ignored.
+  EXPECT_EQ(GcTasks()[0]["state"], "STATE_RUNNING");
+  ShipLog("a1", session, "gc-1.1", 99, "deleted checkpoint c-10 (/ckpt/c-10)");
+  ReportExit("a1", session, "gc-1.1", 0);
+  tasks = GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0]["state"], "STATE_COMPLETED");
+  EXPECT_GT(Int(tasks[0]["end_time_ms"]), 0);
+  std::map<std::string, std::string> states = CheckpointStates();
+  EXPECT_EQ(states["c-10"], "STATE_DELETED");
+  EXPECT_EQ(states["c-20"], "STATE_DELETED");
+  EXPECT_EQ(states["c-30"], "STATE_COMPLETED");
+  std::string logs = TrialLogs();
+  EXPECT_THAT(logs, HasSubstr("checkpoint c-10 (batch 10) deleted by garbage collection"));
+  EXPECT_THAT(logs, HasSubstr("checkpoint c-20 (batch 20) deleted by garbage collection"));
+  EXPECT_THAT(logs, HasSubstr("checkpoint garbage collection gc-1.1 completed on a1"));
+  // The task's output goes to the trial that started it, whatever the agent says.
+  EXPECT_THAT(logs, HasSubstr("deleted checkpoint c-10 (/ckpt/c-10)"));
+  EXPECT_FALSE(NextLaunchOrNone("a1", session));  // Nothing else to run.
+}
+
+TEST_F(RestTest, AFailedCheckpointGcRecordsItsError) {
+  std::string session = RegisterAgent("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
+  ShipLog("a1", session, gc.allocation_id(), 1,
+          "checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied", "stderr");
+  ReportExit("a1", session, gc.allocation_id(), 1);
+  std::vector<json> tasks = GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0]["state"], "STATE_ERROR");
+  EXPECT_EQ(tasks[0]["error"], "exit code 1: checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
+  EXPECT_EQ(CheckpointStates()["c-10"], "STATE_COMPLETED");  // Not known to be gone.
+  EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 failed on a1: exit code 1: "
+                                     "checkpoint c-20"));
+  // Still listed after a restart, with its error.
+  RestartMaster();
+  tasks = GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0]["state"], "STATE_ERROR");
+  EXPECT_THAT(tasks[0]["error"].get<std::string>(), HasSubstr("c-20"));
+}
+
+// An agent that goes silent while its GC task runs, or does not come back after a master
+// restart, loses the task: it is requeued (attempt + 1) as a trial would be, and runs
+// again once an agent is there.
+TEST_F(RestTest, ACheckpointGcWhoseAgentIsLostIsRequeued) {
+  config_.agent_timeout = absl::Seconds(1);
+  config_.agent_reconnect_wait = absl::Seconds(1);
+  RestartMaster();
+  std::string session = RegisterAgent("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
+  // No heartbeats: silent after agent_timeout, lost after agent_reconnect_wait.
+  auto requeued_as = [&](const std::string& alloc) {
+    absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      std::vector<json> tasks = GcTasks();
+      if (tasks.size() == 1 && tasks[0]["allocation_id"] == alloc && tasks[0]["state"] == "STATE_QUEUED") {
+        return tasks[0];
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "not requeued as " << alloc << ": " << Get("/api/v1/tasks").text;
+    return json();
+  };
+  json queued = requeued_as("gc-1.1");
+  EXPECT_EQ(queued["agents"], json::array());
+  EXPECT_THAT(queued.value("pending_reason", ""), HasSubstr("no agents in resource pool 'default'"));
+  EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 lost: agent a1 did not "
+                                     "return within 1s"));
+  session = RegisterAgent("a1", 1);
+  EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "gc-1.1");
+
+  // The master restarts while it runs and the agent does not come back in time.
+  RestartMaster();
+  requeued_as("gc-1.2");
+  EXPECT_THAT(TrialLogs(), HasSubstr("gc-1.1 lost: agent a1 did not return after the master restarted"));
+  session = RegisterAgent("a1", 1);
+  EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "gc-1.2");
+  ReportExit("a1", session, "gc-1.2", 0);
+  EXPECT_EQ(GcTasks()[0]["state"], "STATE_COMPLETED");
+  EXPECT_EQ(CheckpointStates()["c-20"], "STATE_DELETED");
+}
 
 // Every route, as (method, path, body).
 struct RouteCase {

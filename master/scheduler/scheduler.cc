@@ -163,7 +163,9 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
   std::map<std::string, const Request*> blocker;
   for (const Request* r : order) {
     auto b = blocker.find(r->pool);
-    if (b != blocker.end() && b->second->priority < r->priority) {
+    // A zero-slot request takes nothing a blocked request needs: it is never held back,
+    // and never holds others back.
+    if (r->slots > 0 && b != blocker.end() && b->second->priority < r->priority) {
       d.waiting[r->id] = absl::StrCat("waiting behind ", b->second->id, " (priority ",
                                       b->second->priority, ")");
       continue;
@@ -175,7 +177,7 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
       d.placements.push_back(std::move(p));
     } else {
       d.waiting[r->id] = why;
-      blocker.emplace(r->pool, r);
+      if (r->slots > 0) blocker.emplace(r->pool, r);
     }
   }
   return d;
@@ -207,7 +209,8 @@ std::map<std::string, std::string> SelectPreemptions(
 
   std::vector<const Request*> waiting;
   for (const auto& r : queue) {
-    if (decision.waiting.count(r.id) &&
+    // Stopping allocations frees slots, which a zero-slot request does not need.
+    if (r.slots > 0 && decision.waiting.count(r.id) &&
         std::find(preemptible_pools.begin(), preemptible_pools.end(), r.pool) != preemptible_pools.end()) {
       waiting.push_back(&r);
     }

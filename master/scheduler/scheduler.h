@@ -64,11 +64,13 @@ struct Running {
 // larger one takes N/S whole idle agents of size S, N a multiple of S (the largest such S
 // with enough idle agents). Requests are taken by (priority, seq); one that cannot be
 // placed does not stop others of its priority, but holds back all of lower priority.
-// Zero-slot requests go on the enabled agent of their pool with the most free slots.
+// Zero-slot requests (checkpoint GC tasks) go on the enabled agent of their pool with the
+// most free slots; they are never held back by a waiting request, nor hold others back.
 Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
                   Fit fit);
 
-// For requests of `preemptible_pools` that Schedule() leaves waiting, the running
+// For requests of `preemptible_pools` that Schedule() leaves waiting (zero-slot ones
+// excepted: freeing slots cannot help them), the running
 // allocations to stop so they can be placed: only less important ones (higher priority
 // number), least important and most recently queued first, and no more than needed.
 // `decision` is Schedule()'s result for the same inputs. Returns victim -> the request it

@@ -108,7 +108,16 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"OtherPoolsAreNotUsed", {Agent("gpu", 8, 0, "gpus")}, {Req("t", 1)}, Fit::kBestFit,
              {{"t", "no agents in resource pool 'default'"}}},
         Case{"ZeroSlotRequestsNeedNoFreeSlot", {Agent("a", 1, 1)}, {Req("gc", 0)}, Fit::kBestFit,
-             {{"gc", "a:"}}}),
+             {{"gc", "a:"}}},
+        Case{"ZeroSlotRequestsAreNotHeldBackByAMoreImportantWaitingOne",
+             {Agent("a", 4, 2), Agent("b", 4, 3)},
+             {Req("big", 4, 10, 1), Req("gc", 0, 50, 2), Req("low", 1, 50, 3)}, Fit::kBestFit,
+             {{"big", "waiting: needs 4 free slots"}, {"gc", "a:"},
+              {"low", "waiting: waiting behind big (priority 10)"}}},
+        Case{"AWaitingZeroSlotRequestHoldsNothingBack",
+             {Agent("a", 2, 0, "other")}, {Req("gc", 0, 1, 1), Req("t", 1, 50, 2)},
+             Fit::kBestFit, {{"gc", "waiting: no agents in resource pool 'default'"},
+                             {"t", "waiting: no agents in resource pool 'default'"}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 Running Holding(const std::string& id, int priority, int64_t seq, const std::string& agent,

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
@@ -14,6 +15,7 @@
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "master/api/grpc_services.h"
+#include "master/checkpoints/checkpoint_gc.h"
 #include "master/http/downsample.h"
 #include "master/http/http_server.h"
 #include "master/scheduler/scheduler.h"
@@ -34,6 +36,9 @@ constexpr int64_t kMaxContextBytes = int64_t{64} << 20;
 // GetTrial shows.
 constexpr absl::Duration kSystemMetricsRetention = absl::Hours(24);
 constexpr int kTrialSystemMetricsSamples = 12;
+// How many ended checkpoint GC tasks ListTasks shows (the latest), besides every queued and
+// running one.
+constexpr int kEndedGcTasksListed = 100;
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
@@ -47,6 +52,14 @@ std::string StateName(v1::State s) { return v1::State_Name(s).substr(6); }
 
 bool Terminal(v1::State s) {
   return s == v1::STATE_COMPLETED || s == v1::STATE_CANCELED || s == v1::STATE_ERROR;
+}
+
+// A checkpoint GC task's scheduler request id ("gc-7"; trials' are their ids), and the
+// allocation id of its current attempt ("gc-7.0"; trials' are "<trial>.<run>").
+constexpr char kGcPrefix[] = "gc-";
+std::string GcRequestId(int64_t task_id) { return absl::StrCat(kGcPrefix, task_id); }
+std::string GcAllocationId(const v1::CheckpointGcTask& t) {
+  return absl::StrCat(kGcPrefix, t.id(), ".", t.attempt());
 }
 
 absl::Status MakeDirs(const std::string& path) {
@@ -76,10 +89,6 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(const config::MasterConfig
   std::unique_ptr<Master> m(new Master(config, clock, std::move(store)));
   RETURN_IF_ERROR(m->Restore());
   m->loop_.Start();
-  m->checkpoint_deleter_ = std::make_unique<CheckpointDeleter>(
-      [mp = m.get()](const v1::Checkpoint& c, absl::Status st) {
-        mp->loop_.Post([mp, c, st] { mp->CheckpointDeleted(c, st); });
-      });
   m->loop_.Post([mp = m.get()] {
     mp->CheckAgents();
     mp->RequestSchedule();
@@ -129,6 +138,16 @@ absl::Status Master::Restore() {
     TrialState& ts = trials_[t.id()];
     ts.trial = std::move(t);
   }
+  // Checkpoint GC tasks: a queued one waits for the scheduler; a running one waits for its
+  // agent to register again with it (below: requeued if it does not).
+  for (auto& task : snap.checkpoint_gc_tasks) {
+    GcTaskState& g = gc_tasks_[task.id()];
+    g.task = std::move(task);
+    if (g.task.state() == v1::STATE_RUNNING) {
+      gc_allocations_[GcAllocationId(g.task)] = g.task.id();
+      g.unattached = true;
+    }
+  }
   for (auto& [allocation, token] : snap.open_allocations) {
     auto t = trials_.find(allocation.trial_id());
     if (t == trials_.end() || Terminal(t->second.trial.state())) continue;
@@ -165,6 +184,16 @@ absl::Status Master::Restore() {
       ExitRanksOn(ts, [&](const std::string& agent) { return gone.count(agent) > 0; },
                   "agent did not return");
     }
+    std::vector<int64_t> lost;
+    for (const auto& [id, g] : gc_tasks_) {
+      if (g.unattached && agent_disconnects_[g.task.agent_id()] == 0) lost.push_back(id);
+    }
+    for (int64_t id : lost) {
+      GcTaskState& g = gc_tasks_.at(id);
+      EndCheckpointGc(g, v1::STATE_QUEUED,
+                      absl::StrCat("lost: agent ", g.task.agent_id(),
+                                   " did not return after the master restarted"));
+    }
   });
   // Searchers of the experiments still running, rebuilt from their trials; trials the
   // searcher stopped before the restart end, and trials it wanted but had no time to
@@ -183,9 +212,10 @@ absl::Status Master::Restore() {
     if (!st.ok()) Logger("master")->error("experiment {}: {}", id, st.ToString());
   }
   for (auto& [id, es] : experiments_) UpdateExperiment(es);
-  Logger("master")->info("restored {} experiments, {} trials, {} open allocations from {}",
-                         experiments_.size(), trials_.size(), allocation_trial_.size(),
-                         config_.db_path);
+  Logger("master")->info(
+      "restored {} experiments, {} trials, {} open allocations, {} running checkpoint GC tasks from {}",
+      experiments_.size(), trials_.size(), allocation_trial_.size(), gc_allocations_.size(),
+      config_.db_path);
   return absl::OkStatus();
 }
 
@@ -274,7 +304,6 @@ void Master::Shutdown() {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server_->Wait();
   server_.reset();
-  if (checkpoint_deleter_) checkpoint_deleter_->Stop();
   // Work already posted (pending metric and event writes) runs before the loop stops.
   loop_.RunSync([] {});
   loop_.Stop();
@@ -833,6 +862,16 @@ void Master::ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse* resp,
       *task->mutable_ranks() = a.ranks();
       task->set_start_time_ms(a.start_time_ms());
       task->set_resource_pool(experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
+      std::set<std::string> agents;
+      for (const auto& r : a.ranks()) {
+        if (agents.insert(r.agent_id()).second) task->add_agents(r.agent_id());
+      }
+    }
+    int ended = 0;
+    for (const auto& [id, g] : gc_tasks_) ended += Terminal(g.task.state());
+    for (const auto& [id, g] : gc_tasks_) {
+      if (Terminal(g.task.state()) && ended-- > kEndedGcTasksListed) continue;
+      *resp->add_tasks() = GcTaskView(g);
     }
     return absl::OkStatus();
   });
@@ -928,6 +967,14 @@ void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp
     std::set<std::string> running(req.running_allocations().begin(), req.running_allocations().end());
     // What the agent still runs and we want: reattach. What we do not want: kill.
     for (const auto& alloc_id : running) {
+      auto gc = gc_allocations_.find(alloc_id);
+      if (gc != gc_allocations_.end() && gc_tasks_.at(gc->second).task.agent_id() == agent_id) {
+        GcTaskState& g = gc_tasks_.at(gc->second);
+        g.unattached = false;
+        TrialEvent(g.task.trial_id(), absl::StrCat("agent ", agent_id,
+                                                   " reattached checkpoint garbage collection ", alloc_id));
+        continue;
+      }
       auto at = allocation_trial_.find(alloc_id);
       TrialState* t = at == allocation_trial_.end() ? nullptr : &trials_.at(at->second);
       if (t && t->unattached.erase(agent_id)) {
@@ -959,6 +1006,14 @@ void Master::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp
       t.lost = true;
       ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
                   "agent restarted without it");
+    }
+    std::vector<int64_t> gone;
+    for (const auto& [alloc_id, id] : gc_allocations_) {
+      if (gc_tasks_.at(id).task.agent_id() == agent_id && !running.count(alloc_id)) gone.push_back(id);
+    }
+    for (int64_t id : gone) {
+      EndCheckpointGc(gc_tasks_.at(id), v1::STATE_QUEUED,
+                      absl::StrCat("lost: agent ", agent_id, " restarted without it"));
     }
     RequestSchedule();
     return absl::OkStatus();
@@ -1017,13 +1072,27 @@ void Master::ReportLaunched(const v1::ReportLaunchedRequest& req, v1::ReportLaun
 void Master::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     RETURN_IF_ERROR(agents_.Touch(req.agent_id(), req.session_id()));
-    auto at = allocation_trial_.find(req.allocation_id());
-    if (at == allocation_trial_.end()) return absl::OkStatus();  // Already ended.
-    TrialState& t = trials_.at(at->second);
     std::string how = req.signal() != 0 ? absl::StrCat("killed by signal ", req.signal())
                                         : absl::StrCat("exit code ", req.exit_code());
     if (!req.message().empty()) absl::StrAppend(&how, " (", req.message(), ")");
     bool abnormal = req.signal() != 0 || req.exit_code() != 0;
+    if (auto gc = gc_allocations_.find(req.allocation_id()); gc != gc_allocations_.end()) {
+      GcTaskState& g = gc_tasks_.at(gc->second);
+      if (g.task.agent_id() != req.agent_id()) return absl::OkStatus();
+      if (req.agent_stopping()) {
+        EndCheckpointGc(g, v1::STATE_QUEUED,
+                        absl::StrCat("stopped: agent ", req.agent_id(), " is shutting down"));
+      } else if (!abnormal) {
+        EndCheckpointGc(g, v1::STATE_COMPLETED, "");
+      } else {
+        EndCheckpointGc(g, v1::STATE_ERROR,
+                        g.last_error_line.empty() ? how : absl::StrCat(how, ": ", g.last_error_line));
+      }
+      return absl::OkStatus();
+    }
+    auto at = allocation_trial_.find(req.allocation_id());
+    if (at == allocation_trial_.end()) return absl::OkStatus();  // Already ended.
+    TrialState& t = trials_.at(at->second);
     if (req.agent_stopping()) t.lost = true;
     OnRankExit(t, req.rank(), how, abnormal);
     return absl::OkStatus();
@@ -1037,11 +1106,21 @@ void Master::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsResponse*, Don
     std::set<int64_t> touched;
     for (const auto& l : req.lines()) {
       auto at = allocation_trial_.find(l.allocation_id());
+      auto gc = gc_allocations_.find(l.allocation_id());
       // Lines of runs already ended are still stored against their trial.
-      if (at == allocation_trial_.end() && trials_.count(l.trial_id()) == 0) continue;
+      if (at == allocation_trial_.end() && gc == gc_allocations_.end() &&
+          trials_.count(l.trial_id()) == 0) {
+        continue;
+      }
       v1::LogLine line = l;
       line.set_agent_id(req.agent_id());
       if (at != allocation_trial_.end()) line.set_trial_id(at->second);
+      if (gc != gc_allocations_.end()) {
+        // A checkpoint GC task's output goes to the log of the trial that started it.
+        GcTaskState& g = gc_tasks_.at(gc->second);
+        line.set_trial_id(g.task.trial_id());
+        if (l.stream() == "stderr") g.last_error_line = l.message();
+      }
       touched.insert(line.trial_id());
       lines.push_back(std::move(line));
     }
@@ -1254,6 +1333,13 @@ void Master::SchedulePass() {
       running.push_back(std::move(r));
     }
   }
+  // Checkpoint GC tasks: zero-slot requests in their experiment's pool.
+  for (const auto& [id, g] : gc_tasks_) {
+    if (g.task.state() != v1::STATE_QUEUED) continue;
+    auto es = experiments_.find(g.task.experiment_id());
+    int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
+    queue.push_back({GcRequestId(id), 0, priority, id, g.task.resource_pool()});
+  }
   if (queue.empty()) return;
   auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
                                                   : scheduler::Fit::kBestFit;
@@ -1276,6 +1362,10 @@ void Master::SchedulePass() {
     }
   }
   for (auto [request, why] : d.waiting) {
+    if (absl::StartsWith(request, kGcPrefix)) {
+      gc_tasks_.at(std::stoll(request.substr(sizeof(kGcPrefix) - 1))).pending_reason = why;
+      continue;
+    }
     int64_t tid = std::stoll(request);
     if (stopping_for.count(request)) {
       why = absl::StrCat("waiting for ", stopping_for[request],
@@ -1287,6 +1377,11 @@ void Master::SchedulePass() {
     }
   }
   for (const auto& p : d.placements) {
+    if (absl::StartsWith(p.request_id, kGcPrefix)) {
+      StartCheckpointGc(gc_tasks_.at(std::stoll(p.request_id.substr(sizeof(kGcPrefix) - 1))),
+                        p.agents.at(0).agent_id);
+      continue;
+    }
     waiting_reason_.erase(p.request_id);
     std::vector<std::pair<std::string, std::vector<std::string>>> agents;
     for (const auto& a : p.agents) agents.push_back({a.agent_id, a.slots});
@@ -1542,7 +1637,6 @@ void Master::FinishTrial(TrialState& t, v1::State state, const std::string& erro
 }
 
 void Master::CollectCheckpoints(ExperimentState& es, int64_t ended_trial) {
-  if (!checkpoint_deleter_) return;
   auto policy = GcPolicyFromConfig(es.config_json);
   if (!policy.ok()) {
     Logger("master")->error("experiment {}: no checkpoint garbage collection: {}", es.experiment.id(),
@@ -1566,27 +1660,146 @@ void Master::CollectCheckpoints(ExperimentState& es, int64_t ended_trial) {
     all.insert(all.end(), cs->begin(), cs->end());
     if (Terminal(trials_.at(tid).trial.state())) ended.insert(tid);
   }
-  std::set<std::string> doomed;
-  for (auto& uuid : CheckpointsToDelete(all, ended, *policy)) doomed.insert(uuid);
+  std::vector<const v1::CheckpointGcTask*> tasks;
+  for (const auto& [id, g] : gc_tasks_) tasks.push_back(&g.task);
+  std::vector<std::string> to_delete = NotYetCollected(CheckpointsToDelete(all, ended, *policy), tasks);
+  if (to_delete.empty()) return;
+  const std::set<std::string> doomed(to_delete.begin(), to_delete.end());
+  v1::CheckpointGcTask task;
+  task.set_experiment_id(es.experiment.id());
+  task.set_trial_id(ended_trial);
+  task.set_resource_pool(es.experiment.resource_pool());
+  task.set_state(v1::STATE_QUEUED);
+  task.set_create_time_ms(clock_.NowMs());
   for (const auto& c : all) {
-    if (doomed.count(c.uuid())) checkpoint_deleter_->Delete(c);
+    if (!doomed.count(c.uuid())) continue;
+    v1::Checkpoint* k = task.add_checkpoints();
+    k->set_uuid(c.uuid());
+    k->set_trial_id(c.trial_id());
+    k->set_experiment_id(es.experiment.id());
+    k->set_total_batches(c.total_batches());
+    k->set_storage_path(c.storage_path());
+  }
+  absl::StatusOr<int64_t> id = store_->InsertCheckpointGcTask(task);
+  if (!id.ok()) {
+    Logger("master")->error("experiment {}: cannot store a checkpoint GC task: {}", es.experiment.id(),
+                            id.status().ToString());
+    TrialEvent(ended_trial,
+               absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
+    return;
+  }
+  task.set_id(*id);
+  GcTaskState& g = gc_tasks_[*id];
+  g.task = std::move(task);
+  TrialEvent(ended_trial,
+             absl::StrCat("checkpoint garbage collection ", GcRequestId(*id), " queued: ",
+                          doomed.size(), " checkpoint(s) to delete on an agent of resource pool '",
+                          g.task.resource_pool(), "'"));
+  RequestSchedule();
+}
+
+void Master::StartCheckpointGc(GcTaskState& g, const std::string& agent_id) {
+  v1::CheckpointGcTask& t = g.task;
+  t.set_state(v1::STATE_RUNNING);
+  t.set_agent_id(agent_id);
+  t.set_start_time_ms(clock_.NowMs());
+  t.clear_error();
+  g.unattached = false;
+  g.pending_reason.clear();
+  g.last_error_line.clear();
+  PersistGcTask(g);
+  const std::string alloc_id = GcAllocationId(t);
+  gc_allocations_[alloc_id] = t.id();
+
+  v1::AgentCommand cmd;
+  v1::LaunchCommand* l = cmd.mutable_launch();
+  l->set_allocation_id(alloc_id);
+  l->set_trial_id(t.trial_id());
+  l->set_experiment_id(t.experiment_id());
+  v1::RankPlacement* r = l->add_ranks();
+  r->set_rank(0);
+  r->set_agent_id(agent_id);
+  r->set_local_rank(0);
+  l->set_world_size(1);
+  l->set_num_agents(1);
+  (*l->mutable_env())["DET_EXPERIMENT_ID"] = absl::StrCat(t.experiment_id());
+  (*l->mutable_env())["DET_ALLOCATION_ID"] = alloc_id;
+  *l->mutable_checkpoint_gc()->mutable_checkpoints() = t.checkpoints();
+  TrialEvent(t.trial_id(),
+             absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,
+                          " (0 slots): deleting ", t.checkpoints_size(), " checkpoint(s)"));
+  if (!agents_.Send(agent_id, std::move(cmd))) {
+    EndCheckpointGc(g, v1::STATE_QUEUED, absl::StrCat("not started: agent ", agent_id, " is unreachable"));
   }
 }
 
-void Master::CheckpointDeleted(const v1::Checkpoint& checkpoint, const absl::Status& status) {
-  if (!status.ok()) {
-    TrialEvent(checkpoint.trial_id(), absl::StrCat("checkpoint garbage collection: ", status.message()));
+void Master::EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::string& why) {
+  v1::CheckpointGcTask& t = g.task;
+  const std::string alloc_id = GcAllocationId(t);
+  const std::string agent_id = t.agent_id();
+  gc_allocations_.erase(alloc_id);
+  g.unattached = false;
+  if (outcome == v1::STATE_QUEUED) {
+    // Deleting again what the lost attempt already deleted is harmless.
+    t.set_state(v1::STATE_QUEUED);
+    t.set_attempt(t.attempt() + 1);
+    t.clear_agent_id();
+    t.clear_start_time_ms();
+    PersistGcTask(g);
+    TrialEvent(t.trial_id(),
+               absl::StrCat("checkpoint garbage collection ", alloc_id, " ", why, "; requeued"));
+    RequestSchedule();
     return;
   }
-  v1::Checkpoint c = checkpoint;
-  c.set_state(v1::STATE_DELETED);
-  absl::Status st = store_->UpdateCheckpoint(c);
+  t.set_state(outcome);
+  t.set_end_time_ms(clock_.NowMs());
+  if (outcome == v1::STATE_ERROR) t.set_error(why);
+  // With COMPLETED, its checkpoints become DELETED in the same write. Should it fail, the
+  // stored task stays RUNNING and a restarted master runs it again.
+  PersistGcTask(g);
+  if (outcome == v1::STATE_COMPLETED) {
+    for (const v1::Checkpoint& c : t.checkpoints()) {
+      TrialEvent(c.trial_id(), absl::StrCat("checkpoint ", c.uuid(), " (batch ", c.total_batches(),
+                                            ") deleted by garbage collection"));
+    }
+    TrialEvent(t.trial_id(),
+               absl::StrCat("checkpoint garbage collection ", alloc_id, " completed on ", agent_id));
+  } else {
+    Logger("master")->error("checkpoint garbage collection {} failed on {}: {}", alloc_id, agent_id, why);
+    TrialEvent(t.trial_id(),
+               absl::StrCat("checkpoint garbage collection ", alloc_id, " failed on ", agent_id, ": ", why));
+  }
+}
+
+void Master::PersistGcTask(const GcTaskState& g) {
+  absl::Status st = store_->UpdateCheckpointGcTask(g.task);
   if (!st.ok()) {
-    Logger("master")->error("checkpoint {}: deleted but cannot persist: {}", c.uuid(), st.ToString());
-    return;
+    Logger("master")->error("checkpoint GC task {}: cannot persist: {}", g.task.id(), st.ToString());
   }
-  TrialEvent(c.trial_id(), absl::StrCat("checkpoint ", c.uuid(), " (batch ", c.total_batches(),
-                                        ") deleted by garbage collection"));
+}
+
+v1::Task Master::GcTaskView(const GcTaskState& g) const {
+  const v1::CheckpointGcTask& t = g.task;
+  v1::Task task;
+  task.set_allocation_id(GcAllocationId(t));
+  task.set_type("CHECKPOINT_GC");
+  task.set_experiment_id(t.experiment_id());
+  task.set_trial_id(t.trial_id());
+  task.set_state(t.state());
+  task.set_slots(0);
+  if (!t.agent_id().empty()) {
+    v1::RankPlacement* r = task.add_ranks();
+    r->set_rank(0);
+    r->set_agent_id(t.agent_id());
+    task.add_agents(t.agent_id());
+  }
+  task.set_start_time_ms(t.start_time_ms());
+  task.set_end_time_ms(t.end_time_ms());
+  task.set_resource_pool(t.resource_pool());
+  if (t.state() == v1::STATE_QUEUED) task.set_pending_reason(g.pending_reason);
+  task.set_error(t.error());
+  for (const auto& c : t.checkpoints()) task.add_checkpoint_uuids(c.uuid());
+  return task;
 }
 
 int Master::TrialIndex(const ExperimentState& es, int64_t trial_id) {
@@ -1731,16 +1944,6 @@ void Master::UpdateExperiment(ExperimentState& es) {
   es.experiment = std::move(updated);
 }
 
-void Master::AgentLost(const std::string& agent_id, const std::string& why) {
-  for (auto& [tid, t] : trials_) {
-    bool on_agent = false;
-    for (const auto& r : t.trial.allocation().ranks()) on_agent |= r.agent_id() == agent_id;
-    if (!on_agent) continue;
-    t.lost = true;
-    ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; }, why);
-  }
-}
-
 void Master::AgentDisconnected(const std::string& agent_id) {
   int generation = ++agent_disconnects_[agent_id];
   std::string wait = absl::FormatDuration(config_.agent_reconnect_wait);
@@ -1755,9 +1958,29 @@ void Master::AgentDisconnected(const std::string& agent_id) {
     TrialEvent(tid, absl::StrCat("agent ", agent_id, " stopped answering; its workers may still run: "
                                  "waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
   }
-  if (allocations.empty()) return;
-  loop_.PostAfter(config_.agent_reconnect_wait, [this, agent_id, generation, allocations, wait] {
+  std::vector<std::string> gc_allocations;
+  for (const auto& [alloc_id, id] : gc_allocations_) {
+    GcTaskState& g = gc_tasks_.at(id);
+    if (g.task.agent_id() != agent_id) continue;
+    g.unattached = true;
+    gc_allocations.push_back(alloc_id);
+    TrialEvent(g.task.trial_id(),
+               absl::StrCat("agent ", agent_id, " stopped answering during checkpoint garbage collection ",
+                            alloc_id, ": waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
+  }
+  if (allocations.empty() && gc_allocations.empty()) return;
+  loop_.PostAfter(config_.agent_reconnect_wait, [this, agent_id, generation, allocations,
+                                                 gc_allocations, wait] {
     if (agent_disconnects_[agent_id] != generation) return;  // Lost again since: a later timer.
+    for (const auto& id : gc_allocations) {
+      auto gc = gc_allocations_.find(id);
+      if (gc == gc_allocations_.end()) continue;  // Ended meanwhile.
+      GcTaskState& g = gc_tasks_.at(gc->second);
+      if (!g.unattached) continue;  // It came back and reattached.
+      EndCheckpointGc(g, v1::STATE_QUEUED,
+                      absl::StrCat("lost: agent ", agent_id, " did not return within ", wait,
+                                   " (agent_reconnect_wait)"));
+    }
     for (const auto& id : allocations) {
       auto at = allocation_trial_.find(id);
       if (at == allocation_trial_.end()) continue;

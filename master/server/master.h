@@ -17,7 +17,6 @@
 #include "common/event_loop/event_loop.h"
 #include "master/api/handlers.h"
 #include "master/auth/user_service.h"
-#include "master/checkpoints/checkpoint_gc.h"
 #include "master/cluster/agent_manager.h"
 #include "master/searcher/searcher.h"
 #include "master/templates/templates.h"
@@ -137,6 +136,18 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
     std::vector<size_t> ack_rows;  // rows of each ack, in order
     bool flush_posted = false;
   };
+  // A checkpoint garbage-collection task (v1::CheckpointGcTask) and its runtime
+  // bookkeeping (not persisted).
+  struct GcTaskState {
+    v1::CheckpointGcTask task;
+    // RUNNING on an agent that has not registered again (with the task) since it went
+    // silent or since the master restarted.
+    bool unattached = false;
+    // Why it waits, while QUEUED.
+    std::string pending_reason;
+    // The latest line the running attempt wrote to stderr (names a failing checkpoint).
+    std::string last_error_line;
+  };
   struct LogWaiter {
     const v1::GetTrialLogsRequest* request;
     v1::GetTrialLogsResponse* response;
@@ -181,11 +192,17 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   // Position of `trial_id` in es.trial_ids (its index for the searcher), or -1.
   static int TrialIndex(const ExperimentState& es, int64_t trial_id);
   // Checkpoint garbage collection after `ended_trial` ended (see
-  // master/checkpoints/checkpoint_gc.h); deletions finish on checkpoint_deleter_'s thread.
+  // master/checkpoints/checkpoint_gc.h): queues a CHECKPOINT_GC task for the checkpoints
+  // to delete that no queued or running task covers yet.
   void CollectCheckpoints(ExperimentState& es, int64_t ended_trial);
-  void CheckpointDeleted(const v1::Checkpoint& checkpoint, const absl::Status& status);
+  // Places the GC task on `agent_id` (zero slots): persisted RUNNING, then launched.
+  void StartCheckpointGc(GcTaskState& g, const std::string& agent_id);
+  // Ends the running attempt of `g`: STATE_QUEUED requeues it (a lost agent; attempt + 1),
+  // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
+  void EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::string& why);
+  void PersistGcTask(const GcTaskState& g);
+  v1::Task GcTaskView(const GcTaskState& g) const;
   void UpdateExperiment(ExperimentState& e);
-  void AgentLost(const std::string& agent_id, const std::string& why);
   // An agent stopped heartbeating: its runs wait agent_reconnect_wait for it to register
   // again (reattach) before their ranks on it count as lost.
   void AgentDisconnected(const std::string& agent_id);
@@ -219,8 +236,6 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::string address_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> server_;
-  // Posts its results to loop_; stopped before loop_ in Shutdown().
-  std::unique_ptr<CheckpointDeleter> checkpoint_deleter_;
   std::unique_ptr<HttpServer> http_;
   std::string http_address_;
 
@@ -228,6 +243,8 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::map<int64_t, ExperimentState> experiments_;
   std::map<int64_t, TrialState> trials_;
   std::map<std::string, int64_t> allocation_trial_;  // open allocation id -> trial id
+  std::map<int64_t, GcTaskState> gc_tasks_;           // every checkpoint GC task, by id
+  std::map<std::string, int64_t> gc_allocations_;     // running GC allocation id -> task id
   std::map<int64_t, std::vector<LogWaiter>> log_waiters_;
   PendingMetrics pending_metrics_;
   std::vector<v1::LogLine> pending_events_;

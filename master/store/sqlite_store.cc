@@ -100,6 +100,16 @@ CREATE TABLE sessions (
   expires_ms INTEGER NOT NULL);
 CREATE INDEX sessions_by_user ON sessions(user_id);
 )sql",
+    // 5: checkpoint garbage-collection tasks (zero-slot tasks run on an agent); the
+    // CheckpointGcTask in `data`.
+    R"sql(
+CREATE TABLE checkpoint_gc_tasks (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+  state INTEGER NOT NULL,
+  data BLOB NOT NULL);
+CREATE INDEX checkpoint_gc_tasks_by_experiment ON checkpoint_gc_tasks(experiment_id);
+)sql",
 };
 
 absl::Status SqlError(sqlite3* db, const std::string& what) {
@@ -324,6 +334,13 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
     while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.agents.emplace_back(), "agents"));
     RETURN_IF_ERROR(s.status());
   }
+  {
+    Stmt s(db_, "SELECT data FROM checkpoint_gc_tasks ORDER BY id");
+    while (s.Step()) {
+      RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.checkpoint_gc_tasks.emplace_back(), "checkpoint_gc_tasks"));
+    }
+    RETURN_IF_ERROR(s.status());
+  }
   return snap;
 }
 
@@ -531,14 +548,49 @@ absl::Status SqliteStore::AddCheckpoint(const v1::Checkpoint& checkpoint) {
   return s.Run();
 }
 
-absl::Status SqliteStore::UpdateCheckpoint(const v1::Checkpoint& checkpoint) {
-  Stmt s(db_, "UPDATE checkpoints SET data = ? WHERE uuid = ?");
-  s.BindBlob(1, checkpoint.SerializeAsString()).Bind(2, checkpoint.uuid());
+absl::StatusOr<int64_t> SqliteStore::InsertCheckpointGcTask(const v1::CheckpointGcTask& task) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  Stmt s(db_, "INSERT INTO checkpoint_gc_tasks (experiment_id, state, data) VALUES (?, ?, '')");
+  RETURN_IF_ERROR(s.Bind(1, task.experiment_id()).Bind(2, task.state()).Run());
+  v1::CheckpointGcTask stored = task;
+  stored.set_id(sqlite3_last_insert_rowid(db_));
+  RETURN_IF_ERROR(WriteCheckpointGcTask(stored));
+  RETURN_IF_ERROR(tx.Commit());
+  return stored.id();
+}
+
+absl::Status SqliteStore::WriteCheckpointGcTask(const v1::CheckpointGcTask& task) {
+  Stmt s(db_, "UPDATE checkpoint_gc_tasks SET state = ?, data = ? WHERE id = ?");
+  s.Bind(1, task.state()).BindBlob(2, task.SerializeAsString()).Bind(3, task.id());
   RETURN_IF_ERROR(s.Run());
-  if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.uuid(), " not found"));
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("checkpoint GC task ", task.id(), " not in the database"));
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  RETURN_IF_ERROR(WriteCheckpointGcTask(task));
+  if (task.state() == v1::STATE_COMPLETED) {
+    Stmt get(db_, "SELECT data FROM checkpoints WHERE uuid = ?");
+    Stmt put(db_, "UPDATE checkpoints SET data = ? WHERE uuid = ?");
+    for (const v1::Checkpoint& c : task.checkpoints()) {
+      get.Bind(1, c.uuid());
+      bool found = get.Step();
+      RETURN_IF_ERROR(get.status());
+      v1::Checkpoint stored;
+      if (found) RETURN_IF_ERROR(ParseRow(get.Text(0), &stored, "checkpoints"));
+      get.Reset();
+      if (!found) continue;
+      stored.set_state(v1::STATE_DELETED);
+      RETURN_IF_ERROR(put.BindBlob(1, stored.SerializeAsString()).Bind(2, c.uuid()).Run());
+      put.Reset();
+    }
+  }
+  return tx.Commit();
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> SqliteStore::GetCheckpoints(int64_t trial_id) {

@@ -49,7 +49,8 @@ class SqliteStore : public Store {
                                                    std::optional<int> rank) override;
   absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) override;
   absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override;
-  absl::Status UpdateCheckpoint(const v1::Checkpoint& checkpoint) override;
+  absl::StatusOr<int64_t> InsertCheckpointGcTask(const v1::CheckpointGcTask& task) override;
+  absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) override;
   absl::StatusOr<v1::Template> PutTemplate(const std::string& name, const std::string& config_yaml,
                                            int64_t now_ms, bool* created) override;
   absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
@@ -72,6 +73,7 @@ class SqliteStore : public Store {
   absl::Status Exec(const std::string& sql);
   absl::Status Migrate();
   absl::Status WriteTrial(const v1::Trial& trial);
+  absl::Status WriteCheckpointGcTask(const v1::CheckpointGcTask& task);
   // Inserts `trial` (inside the caller's transaction) and returns its id.
   absl::StatusOr<int64_t> InsertTrialRow(const v1::Trial& trial);
 

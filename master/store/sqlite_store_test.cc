@@ -29,7 +29,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 4);
+    EXPECT_EQ((*store)->SchemaVersion(), 5);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -283,23 +283,105 @@ TEST(SqliteStore, SystemMetricsAreKeptPerAgentForABoundedTime) {
 namespace det::master {
 namespace {
 
-TEST(SqliteStore, ACheckpointCanBeMarkedDeleted) {
-  auto store = SqliteStore::Open(":memory:");
-  ASSERT_TRUE(store.ok()) << store.status();
+v1::Checkpoint StoredCheckpoint(const std::string& uuid, int64_t trial_id, int64_t batches) {
   v1::Checkpoint c;
-  c.set_uuid("u-1");
-  c.set_trial_id(7);
-  c.set_total_batches(100);
+  c.set_uuid(uuid);
+  c.set_trial_id(trial_id);
+  c.set_total_batches(batches);
+  c.set_storage_path("/ckpt/" + uuid);
   c.set_state(v1::STATE_COMPLETED);
-  ASSERT_TRUE((*store)->AddCheckpoint(c).ok());
-  c.set_state(v1::STATE_DELETED);
-  ASSERT_TRUE((*store)->UpdateCheckpoint(c).ok());
-  auto got = (*store)->GetCheckpoints(7);
-  ASSERT_TRUE(got.ok());
-  ASSERT_EQ(got->size(), 1u);
-  EXPECT_EQ((*got)[0].state(), v1::STATE_DELETED);
-  c.set_uuid("nope");
-  EXPECT_EQ((*store)->UpdateCheckpoint(c).code(), absl::StatusCode::kNotFound);
+  (*c.mutable_metrics())["loss"] = 0.5;
+  return c;
+}
+
+// A database at schema 4 (before checkpoint GC tasks) is migrated on open, keeping its
+// rows; GC tasks are then stored, updated and reloaded, and completing one marks its
+// checkpoints deleted in the same write.
+TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
+  std::string path = TempPath("gc.db");
+  int64_t exp_id;
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Experiment e;
+    e.set_name("old");
+    e.set_state(v1::STATE_COMPLETED);
+    std::vector<v1::Trial> none;
+    exp_id = *(*store)->InsertExperiment(e, "", &none);
+    for (auto [uuid, batches] : {std::pair{"u-1", 100}, {"u-2", 200}, {"u-3", 300}}) {
+      ASSERT_TRUE((*store)->AddCheckpoint(StoredCheckpoint(uuid, 1, batches)).ok());
+    }
+  }
+  // Back to what a schema-4 master left.
+  std::string down = "sqlite3 " + path + " 'DROP TABLE checkpoint_gc_tasks; PRAGMA user_version=4'";
+  ASSERT_EQ(std::system(down.c_str()), 0);
+
+  v1::CheckpointGcTask task;
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->SchemaVersion(), 5);
+    auto snap = (*store)->Load();
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    ASSERT_EQ(snap->experiments.size(), 1u);
+    EXPECT_TRUE(snap->checkpoint_gc_tasks.empty());
+
+    task.set_experiment_id(exp_id);
+    task.set_trial_id(1);
+    task.set_resource_pool("default");
+    task.set_state(v1::STATE_QUEUED);
+    task.set_create_time_ms(1000);
+    for (const char* uuid : {"u-1", "u-2"}) *task.add_checkpoints() = StoredCheckpoint(uuid, 1, 0);
+    auto id = (*store)->InsertCheckpointGcTask(task);
+    ASSERT_TRUE(id.ok()) << id.status();
+    task.set_id(*id);
+    auto second = (*store)->InsertCheckpointGcTask(task);
+    ASSERT_TRUE(second.ok());
+    EXPECT_GT(*second, *id);
+
+    task.set_state(v1::STATE_RUNNING);
+    task.set_agent_id("agent-a");
+    task.set_attempt(1);
+    ASSERT_TRUE((*store)->UpdateCheckpointGcTask(task).ok());
+    // Not completed: the checkpoints are untouched.
+    auto untouched = (*store)->GetCheckpoints(1);
+    ASSERT_TRUE(untouched.ok());
+    for (const auto& c : *untouched) EXPECT_EQ(c.state(), v1::STATE_COMPLETED);
+
+    v1::CheckpointGcTask missing = task;
+    missing.set_id(999);
+    EXPECT_EQ((*store)->UpdateCheckpointGcTask(missing).code(), absl::StatusCode::kNotFound);
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto snap = (*store)->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->checkpoint_gc_tasks.size(), 2u);
+  const v1::CheckpointGcTask& loaded = snap->checkpoint_gc_tasks[0];
+  EXPECT_EQ(loaded.id(), task.id());
+  EXPECT_EQ(loaded.state(), v1::STATE_RUNNING);
+  EXPECT_EQ(loaded.agent_id(), "agent-a");
+  EXPECT_EQ(loaded.attempt(), 1);
+  ASSERT_EQ(loaded.checkpoints_size(), 2);
+  EXPECT_EQ(loaded.checkpoints(1).storage_path(), "/ckpt/u-2");
+  EXPECT_EQ(snap->checkpoint_gc_tasks[1].state(), v1::STATE_QUEUED);
+
+  // Completed: its checkpoints become DELETED (the rest of their rows kept), the others not.
+  v1::CheckpointGcTask done = loaded;
+  done.set_state(v1::STATE_COMPLETED);
+  done.set_end_time_ms(2000);
+  *done.add_checkpoints() = StoredCheckpoint("gone-already", 1, 0);  // No row: skipped.
+  ASSERT_TRUE((*store)->UpdateCheckpointGcTask(done).ok());
+  auto cs = (*store)->GetCheckpoints(1);
+  ASSERT_TRUE(cs.ok());
+  ASSERT_EQ(cs->size(), 3u);
+  EXPECT_EQ((*cs)[0].state(), v1::STATE_DELETED);
+  EXPECT_EQ((*cs)[0].total_batches(), 100);
+  EXPECT_DOUBLE_EQ((*cs)[0].metrics().at("loss"), 0.5);
+  EXPECT_EQ((*cs)[1].state(), v1::STATE_DELETED);
+  EXPECT_EQ((*cs)[2].state(), v1::STATE_COMPLETED);
+  EXPECT_EQ((*store)->Load()->checkpoint_gc_tasks[0].state(), v1::STATE_COMPLETED);
+  EXPECT_TRUE((*store)->CheckIntegrity().ok());
 }
 
 }  // namespace

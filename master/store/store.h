@@ -22,6 +22,8 @@ struct StoreSnapshot {
   std::vector<std::pair<v1::Allocation, std::string>> open_allocations;
   std::vector<v1::Agent> agents;
   std::string cluster_id;
+  // Every checkpoint garbage-collection task, ended ones included, by id.
+  std::vector<v1::CheckpointGcTask> checkpoint_gc_tasks;
 };
 
 // A user account (det user ...); the password only as its argon2id hash string.
@@ -87,9 +89,13 @@ class Store {
 
   virtual absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) = 0;
   virtual absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) = 0;
-  // Rewrites a stored checkpoint (its state, after garbage collection). NotFound for an
-  // unknown uuid.
-  virtual absl::Status UpdateCheckpoint(const v1::Checkpoint& checkpoint) = 0;
+  // Checkpoint garbage-collection tasks (v1::CheckpointGcTask). Insert assigns and returns
+  // the task's id.
+  virtual absl::StatusOr<int64_t> InsertCheckpointGcTask(const v1::CheckpointGcTask& task) = 0;
+  // Writes the task row; when `task` is STATE_COMPLETED, also marks each of its checkpoints
+  // STATE_DELETED, in the same transaction. NotFound for an unknown task; a checkpoint no
+  // longer stored is skipped.
+  virtual absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) = 0;
 
   // Config templates, by unique name. PutTemplate creates or replaces `name`'s row with
   // `config_yaml` at `now_ms`, keeping the creation time of a replaced one, and returns

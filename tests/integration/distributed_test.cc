@@ -1,7 +1,8 @@
 // Data-parallel trials with real processes: det CLI -> det-master -> det-agent with 4 CPU
 // slots -> 4 det-fashion-mnist ranks all-reducing over Gloo on loopback, bootstrapped
 // through the master's rendezvous; checkpoints on shared_fs, their listing and garbage
-// collection; timings in `det trial describe`; a rank killed mid-training.
+// collection (a CHECKPOINT_GC task on the agent); timings in `det trial describe`; a rank
+// killed mid-training.
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -153,6 +154,18 @@ TEST_F(Distributed, FourRanksReachTheAccuracyOfOneRankWithTheSameGlobalBatch) {
   CommandResult table = cluster_.Det({"experiment", "list-checkpoints", "2"});
   EXPECT_THAT(table.out, HasSubstr("DELETED"));
   EXPECT_THAT(table.out, HasSubstr("COMPLETED"));
+  // The agent deleted them, in a zero-slot CHECKPOINT_GC task (the master deletes nothing).
+  nlohmann::json tasks = cluster_.DetJson({"task", "list"});
+  ASSERT_TRUE(tasks.is_object());
+  bool collected = false;
+  for (const auto& task : tasks["tasks"]) {
+    if (task.value("type", "") != "CHECKPOINT_GC" || Int(task["trial_id"]) != 2) continue;
+    collected = true;
+    EXPECT_EQ(task["state"], "STATE_COMPLETED");
+    EXPECT_EQ(task["agents"], nlohmann::json::array({"agent-a"}));
+    EXPECT_EQ(task["checkpoint_uuids"].size(), 2u);
+  }
+  EXPECT_TRUE(collected) << tasks.dump(2);
 }
 
 TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestCheckpoint) {
