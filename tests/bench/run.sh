@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/setup.sh
 
-BENCHES=(scheduler_bench cluster_bench allreduce_bench scaling_bench resume_bench)
+BENCHES=(scheduler_bench cluster_bench allreduce_bench nccl_allreduce_bench scaling_bench resume_bench)
 if (($# > 0)); then BENCHES=("$@"); fi
 
 TARGETS=(//deploy:bin //tests/load:det-load)
@@ -19,7 +19,7 @@ for b in "${BENCHES[@]}"; do
   echo "## $b"
   echo
   case "$b" in
-    allreduce_bench | scaling_bench) ;;  # They print their own tables.
+    allreduce_bench | nccl_allreduce_bench | scaling_bench) ;;  # They print their own tables.
     *)
       echo "| benchmark | setup | result | notes |"
       echo "| --- | --- | --- | --- |"
