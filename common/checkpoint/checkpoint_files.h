@@ -1,13 +1,29 @@
-// A checkpoint's directory on shared_fs storage, as garbage collection deletes it. Used by
-// the agent's checkpoint-GC process (agent/checkpoint_gc) and by anything else that must
-// apply the same rule to a checkpoint's storage path.
+// Where an experiment's checkpoints live on shared_fs storage, and which checkpoint
+// directories may be registered and deleted. Shared by the trial harness (where to write),
+// the master (what a worker may report) and the agent's checkpoint-GC process (what it
+// may delete).
 #ifndef DET_COMMON_CHECKPOINT_CHECKPOINT_FILES_H_
 #define DET_COMMON_CHECKPOINT_CHECKPOINT_FILES_H_
 
-#include "absl/status/status.h"
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "proto/types.pb.h"
 
 namespace det {
+
+// The directory an experiment's checkpoints go to, from its configuration (JSON):
+// checkpoint_storage.host_path, or its storage_path (absolute, or relative to host_path).
+// Empty when the configuration has no checkpoint_storage. InvalidArgument naming the
+// field for a type other than shared_fs or a host_path that is not absolute.
+absl::StatusOr<std::string> CheckpointDirectory(const nlohmann::json& config);
+
+// OK when a reported checkpoint is a directory of its own, named by its uuid, directly in
+// `directory` (CheckpointDirectory of its experiment): storage_path is
+// "<directory>/<uuid>" and the uuid is a plain name. InvalidArgument naming the field
+// otherwise, so that a worker cannot register (and later have deleted) any other path.
+absl::Status CheckReportedCheckpoint(const v1::Checkpoint& checkpoint, const std::string& directory);
 
 // OK when `checkpoint`'s storage_path may be deleted: absolute, ending in "/<uuid>" (a
 // non-empty uuid), with no "/../" in it. InvalidArgument naming the checkpoint and the

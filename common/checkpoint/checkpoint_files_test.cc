@@ -5,6 +5,8 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +68,41 @@ TEST(DeleteCheckpointFiles, RemovesTheTreeAndRefusesSuspiciousPaths) {
   EXPECT_TRUE(Exists(dir));
   c.set_storage_path("u-1");
   EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckpointDirectory, FollowsHostPathAndStoragePath) {
+  using nlohmann::json;
+  EXPECT_EQ(*CheckpointDirectory(json::object()), "");
+  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", nullptr}}), "");
+  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"type", "shared_fs"}, {"host_path", "/ckpt"}}}}),
+            "/ckpt");
+  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "/ckpt"}, {"storage_path", "exp"}}}}),
+            "/ckpt/exp");
+  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "/ckpt"}, {"storage_path", "/ckpt/a"}}}}),
+            "/ckpt/a");
+  EXPECT_THAT(std::string(CheckpointDirectory(json{{"checkpoint_storage", {{"type", "s3"}}}}).status().message()),
+              HasSubstr("checkpoint_storage.type: only shared_fs"));
+  EXPECT_THAT(std::string(CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "rel"}}}}).status().message()),
+              HasSubstr("checkpoint_storage.host_path"));
+}
+
+TEST(CheckReportedCheckpoint, OnlyADirectoryOfItsOwnInTheExperimentsStorage) {
+  EXPECT_TRUE(CheckReportedCheckpoint(C("u-1", "/ckpt/u-1"), "/ckpt").ok());
+  for (const auto& [uuid, path] : std::vector<std::pair<std::string, std::string>>{
+           {"u-1", "/etc/u-1"},          // another directory
+           {"u-1", "/ckpt/x/u-1"},       // deeper
+           {"u-1", "/ckpt/../etc/u-1"},  // escaping
+           {"u-1", "/ckpt"},             // the storage root
+       }) {
+    absl::Status st = CheckReportedCheckpoint(C(uuid, path), "/ckpt");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("checkpoint.storage_path")) << path;
+  }
+  for (const std::string uuid : {"", ".", "..", "a/b"}) {
+    EXPECT_THAT(std::string(CheckReportedCheckpoint(C(uuid, "/ckpt/" + uuid), "/ckpt").message()),
+                HasSubstr("checkpoint.uuid")) << uuid;
+  }
+  EXPECT_EQ(CheckReportedCheckpoint(C("u-1", "/ckpt/u-1"), "").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

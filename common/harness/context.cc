@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint/checkpoint_files.h"
 
 extern char** environ;
 
@@ -66,23 +67,9 @@ absl::Status ReadTrainingConfig(TrialContext* c) {
       return Invalid("checkpoint_policy", absl::StrCat("expected best, all or none, got \"", c->checkpoint_policy, "\""));
     }
   }
-  if (cfg.contains("checkpoint_storage") && cfg["checkpoint_storage"].is_object()) {
-    const auto& cs = cfg["checkpoint_storage"];
-    std::string type = cs.value("type", std::string("shared_fs"));
-    if (type != "shared_fs") {
-      return Invalid("checkpoint_storage.type", absl::StrCat("only shared_fs is supported, got \"", type, "\""));
-    }
-    if (!cs.contains("host_path") || !cs["host_path"].is_string() ||
-        cs["host_path"].get<std::string>().empty() || cs["host_path"].get<std::string>()[0] != '/') {
-      return Invalid("checkpoint_storage.host_path", "expected an absolute directory path");
-    }
-    c->checkpoint_dir = cs["host_path"].get<std::string>();
-    if (cs.contains("storage_path") && cs["storage_path"].is_string() &&
-        !cs["storage_path"].get<std::string>().empty()) {
-      std::string sp = cs["storage_path"].get<std::string>();
-      c->checkpoint_dir = sp[0] == '/' ? sp : absl::StrCat(c->checkpoint_dir, "/", sp);
-    }
-  }
+  absl::StatusOr<std::string> dir = CheckpointDirectory(cfg);
+  if (!dir.ok()) return dir.status();
+  c->checkpoint_dir = *dir;
   if (cfg.contains("optimizations") && cfg["optimizations"].is_object()) {
     const auto& o = cfg["optimizations"];
     if (o.contains("aggregation_frequency")) {

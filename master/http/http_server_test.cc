@@ -51,7 +51,11 @@ searcher:
   max_length:
     batches: 100
 resources:
-  slots_per_trial: )", slots, "\n");
+  slots_per_trial: )", slots, R"(
+checkpoint_storage:
+  type: shared_fs
+  host_path: /ckpt
+)");
 }
 
 // Calls a handler method and waits for its Done.
@@ -656,6 +660,16 @@ TEST_F(RestTest, Checkpoints) {
   v1::ReportCheckpointResponse resp;
   grpc::Status st = WorkerStub()->ReportCheckpoint(&ctx, req, &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();
+  // A worker cannot register a path outside its experiment's storage (garbage collection
+  // would delete it later).
+  for (const std::string path : {"/etc/c-2", "/ckpt/../etc/c-2", "/ckpt"}) {
+    req.mutable_checkpoint()->set_uuid("c-2");
+    req.mutable_checkpoint()->set_storage_path(path);
+    grpc::ClientContext bad;
+    st = WorkerStub()->ReportCheckpoint(&bad, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
+    EXPECT_THAT(st.error_message(), HasSubstr("checkpoint.storage_path")) << path;
+  }
 
   HttpReply all = Get("/api/v1/experiments/1/checkpoints");
   ASSERT_EQ(all.status, 200) << all.text;

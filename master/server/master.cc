@@ -12,8 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging/logging.h"
+#include "common/checkpoint/checkpoint_files.h"
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "master/api/grpc_services.h"
 #include "master/checkpoints/checkpoint_gc.h"
 #include "master/http/downsample.h"
@@ -1249,7 +1251,12 @@ void Master::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     ASSIGN_OR_RETURN(TrialState * t, AuthorizeWorker(req.auth()));
     v1::Checkpoint c = req.checkpoint();
-    if (c.uuid().empty()) return absl::InvalidArgumentError("checkpoint.uuid: must not be empty");
+    // Only a directory of its own in the experiment's checkpoint storage: garbage
+    // collection later deletes what is registered here.
+    const ExperimentState& es = experiments_.at(t->trial.experiment_id());
+    nlohmann::json config = nlohmann::json::parse(es.config_json, nullptr, /*allow_exceptions=*/false);
+    ASSIGN_OR_RETURN(std::string directory, CheckpointDirectory(config));
+    RETURN_IF_ERROR(CheckReportedCheckpoint(c, directory));
     c.set_trial_id(t->trial.id());
     c.set_experiment_id(t->trial.experiment_id());
     c.set_state(v1::STATE_COMPLETED);
