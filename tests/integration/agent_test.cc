@@ -8,7 +8,6 @@
 
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -26,14 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
 

@@ -4,7 +4,6 @@
 // --checkpoint-gc`), deletes what checkpoint_storage.save_* does not keep, and marks it
 // DELETED in the store.
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <set>
 #include <string>
@@ -20,11 +19,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
 TEST(CheckpointGc, RunsAsAZeroSlotTaskOnTheAgentAndKeepsWhatTheConfigSays) {
   TestCluster cluster("CheckpointGc");
   ASSERT_TRUE(cluster.StartMaster().ok()) << cluster.LogTail("master");
@@ -32,32 +26,16 @@ TEST(CheckpointGc, RunsAsAZeroSlotTaskOnTheAgentAndKeepsWhatTheConfigSays) {
   const std::string storage = cluster.dir() + "/checkpoints";
   // Checkpoints at batches 10, 20, 30, 40; validation (the metric) only at 40, so the
   // latest is also the only "best": it alone is kept.
-  std::string config = cluster.WriteFile("gc.yaml", absl::StrCat(R"(name: gc
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-  learning_rate: 0.05
-  hidden_size: 16
-records_per_epoch: 60000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: 40
-min_validation_period:
-  batches: 40
-min_checkpoint_period:
-  batches: 10
-scheduling_unit: 10
-checkpoint_storage:
-  type: shared_fs
-  host_path: )",
-                                                                 storage, R"(
-  save_trial_best: 1
-  save_trial_latest: 1
-data:
-  dir: /usr/share/datasets/fashion-mnist
-)"));
+  ExampleExperiment exp;
+  exp.name = "gc";
+  exp.batches = 40;
+  exp.validation_period = 40;
+  exp.checkpoint_period = 10;
+  exp.scheduling_unit = 10;
+  exp.checkpoint_host_path = storage;
+  exp.save_trial_best = 1;
+  exp.save_trial_latest = 1;
+  std::string config = cluster.WriteFile("gc.yaml", exp.Yaml());
   CommandResult create = cluster.Det({"experiment", "create", config, "-f"});
   ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster.LogTail("master");
 

@@ -16,23 +16,17 @@
 namespace det::testing {
 namespace {
 
-
-constexpr char kConfig[] = R"(name: crash
-entrypoint: det-fashion-mnist
-hyperparameters: {global_batch_size: 32, learning_rate: 0.05, hidden_size: 16}
-records_per_epoch: 60000
-searcher: {name: single, metric: validation_loss, max_length: {batches: 1500}}
-min_validation_period: {batches: 750}
-scheduling_unit: 50
-max_restarts: 3
-data: {dir: /usr/share/datasets/fashion-mnist}
-)";
-
 TEST(CrashLoop, KilledMasterKeepsEveryAcknowledgedWrite) {
   TestCluster cluster("crash");
   ASSERT_TRUE(cluster.StartMaster().ok()) << cluster.LogTail("master");
   ASSERT_TRUE(cluster.StartAgent("a1", 2).ok());
-  std::string config = cluster.WriteFile("crash.yaml", kConfig);
+  ExampleExperiment exp;
+  exp.name = "crash";
+  exp.batches = 1500;
+  exp.validation_period = 750;
+  exp.scheduling_unit = 50;
+  exp.max_restarts = 3;
+  std::string config = cluster.WriteFile("crash.yaml", exp.Yaml());
   std::mt19937 rng(20261122);
   std::vector<int64_t> acked;               // experiments whose creation was acknowledged
   std::map<int64_t, int64_t> seen_rows;     // trial -> training rows the API showed

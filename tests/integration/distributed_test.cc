@@ -4,14 +4,11 @@
 // collection (a CHECKPOINT_GC task on the agent); timings in `det trial describe`; a rank
 // killed mid-training.
 #include <signal.h>
-#include <sys/stat.h>
 
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <regex>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,59 +19,22 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
-// True while `pid` runs (a zombie has exited).
-bool Running(int pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-}
-
-std::string Config(const std::string& name, int slots, int64_t batches, const std::string& checkpoints,
-                   int64_t checkpoint_every, int max_restarts = 0) {
-  return absl::StrCat("name: ", name, R"(
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 64
-  learning_rate: 0.05
-  hidden_size: 16
-records_per_epoch: 60000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: )", batches, R"(
-min_checkpoint_period:
-  batches: )", checkpoint_every, R"(
-scheduling_unit: 50
-max_restarts: )", max_restarts, R"(
-resources:
-  slots_per_trial: )", slots, R"(
-checkpoint_storage:
-  type: shared_fs
-  host_path: )", checkpoints, R"(
-  save_trial_latest: 1
-  save_trial_best: 1
-data:
-  dir: /usr/share/datasets/fashion-mnist
-)");
-}
-
-// rank -> pid from the "rank R of N (local rank L, pid P)" lines of a trial's logs.
-std::map<int, int> RankPids(const std::string& logs) {
-  std::map<int, int> pids;
-  std::regex re(R"(rank (\d+) of \d+ \(local rank \d+, pid (\d+)\))");
-  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), re); it != std::sregex_iterator(); ++it) {
-    pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
-  }
-  return pids;
+// `slots` ranks of global batch 64 for `batches`, a checkpoint every `checkpoint_every`
+// under `checkpoints` (the best and the latest kept), no restarts.
+ExampleExperiment Ranks(const std::string& name, int slots, int64_t batches,
+                        const std::string& checkpoints, int64_t checkpoint_every) {
+  ExampleExperiment exp;
+  exp.name = name;
+  exp.global_batch_size = 64;
+  exp.batches = batches;
+  exp.checkpoint_period = checkpoint_every;
+  exp.scheduling_unit = 50;
+  exp.max_restarts = 0;
+  exp.slots_per_trial = slots;
+  exp.checkpoint_host_path = checkpoints;
+  exp.save_trial_best = 1;
+  exp.save_trial_latest = 1;
+  return exp;
 }
 
 class Distributed : public ::testing::Test {
@@ -91,10 +51,9 @@ TEST_F(Distributed, FourRanksReachTheAccuracyOfOneRankWithTheSameGlobalBatch) {
   std::map<int, double> accuracy;
   for (int slots : {1, 4}) {
     // One experiment seed for both: the same initial parameters and sample order.
-    std::string config = cluster_.WriteFile(
-        absl::StrCat("exp", slots, ".yaml"),
-        Config(absl::StrCat("ranks-", slots), slots, 300, checkpoints, 100) +
-            "reproducibility: {experiment_seed: 20261122}\n");
+    ExampleExperiment exp = Ranks(absl::StrCat("ranks-", slots), slots, 300, checkpoints, 100);
+    exp.experiment_seed = 20261122;
+    std::string config = cluster_.WriteFile(absl::StrCat("exp", slots, ".yaml"), exp.Yaml());
     CommandResult create = cluster_.Det({"experiment", "create", config, "-f"}, absl::Seconds(180));
     ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master")
                                   << cluster_.LogTail("agent-a");
@@ -170,7 +129,9 @@ TEST_F(Distributed, FourRanksReachTheAccuracyOfOneRankWithTheSameGlobalBatch) {
 
 TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestCheckpoint) {
   const std::string checkpoints = cluster_.dir() + "/checkpoints";
-  std::string config = cluster_.WriteFile("long.yaml", Config("kill", 4, 50000, checkpoints, 50, 1));
+  ExampleExperiment exp = Ranks("kill", 4, 50000, checkpoints, 50);
+  exp.max_restarts = 1;
+  std::string config = cluster_.WriteFile("long.yaml", exp.Yaml());
   CommandResult create = cluster_.Det({"experiment", "create", config});
   ASSERT_TRUE(create.exit.ok()) << create.err;
 
@@ -259,7 +220,8 @@ TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestC
 TEST_F(Distributed, RanksAskedToStopCheckpointFirst) {
   const std::string checkpoints = cluster_.dir() + "/checkpoints";
   // No periodic checkpoints: the only one is the one taken on the way out.
-  std::string config = cluster_.WriteFile("stop.yaml", Config("stop", 2, 50000, checkpoints, 1000000));
+  std::string config =
+      cluster_.WriteFile("stop.yaml", Ranks("stop", 2, 50000, checkpoints, 1000000).Yaml());
   ASSERT_TRUE(cluster_.Det({"experiment", "create", config}).exit.ok());
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -297,7 +259,7 @@ TEST(DistributedAcrossAgents, ATrialSpanningTwoAgentsTrainsAsOne) {
   ASSERT_TRUE(cluster.StartAgent("agent-a", 2).ok()) << cluster.LogTail("agent-a");
   ASSERT_TRUE(cluster.StartAgent("agent-b", 2).ok()) << cluster.LogTail("agent-b");
   std::string config = cluster.WriteFile(
-      "exp.yaml", Config("two-agents", 4, 200, cluster.dir() + "/checkpoints", 100));
+      "exp.yaml", Ranks("two-agents", 4, 200, cluster.dir() + "/checkpoints", 100).Yaml());
   CommandResult create = cluster.Det({"experiment", "create", config, "-f"}, absl::Seconds(180));
   ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster.LogTail("master");
   // Ranks 0-1 on one agent, 2-3 on the other (CROSS_SIZE 2), one collective.

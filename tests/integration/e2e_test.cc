@@ -16,29 +16,15 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-
-
-std::string ShortConfig(int64_t batches, int unit, int max_restarts = 0,
-                        const std::string& data_dir = "/usr/share/datasets/fashion-mnist",
-                        const std::string& entrypoint = "det-fashion-mnist") {
-  return absl::StrCat(R"(name: e2e
-entrypoint: )", entrypoint, R"(
-hyperparameters:
-  global_batch_size: 32
-  learning_rate: 0.05
-  hidden_size: 16
-records_per_epoch: 60000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: )", batches, R"(
-min_validation_period:
-  batches: )", batches / 2, R"(
-scheduling_unit: )", unit, R"(
-max_restarts: )", max_restarts, R"(
-data:
-  dir: )", data_dir, "\n");
+// `batches` long, validated halfway and at the end, no restarts.
+ExampleExperiment Short(int64_t batches, int unit) {
+  ExampleExperiment exp;
+  exp.name = "e2e";
+  exp.batches = batches;
+  exp.validation_period = batches / 2;
+  exp.scheduling_unit = unit;
+  exp.max_restarts = 0;
+  return exp;
 }
 
 class EndToEnd : public ::testing::Test {
@@ -51,7 +37,7 @@ class EndToEnd : public ::testing::Test {
 };
 
 TEST_F(EndToEnd, TrialTrainsAndReportsBack) {
-  std::string config = cluster_.WriteFile("exp.yaml", ShortConfig(300, 50));
+  std::string config = cluster_.WriteFile("exp.yaml", Short(300, 50).Yaml());
   CommandResult create = cluster_.Det({"experiment", "create", config, "-f"});
   ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master")
                                 << cluster_.LogTail("agent-a");
@@ -105,7 +91,9 @@ TEST_F(EndToEnd, BadInputGetsAClearErrorAndCreatesNothing) {
   EXPECT_THAT(malformed.err, HasSubstr("bad.yaml:"));
   EXPECT_THAT(malformed.err, HasSubstr("malformed YAML"));
 
-  std::string typo = cluster_.WriteFile("typo.yaml", ShortConfig(10, 5) + "max_restart: 2\n");
+  ExampleExperiment with_typo = Short(10, 5);
+  with_typo.extra_yaml = "max_restart: 2\n";
+  std::string typo = cluster_.WriteFile("typo.yaml", with_typo.Yaml());
   CommandResult unknown = cluster_.Det({"experiment", "create", typo});
   EXPECT_FALSE(unknown.exit.ok());
   EXPECT_THAT(unknown.err, HasSubstr("typo.yaml:"));
@@ -145,7 +133,7 @@ TEST(MasterStartup, AFullDatabaseRefusesNewWorkWithAClearError) {
   std::string dir = c.dir() + "/ctx";
   ASSERT_EQ(RunCommand({"mkdir", "-p", dir}).exit.exit_code, 0);
   ASSERT_EQ(RunCommand({"sh", "-c", "head -c 307200 /dev/urandom > " + dir + "/blob"}).exit.exit_code, 0);
-  std::string config = c.WriteFile("exp.yaml", ShortConfig(10, 5));
+  std::string config = c.WriteFile("exp.yaml", Short(10, 5).Yaml());
   CommandResult r;
   int created = 0;
   for (int i = 0; i < 10; ++i) {
@@ -164,8 +152,10 @@ TEST(MasterStartup, AFullDatabaseRefusesNewWorkWithAClearError) {
 }
 
 TEST_F(EndToEnd, FailingWorkerIsRestartedThenTheTrialErrors) {
-  std::string config =
-      cluster_.WriteFile("fail.yaml", ShortConfig(100, 10, /*max_restarts=*/1, "/no/such/dir"));
+  ExampleExperiment exp = Short(100, 10);
+  exp.max_restarts = 1;
+  exp.data_dir = "/no/such/dir";
+  std::string config = cluster_.WriteFile("fail.yaml", exp.Yaml());
   CommandResult create = cluster_.Det({"experiment", "create", config, "-f"});
   EXPECT_FALSE(create.exit.ok());
   EXPECT_THAT(create.err, HasSubstr("ERROR"));
@@ -180,8 +170,9 @@ TEST_F(EndToEnd, FailingWorkerIsRestartedThenTheTrialErrors) {
 }
 
 TEST_F(EndToEnd, MissingEntrypointIsReportedNotHung) {
-  std::string config = cluster_.WriteFile(
-      "noentry.yaml", ShortConfig(10, 5, 0, "/usr/share/datasets/fashion-mnist", "no-such-program"));
+  ExampleExperiment exp = Short(10, 5);
+  exp.entrypoint = "no-such-program";
+  std::string config = cluster_.WriteFile("noentry.yaml", exp.Yaml());
   CommandResult create = cluster_.Det({"experiment", "create", config, "-f"}, absl::Seconds(60));
   EXPECT_FALSE(create.exit.ok());
   CommandResult logs = cluster_.Det({"trial", "logs", "1"});
@@ -191,7 +182,7 @@ TEST_F(EndToEnd, MissingEntrypointIsReportedNotHung) {
 }
 
 TEST_F(EndToEnd, MasterKilledMidTrialLosesNothingAcknowledged) {
-  std::string config = cluster_.WriteFile("long.yaml", ShortConfig(20000, 100));
+  std::string config = cluster_.WriteFile("long.yaml", Short(20000, 100).Yaml());
   CommandResult create = cluster_.Det({"experiment", "create", config});
   ASSERT_TRUE(create.exit.ok()) << create.err;
   int64_t before = 0;

@@ -8,9 +8,7 @@
 
 #include <cmath>
 #include <map>
-#include <regex>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -20,22 +18,6 @@ namespace det::testing {
 namespace {
 
 constexpr int64_t kSteps = 1500;
-
-int64_t Int(const nlohmann::json& j) {
-  int64_t v = -1;
-  if (j.is_number()) return j.get<int64_t>();
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
-
-std::map<int, int> RankPids(const std::string& logs) {
-  std::map<int, int> pids;
-  std::regex re(R"(rank (\d+) of \d+ \(local rank \d+, pid (\d+)\))");
-  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), re); it != std::sregex_iterator(); ++it) {
-    pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
-  }
-  return pids;
-}
 
 struct Step {
   double loss = 0;
@@ -57,19 +39,20 @@ class Elastic : public ::testing::Test {
   // Creates an experiment; returns its id (= its trial's id: one trial each).
   int Create(int slots, bool deterministic) {
     ++experiments_;
-    std::string config = cluster_.WriteFile(absl::StrCat("exp", experiments_, ".yaml"), absl::StrCat(R"(name: elastic
-entrypoint: det-fashion-mnist
-hyperparameters: {global_batch_size: 32, learning_rate: 0.05, hidden_size: 16, input_noise: 0.05}
-records_per_epoch: 60000
-searcher: {name: single, metric: validation_loss, max_length: {batches: )", kSteps, R"(}}
-min_checkpoint_period: {batches: 50}
-scheduling_unit: 5
-max_restarts: 1
-reproducibility: {experiment_seed: 7, deterministic: )", deterministic ? "true" : "false", R"(}
-resources: {slots_per_trial: )", slots, R"(}
-checkpoint_storage: {type: shared_fs, host_path: )", cluster_.dir(), R"(/checkpoints, save_trial_latest: 2}
-data: {dir: /usr/share/datasets/fashion-mnist, num_canonical_nodes: 4}
-)"));
+    ExampleExperiment exp;
+    exp.name = "elastic";
+    exp.more_hyperparameters = {{"input_noise", "0.05"}};
+    exp.batches = kSteps;
+    exp.checkpoint_period = 50;
+    exp.scheduling_unit = 5;
+    exp.max_restarts = 1;
+    exp.slots_per_trial = slots;
+    exp.experiment_seed = 7;
+    exp.deterministic = deterministic;
+    exp.checkpoint_host_path = cluster_.dir() + "/checkpoints";
+    exp.save_trial_latest = 2;
+    exp.more_data = {{"num_canonical_nodes", "4"}};
+    std::string config = cluster_.WriteFile(absl::StrCat("exp", experiments_, ".yaml"), exp.Yaml());
     CommandResult r = cluster_.Det({"experiment", "create", config});
     EXPECT_TRUE(r.exit.ok()) << r.err;
     return experiments_;

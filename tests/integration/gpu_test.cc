@@ -19,30 +19,17 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Config(const std::string& name, int slots, const std::string& checkpoints) {
-  return absl::StrCat("name: ", name, R"(
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 128
-  learning_rate: 0.05
-  hidden_size: 128
-records_per_epoch: 60000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: 400
-min_checkpoint_period:
-  batches: 200
-scheduling_unit: 100
-resources:
-  slots_per_trial: )", slots, R"(
-reproducibility: {experiment_seed: 7}
-checkpoint_storage:
-  type: shared_fs
-  host_path: )", checkpoints, R"(
-data:
-  dir: /usr/share/datasets/fashion-mnist
-)");
+  ExampleExperiment exp;
+  exp.name = name;
+  exp.global_batch_size = 128;
+  exp.hidden_size = 128;
+  exp.batches = 400;
+  exp.checkpoint_period = 200;
+  exp.scheduling_unit = 100;
+  exp.slots_per_trial = slots;
+  exp.experiment_seed = 7;
+  exp.checkpoint_host_path = checkpoints;
+  return exp.Yaml();
 }
 
 TEST(Gpu, TheExampleTrainsOnCudaSlotsWithNccl) {

@@ -1,8 +1,5 @@
 // Pause, resize and activate: a paused 2-slot trial resumes from its latest checkpoint on
 // 1 slot with the same global batch, and its loss curve keeps one value per step.
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -12,24 +9,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
-
 TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
   TestCluster cluster("resize");
   ASSERT_TRUE(cluster.StartMaster().ok());
   ASSERT_TRUE(cluster.StartAgent("a1", 2).ok());
-  std::string config = cluster.WriteFile("resize.yaml", absl::StrCat(R"(name: resize
-entrypoint: det-fashion-mnist
-hyperparameters: {global_batch_size: 64, learning_rate: 0.05, hidden_size: 16}
-records_per_epoch: 60000
-searcher: {name: single, metric: validation_loss, max_length: {batches: 20000}}
-min_checkpoint_period: {batches: 500}
-scheduling_unit: 100
-max_restarts: 0
-resources: {slots_per_trial: 2}
-checkpoint_storage: {type: shared_fs, host_path: )", cluster.dir(), R"(/checkpoints, save_trial_latest: 2}
-data: {dir: /usr/share/datasets/fashion-mnist}
-)"));
+  ExampleExperiment exp;
+  exp.name = "resize";
+  exp.global_batch_size = 64;
+  exp.batches = 20000;
+  exp.checkpoint_period = 500;
+  exp.scheduling_unit = 100;
+  exp.max_restarts = 0;
+  exp.slots_per_trial = 2;
+  exp.checkpoint_host_path = cluster.dir() + "/checkpoints";
+  exp.save_trial_latest = 2;
+  std::string config = cluster.WriteFile("resize.yaml", exp.Yaml());
   ASSERT_TRUE(cluster.Det({"experiment", "create", config}).exit.ok());
   ASSERT_TRUE(WaitUntil([&] {
     nlohmann::json t = cluster.DetJson({"trial", "describe", "1"});

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,14 +15,6 @@ namespace det::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Protobuf's JSON writes int64 as strings.
-int64_t Int(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<int64_t>();
-  int64_t v = -1;
-  if (j.is_string() && absl::SimpleAtoi(j.get<std::string>(), &v)) return v;
-  return -1;
-}
 
 std::string RandomConfig(const std::string& seed_line) {
   return absl::StrCat(R"(name: random

@@ -7,15 +7,28 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 
 namespace det::testing {
 namespace {
+
+// `text` as a single-quoted YAML scalar.
+std::string Quoted(const std::string& text) {
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "''"}}), "'");
+}
+
+void AppendFields(std::string* yaml, const ExampleExperiment::Fields& fields) {
+  for (const auto& [key, value] : fields) absl::StrAppend(yaml, "  ", key, ": ", value, "\n");
+}
+
+}  // namespace
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -24,7 +37,69 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool Running(int pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+std::map<int, int> RankPids(const std::string& logs) {
+  std::map<int, int> pids;
+  std::regex re(R"(rank (\d+) of \d+ \(local rank \d+, pid (\d+)\))");
+  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), re); it != std::sregex_iterator();
+       ++it) {
+    pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+  }
+  return pids;
+}
+
+std::string ExampleExperiment::Yaml() const {
+  std::string y = absl::StrCat("name: ", Quoted(name), "\nentrypoint: ", entrypoint,
+                               "\nhyperparameters:\n  global_batch_size: ", global_batch_size,
+                               "\n  learning_rate: ", learning_rate,
+                               "\n  hidden_size: ", hidden_size, "\n");
+  AppendFields(&y, more_hyperparameters);
+  if (records_per_epoch > 0) absl::StrAppend(&y, "records_per_epoch: ", records_per_epoch, "\n");
+  if (batches > 0) {
+    absl::StrAppend(&y, "searcher:\n  name: single\n  metric: validation_loss\n  max_length:\n",
+                    "    batches: ", batches, "\n");
+  }
+  if (validation_period) {
+    absl::StrAppend(&y, "min_validation_period:\n  batches: ", *validation_period, "\n");
+  }
+  if (checkpoint_period) {
+    absl::StrAppend(&y, "min_checkpoint_period:\n  batches: ", *checkpoint_period, "\n");
+  }
+  if (scheduling_unit) absl::StrAppend(&y, "scheduling_unit: ", *scheduling_unit, "\n");
+  if (max_restarts) absl::StrAppend(&y, "max_restarts: ", *max_restarts, "\n");
+  if (slots_per_trial) {
+    absl::StrAppend(&y, "resources:\n  slots_per_trial: ", *slots_per_trial, "\n");
+  }
+  if (experiment_seed || deterministic) {
+    absl::StrAppend(&y, "reproducibility:\n");
+    if (experiment_seed) absl::StrAppend(&y, "  experiment_seed: ", *experiment_seed, "\n");
+    if (deterministic) absl::StrAppend(&y, "  deterministic: true\n");
+  }
+  if (!checkpoint_host_path.empty()) {
+    absl::StrAppend(&y, "checkpoint_storage:\n  type: shared_fs\n  host_path: ",
+                    Quoted(checkpoint_host_path), "\n");
+    if (save_trial_best) absl::StrAppend(&y, "  save_trial_best: ", *save_trial_best, "\n");
+    if (save_trial_latest) absl::StrAppend(&y, "  save_trial_latest: ", *save_trial_latest, "\n");
+  }
+  if (!data_dir.empty() || !more_data.empty()) {
+    absl::StrAppend(&y, "data:\n");
+    if (!data_dir.empty()) absl::StrAppend(&y, "  dir: ", Quoted(data_dir), "\n");
+    AppendFields(&y, more_data);
+  }
+  return y + extra_yaml;
+}
 
 std::string TestCluster::BinDir() {
   const char* srcdir = std::getenv("TEST_SRCDIR");

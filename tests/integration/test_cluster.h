@@ -3,11 +3,13 @@
 #ifndef DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
 #define DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,6 +43,58 @@ std::string Sql(const std::string& db, const std::string& query);
 
 // Polls `condition` every 50 ms until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
+
+// The contents of the file at `path` ("" when it cannot be read).
+std::string Slurp(const std::string& path);
+// Whether `path` exists (stat succeeds).
+bool Exists(const std::string& path);
+// True while `pid` runs (a zombie has exited), from /proc/<pid>/stat.
+bool Running(int pid);
+// rank -> pid from the "rank R of N (local rank L, pid P)" lines of a trial's logs.
+std::map<int, int> RankPids(const std::string& logs);
+
+// The config of an experiment of the example model (det-fashion-mnist on Fashion-MNIST,
+// searcher `single` on validation_loss). Each field is one key; an unset optional, an empty
+// string, a 0 (records_per_epoch, batches) or a false leaves its key out, so the master's
+// default applies.
+struct ExampleExperiment {
+  // More keys of a section, after the fields': {key, value as YAML}.
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+
+  // Single-quoted: any text.
+  std::string name = "example";
+  // Written as is: YAML (a command, or a list).
+  std::string entrypoint = "det-fashion-mnist";
+  // hyperparameters.
+  int64_t global_batch_size = 32;
+  double learning_rate = 0.05;
+  int64_t hidden_size = 16;
+  Fields more_hyperparameters;  // e.g. {{"input_noise", "0.05"}}
+  int64_t records_per_epoch = 60000;
+  // searcher.max_length.batches; 0: no searcher section (give one in extra_yaml).
+  int64_t batches = 100;
+  std::optional<int64_t> validation_period;  // min_validation_period.batches
+  std::optional<int64_t> checkpoint_period;  // min_checkpoint_period.batches
+  std::optional<int> scheduling_unit;
+  std::optional<int> max_restarts;
+  std::optional<int> slots_per_trial;  // resources.slots_per_trial
+  // reproducibility.
+  std::optional<int64_t> experiment_seed;
+  bool deterministic = false;
+  // checkpoint_storage: shared_fs at this (single-quoted) path; empty: no
+  // checkpoint_storage section, and the save_* fields are not written.
+  std::string checkpoint_host_path;
+  std::optional<int> save_trial_best;
+  std::optional<int> save_trial_latest;
+  // data.dir (single-quoted); empty: no dir key (and without more_data, no data section).
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  Fields more_data;  // e.g. {{"num_canonical_nodes", "4"}}
+  // Appended verbatim (whole lines): keys no field above covers.
+  std::string extra_yaml;
+
+  // The config as YAML, in the order of the fields above.
+  std::string Yaml() const;
+};
 
 class TestCluster {
  public:

@@ -41,15 +41,12 @@ TEST(Tls, EveryClientOfTheMasterSpeaksTlsAndChecksItsCertificate) {
                   .ok())
       << cluster.LogTail("master");
   ASSERT_TRUE(cluster.StartAgent("a1").ok()) << cluster.LogTail("a1");
-  std::string config = cluster.WriteFile("exp.yaml", R"(name: tls
-entrypoint: det-fashion-mnist
-hyperparameters: {global_batch_size: 32, learning_rate: 0.05, hidden_size: 16}
-records_per_epoch: 60000
-searcher: {name: single, metric: validation_loss, max_length: {batches: 100}}
-scheduling_unit: 50
-max_restarts: 0
-data: {dir: /usr/share/datasets/fashion-mnist}
-)");
+  ExampleExperiment exp;
+  exp.name = "tls";
+  exp.batches = 100;
+  exp.scheduling_unit = 50;
+  exp.max_restarts = 0;
+  std::string config = cluster.WriteFile("exp.yaml", exp.Yaml());
   CommandResult create = cluster.Det({"experiment", "create", config, "-f"});
   ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster.LogTail("master");
   nlohmann::json t = cluster.DetJson({"trial", "describe", "1"});

@@ -22,29 +22,16 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-
 // Quotes and markup in the name: the page must show it as text.
 constexpr char kName[] = "web \"ui\" <b>bold</b> & 'done'";
 
 std::string ExperimentYaml() {
-  return absl::StrCat("name: '", "web \"ui\" <b>bold</b> & ''done''", R"('
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-  learning_rate: 0.05
-  hidden_size: 16
-records_per_epoch: 60000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: 160
-min_validation_period:
-  batches: 40
-scheduling_unit: 20
-data:
-  dir: /usr/share/datasets/fashion-mnist
-)");
+  ExampleExperiment exp;
+  exp.name = kName;
+  exp.batches = 160;
+  exp.validation_period = 40;
+  exp.scheduling_unit = 20;
+  return exp.Yaml();
 }
 
 std::string Chromium() {
