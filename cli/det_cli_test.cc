@@ -43,6 +43,7 @@ class FakeApi final : public v1::Api::Service {
     v1::Experiment& e = experiment_;
     e.set_id(7);
     e.set_name("mnist");
+    e.set_owner("alice");
     e.set_state(v1::STATE_ACTIVE);
     e.set_config_yaml(kConfigYaml);
     e.set_start_time_ms(1700000000000);
@@ -90,6 +91,10 @@ class FakeApi final : public v1::Api::Service {
     absl::MutexLock lock(&mu_);
     return last_create_;
   }
+  v1::ListExperimentsRequest last_list() {
+    absl::MutexLock lock(&mu_);
+    return last_list_;
+  }
   std::vector<v1::GetTrialLogsRequest> log_requests() {
     absl::MutexLock lock(&mu_);
     return log_requests_;
@@ -127,10 +132,11 @@ class FakeApi final : public v1::Api::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListExperiments(grpc::ServerContext*, const v1::ListExperimentsRequest*,
+  grpc::Status ListExperiments(grpc::ServerContext*, const v1::ListExperimentsRequest* request,
                                v1::ListExperimentsResponse* response) override {
     absl::MutexLock lock(&mu_);
     ++calls_;
+    last_list_ = *request;
     *response->add_experiments() = experiment_;
     v1::Experiment* done = response->add_experiments();
     done->set_id(12);
@@ -236,6 +242,7 @@ class FakeApi final : public v1::Api::Service {
   int ticks_to_end_ ABSL_GUARDED_BY(mu_) = -1;
   grpc::Status create_error_ ABSL_GUARDED_BY(mu_);
   v1::CreateExperimentRequest last_create_ ABSL_GUARDED_BY(mu_);
+  v1::ListExperimentsRequest last_list_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::GetTrialLogsRequest> log_requests_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t killed_ ABSL_GUARDED_BY(mu_) = 0;
@@ -314,15 +321,21 @@ TEST_F(DetCliTest, ExperimentListTable) {
   EXPECT_EQ(err_, "");
   std::vector<std::string> lines = Lines(out_);
   ASSERT_EQ(lines.size(), 4u) << out_;
-  EXPECT_THAT(lines[0], StartsWith(" ID | Name                          | State     | Progress |"
-                                   " Trials | Start Time           | End Time"));
-  EXPECT_THAT(lines[1], StartsWith("----+-------------------------------+-----------+"));
+  EXPECT_THAT(lines[0], StartsWith(" ID | Owner | Name                          | State     |"
+                                   " Progress | Trials | Start Time           | End Time"));
+  EXPECT_THAT(lines[1], StartsWith("----+-------+-------------------------------+-----------+"));
   EXPECT_EQ(lines[2],
-            " 7  | mnist                         | ACTIVE    | 50.0%    | 2      |"
+            " 7  | alice | mnist                         | ACTIVE    | 50.0%    | 2      |"
             " 2023-11-14T22:13:20Z |");
   EXPECT_EQ(lines[3],
-            " 12 | a-much-longer-experiment-name | COMPLETED | 100.0%   | 16     |"
+            " 12 |       | a-much-longer-experiment-name | COMPLETED | 100.0%   | 16     |"
             "                      |");
+  EXPECT_EQ(fake_.last_list().user(), "");
+}
+
+TEST_F(DetCliTest, ExperimentListByUser) {
+  ASSERT_EQ(Det({"experiment", "list", "--user", "alice"}), 0) << err_;
+  EXPECT_EQ(fake_.last_list().user(), "alice");
 }
 
 TEST_F(DetCliTest, ExperimentAliasAndMasterUrlForms) {
@@ -348,6 +361,7 @@ TEST_F(DetCliTest, ExperimentListJson) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_, &parsed).ok()) << out_;
   ASSERT_EQ(parsed.experiments_size(), 2);
   EXPECT_EQ(parsed.experiments(0).name(), "mnist");
+  EXPECT_EQ(parsed.experiments(0).owner(), "alice");
   EXPECT_EQ(parsed.total(), 2);
   EXPECT_THAT(out_, HasSubstr("\"config_yaml\": "));
   EXPECT_THAT(out_, HasSubstr("\"end_time_ms\": \"0\""));  // defaults printed
@@ -358,6 +372,7 @@ TEST_F(DetCliTest, ExperimentDescribe) {
   ASSERT_EQ(Det({"experiment", "describe", "7"}), 0) << err_;
   EXPECT_THAT(out_, HasSubstr("ID:         7\n"));
   EXPECT_THAT(out_, HasSubstr("State:      ACTIVE\n"));
+  EXPECT_THAT(out_, HasSubstr("Owner:      alice\n"));
   EXPECT_THAT(out_, HasSubstr("\nTrials:\n"
                               " Trial ID | State   | Restarts | Batches | Pending Reason"
                               "     | accuracy | validation_loss\n"));

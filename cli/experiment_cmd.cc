@@ -106,11 +106,13 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
   return FollowExperiment(ctx, *api, id);
 }
 
-absl::Status List(CliContext& ctx) {
+// `user`: only that user's experiments, when not empty.
+absl::Status List(CliContext& ctx, const std::string& user) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   v1::ListExperimentsResponse all;
   for (int offset = 0;;) {
     v1::ListExperimentsRequest request;
+    request.set_user(user);
     request.set_limit(kListPage);
     request.set_offset(offset);
     ASSIGN_OR_RETURN(v1::ListExperimentsResponse page, api->ListExperiments(request));
@@ -223,9 +225,13 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
     ctx.action = [&ctx, create_options] { return Create(ctx, *create_options); };
   });
 
+  auto list_user = std::make_shared<std::string>();
   CLI::App* list = group->add_subcommand("list", "list experiments");
   list->add_flag("--json", ctx.json, kJsonHelp);
-  list->callback([&ctx] { ctx.action = [&ctx] { return List(ctx); }; });
+  list->add_option("--user", *list_user, "only the experiments of this user (username)");
+  list->callback([&ctx, list_user] {
+    ctx.action = [&ctx, list_user] { return List(ctx, *list_user); };
+  });
 
   AddIdCommand(*group, ctx, "describe", "describe an experiment and its trials", Describe)
       ->add_flag("--json", ctx.json, kJsonHelp);

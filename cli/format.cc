@@ -152,9 +152,9 @@ std::string FormatLogLine(const v1::LogLine& line) {
 
 Table ExperimentsTable(
     const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments) {
-  Table table({"ID", "Name", "State", "Progress", "Trials", "Start Time", "End Time"});
+  Table table({"ID", "Owner", "Name", "State", "Progress", "Trials", "Start Time", "End Time"});
   for (const v1::Experiment& e : experiments) {
-    table.AddRow({absl::StrCat(e.id()), e.name(), StateName(e.state()),
+    table.AddRow({absl::StrCat(e.id()), e.owner(), e.name(), StateName(e.state()),
                   FormatPercent(e.progress()), absl::StrCat(e.num_trials()),
                   FormatTimeMs(e.start_time_ms()), FormatTimeMs(e.end_time_ms())});
   }

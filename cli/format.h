@@ -73,7 +73,7 @@ std::string FormatBytes(uint64_t bytes);
 // the master wrote about the trial "[agent] message", "[master] message". No newline.
 std::string FormatLogLine(const v1::LogLine& line);
 
-// ID, Name, State, Progress, Trials, Start Time, End Time.
+// ID, Owner, Name, State, Progress, Trials, Start Time, End Time.
 Table ExperimentsTable(
     const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments);
 KeyValues ExperimentFields(const v1::Experiment& experiment);

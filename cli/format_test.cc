@@ -142,6 +142,26 @@ TEST(FormatTest, TrialsTableHasMetricAndPendingColumnsOnlyWhenNeeded) {
   EXPECT_THAT(out2.str(), HasSubstr("waiting for 2 slots"));
 }
 
+TEST(FormatTest, ExperimentsTableShowsTheOwnerAfterTheId) {
+  google::protobuf::RepeatedPtrField<v1::Experiment> experiments;
+  v1::Experiment* e = experiments.Add();
+  e->set_id(3);
+  e->set_owner("alice");
+  e->set_name("mnist");
+  e->set_state(v1::STATE_ACTIVE);
+  e->set_progress(0.5);
+  e->set_num_trials(2);
+  experiments.Add()->set_id(4);  // Created before owners were recorded.
+  std::ostringstream out;
+  ExperimentsTable(experiments).Render(out);
+  std::vector<std::string> lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 4u) << out.str();
+  EXPECT_EQ(lines[0],
+            " ID | Owner | Name  | State       | Progress | Trials | Start Time | End Time");
+  EXPECT_EQ(lines[2], " 3  | alice | mnist | ACTIVE      | 50.0%    | 2      |            |");
+  EXPECT_EQ(lines[3], " 4  |       |       | UNSPECIFIED | 0.0%     | 0      |            |");
+}
+
 TEST(FormatTest, AgentsTable) {
   google::protobuf::RepeatedPtrField<v1::Agent> agents;
   v1::Agent* a = agents.Add();

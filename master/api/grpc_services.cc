@@ -55,14 +55,14 @@ grpc::ServerUnaryReactor* AsCaller(grpc::CallbackServerContext* ctx, UserHandler
   return reactor;
 }
 
-#define DET_SERVE_USER(Name)                                                               \
+// A user API call served by `handler` as its caller (see ApiService::ServeAs).
+#define DET_SERVE_AS(Handler, handler, Name)                                               \
   grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* ctx, const v1::Name##Request* req, \
                                  v1::Name##Response* resp) override {                     \
-    if (users_ == nullptr) return Unimplemented(ctx);                                     \
-    return AsCaller(ctx, users_, [this, req, resp](const Caller& c, Done d) {              \
-      users_->Name(c, *req, resp, std::move(d));                                           \
-    });                                                                                    \
+    return ServeAs(ctx, handler, &Handler::Name, req, resp);                               \
   }
+#define DET_SERVE_API(Name) DET_SERVE_AS(ApiHandler, &h_, Name)
+#define DET_SERVE_USER(Name) DET_SERVE_AS(UserHandler, users_, Name)
 
 // The user API. With a UserHandler, every call but Login needs a session token.
 class ApiService final : public v1::Api::CallbackService {
@@ -82,39 +82,41 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_USER(ListUsers)
   DET_SERVE_USER(ChangePassword)
 
-  DET_SERVE(ApiHandler, GetMasterInfo)
-  DET_SERVE(ApiHandler, GetMasterStats)
-  DET_SERVE(ApiHandler, CreateExperiment)
-  DET_SERVE(ApiHandler, ListExperiments)
-  DET_SERVE(ApiHandler, GetExperiment)
-  DET_SERVE(ApiHandler, KillExperiment)
-  DET_SERVE(ApiHandler, PauseExperiment)
-  DET_SERVE(ApiHandler, ActivateExperiment)
-  DET_SERVE(ApiHandler, SetExperimentSlots)
-  DET_SERVE(ApiHandler, GetTrial)
-  DET_SERVE(ApiHandler, GetTrialMetrics)
-  DET_SERVE(ApiHandler, GetTrialLogs)
-  DET_SERVE(ApiHandler, ListCheckpoints)
-  DET_SERVE(ApiHandler, ListAgents)
-  DET_SERVE(ApiHandler, EnableAgent)
-  DET_SERVE(ApiHandler, DisableAgent)
-  DET_SERVE(ApiHandler, ListJobs)
-  DET_SERVE(ApiHandler, UpdateJobPriority)
-  DET_SERVE(ApiHandler, ListTasks)
-  DET_SERVE(ApiHandler, ListResourcePools)
-  DET_SERVE(ApiHandler, SetTemplate)
-  DET_SERVE(ApiHandler, ListTemplates)
-  DET_SERVE(ApiHandler, GetTemplate)
-  DET_SERVE(ApiHandler, RemoveTemplate)
+  DET_SERVE_API(GetMasterInfo)
+  DET_SERVE_API(GetMasterStats)
+  DET_SERVE_API(CreateExperiment)
+  DET_SERVE_API(ListExperiments)
+  DET_SERVE_API(GetExperiment)
+  DET_SERVE_API(KillExperiment)
+  DET_SERVE_API(PauseExperiment)
+  DET_SERVE_API(ActivateExperiment)
+  DET_SERVE_API(SetExperimentSlots)
+  DET_SERVE_API(GetTrial)
+  DET_SERVE_API(GetTrialMetrics)
+  DET_SERVE_API(GetTrialLogs)
+  DET_SERVE_API(ListCheckpoints)
+  DET_SERVE_API(ListAgents)
+  DET_SERVE_API(EnableAgent)
+  DET_SERVE_API(DisableAgent)
+  DET_SERVE_API(ListJobs)
+  DET_SERVE_API(UpdateJobPriority)
+  DET_SERVE_API(ListTasks)
+  DET_SERVE_API(ListResourcePools)
+  DET_SERVE_API(SetTemplate)
+  DET_SERVE_API(ListTemplates)
+  DET_SERVE_API(GetTemplate)
+  DET_SERVE_API(RemoveTemplate)
 
  private:
-  // Shadows the free Serve for DET_SERVE: ApiHandler calls are authenticated first.
-  template <typename Req, typename Resp>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, ApiHandler& handler,
-                                  void (ApiHandler::*call)(const Req&, Resp*, Done),
-                                  const Req* req, Resp* resp) {
-    return AsCaller(ctx, users_, [&handler, call, req, resp](const Caller&, Done d) {
-      (handler.*call)(*req, resp, std::move(d));
+  // Authenticates the call (see AsCaller), then runs `call` on `handler` as its caller.
+  // A null `handler` (no UserHandler) answers UNIMPLEMENTED.
+  template <typename H, typename Req, typename Resp>
+  grpc::ServerUnaryReactor* ServeAs(grpc::CallbackServerContext* ctx, H* handler,
+                                    void (H::*call)(const Caller&, const Req&, Resp*, Done),
+                                    const Req* req, Resp* resp) {
+    if (handler == nullptr) return Unimplemented(ctx);
+    return AsCaller(ctx, users_, [handler, call, req, resp](const Caller& c, Done d) {
+      (handler->*call)(c, *req, resp, std::move(d));
     });
   }
   grpc::ServerUnaryReactor* Unimplemented(grpc::CallbackServerContext* ctx) {
@@ -129,6 +131,8 @@ class ApiService final : public v1::Api::CallbackService {
 };
 
 #undef DET_SERVE_USER
+#undef DET_SERVE_API
+#undef DET_SERVE_AS
 
 class AgentService final : public v1::AgentService::CallbackService {
  public:

@@ -18,8 +18,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // The three services, registered on `builder`; they must outlive the server. With
 // `users` (which must outlive them too), every call of the user API but Login is
-// authenticated first ("authorization: Bearer TOKEN" metadata) and the user RPCs
-// (Login, WhoAmI, ...) are served; without, they answer UNIMPLEMENTED.
+// authenticated first ("authorization: Bearer TOKEN" metadata) and its handler gets that
+// caller, and the user RPCs (Login, WhoAmI, ...) are served; without, ApiHandler methods
+// get an empty Caller and the user RPCs answer UNIMPLEMENTED.
 std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiHandler& api, AgentHandler& agent,
                                                              WorkerHandler& worker,
                                                              UserHandler* users = nullptr);

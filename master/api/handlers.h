@@ -2,7 +2,7 @@
 // in grpc_services.h that expose them.
 //
 // Each method may be called from any thread. It fills `response` and then calls `done`
-// exactly once, from any thread; `request` and `response` stay valid until then.
+// exactly once, from any thread; `caller`, `request` and `response` stay valid until then.
 #ifndef DET_MASTER_API_HANDLERS_H_
 #define DET_MASTER_API_HANDLERS_H_
 
@@ -18,40 +18,42 @@ namespace det::master {
 
 using Done = std::function<void(absl::Status)>;
 
-class ApiHandler {
- public:
-  virtual ~ApiHandler() = default;
-  virtual void GetMasterInfo(const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
-  virtual void GetMasterStats(const v1::GetMasterStatsRequest& request, v1::GetMasterStatsResponse* response, Done done) = 0;
-  virtual void CreateExperiment(const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
-  virtual void ListExperiments(const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
-  virtual void GetExperiment(const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
-  virtual void KillExperiment(const v1::KillExperimentRequest& request, v1::KillExperimentResponse* response, Done done) = 0;
-  virtual void PauseExperiment(const v1::PauseExperimentRequest& request, v1::PauseExperimentResponse* response, Done done) = 0;
-  virtual void ActivateExperiment(const v1::ActivateExperimentRequest& request, v1::ActivateExperimentResponse* response, Done done) = 0;
-  virtual void SetExperimentSlots(const v1::SetExperimentSlotsRequest& request, v1::SetExperimentSlotsResponse* response, Done done) = 0;
-  virtual void GetTrial(const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
-  virtual void GetTrialMetrics(const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
-  virtual void GetTrialLogs(const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;
-  virtual void ListCheckpoints(const v1::ListCheckpointsRequest& request, v1::ListCheckpointsResponse* response, Done done) = 0;
-  virtual void ListAgents(const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
-  virtual void EnableAgent(const v1::EnableAgentRequest& request, v1::EnableAgentResponse* response, Done done) = 0;
-  virtual void DisableAgent(const v1::DisableAgentRequest& request, v1::DisableAgentResponse* response, Done done) = 0;
-  virtual void ListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* response, Done done) = 0;
-  virtual void UpdateJobPriority(const v1::UpdateJobPriorityRequest& request, v1::UpdateJobPriorityResponse* response, Done done) = 0;
-  virtual void ListTasks(const v1::ListTasksRequest& request, v1::ListTasksResponse* response, Done done) = 0;
-  virtual void ListResourcePools(const v1::ListResourcePoolsRequest& request, v1::ListResourcePoolsResponse* response, Done done) = 0;
-  virtual void SetTemplate(const v1::SetTemplateRequest& request, v1::SetTemplateResponse* response, Done done) = 0;
-  virtual void ListTemplates(const v1::ListTemplatesRequest& request, v1::ListTemplatesResponse* response, Done done) = 0;
-  virtual void GetTemplate(const v1::GetTemplateRequest& request, v1::GetTemplateResponse* response, Done done) = 0;
-  virtual void RemoveTemplate(const v1::RemoveTemplateRequest& request, v1::RemoveTemplateResponse* response, Done done) = 0;
-};
-
 // Who makes a user API call: established by UserHandler::Authenticate from the call's
-// session token.
+// session token. Empty (no user, no token) when the master checks no users.
 struct Caller {
   v1::User user;
   std::string token;
+};
+
+// The user API. Every method gets the caller the adapters authenticated (an empty Caller
+// when the master checks no users).
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  virtual void GetMasterInfo(const Caller& caller, const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
+  virtual void GetMasterStats(const Caller& caller, const v1::GetMasterStatsRequest& request, v1::GetMasterStatsResponse* response, Done done) = 0;
+  virtual void CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
+  virtual void ListExperiments(const Caller& caller, const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
+  virtual void GetExperiment(const Caller& caller, const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
+  virtual void KillExperiment(const Caller& caller, const v1::KillExperimentRequest& request, v1::KillExperimentResponse* response, Done done) = 0;
+  virtual void PauseExperiment(const Caller& caller, const v1::PauseExperimentRequest& request, v1::PauseExperimentResponse* response, Done done) = 0;
+  virtual void ActivateExperiment(const Caller& caller, const v1::ActivateExperimentRequest& request, v1::ActivateExperimentResponse* response, Done done) = 0;
+  virtual void SetExperimentSlots(const Caller& caller, const v1::SetExperimentSlotsRequest& request, v1::SetExperimentSlotsResponse* response, Done done) = 0;
+  virtual void GetTrial(const Caller& caller, const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
+  virtual void GetTrialMetrics(const Caller& caller, const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
+  virtual void GetTrialLogs(const Caller& caller, const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;
+  virtual void ListCheckpoints(const Caller& caller, const v1::ListCheckpointsRequest& request, v1::ListCheckpointsResponse* response, Done done) = 0;
+  virtual void ListAgents(const Caller& caller, const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
+  virtual void EnableAgent(const Caller& caller, const v1::EnableAgentRequest& request, v1::EnableAgentResponse* response, Done done) = 0;
+  virtual void DisableAgent(const Caller& caller, const v1::DisableAgentRequest& request, v1::DisableAgentResponse* response, Done done) = 0;
+  virtual void ListJobs(const Caller& caller, const v1::ListJobsRequest& request, v1::ListJobsResponse* response, Done done) = 0;
+  virtual void UpdateJobPriority(const Caller& caller, const v1::UpdateJobPriorityRequest& request, v1::UpdateJobPriorityResponse* response, Done done) = 0;
+  virtual void ListTasks(const Caller& caller, const v1::ListTasksRequest& request, v1::ListTasksResponse* response, Done done) = 0;
+  virtual void ListResourcePools(const Caller& caller, const v1::ListResourcePoolsRequest& request, v1::ListResourcePoolsResponse* response, Done done) = 0;
+  virtual void SetTemplate(const Caller& caller, const v1::SetTemplateRequest& request, v1::SetTemplateResponse* response, Done done) = 0;
+  virtual void ListTemplates(const Caller& caller, const v1::ListTemplatesRequest& request, v1::ListTemplatesResponse* response, Done done) = 0;
+  virtual void GetTemplate(const Caller& caller, const v1::GetTemplateRequest& request, v1::GetTemplateResponse* response, Done done) = 0;
+  virtual void RemoveTemplate(const Caller& caller, const v1::RemoveTemplateRequest& request, v1::RemoveTemplateResponse* response, Done done) = 0;
 };
 
 // Users and sessions. The gRPC and REST adapters call Authenticate before every user API

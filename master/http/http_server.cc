@@ -410,24 +410,15 @@ void HttpServer::Stop() {
 
 namespace {
 
-template <typename Req, typename Resp>
-Route<Req, Resp> ApiRoute(ApiHandler& api, void (ApiHandler::*method)(const Req&, Resp*, Done),
-                          std::vector<std::string> path_fields = {}) {
+// A route calling `method` of `handler` (an ApiHandler or a UserHandler) as the caller
+// Handle authenticated.
+template <typename H, typename Req, typename Resp>
+Route<Req, Resp> HandlerRoute(H& handler,
+                              void (H::*method)(const Caller&, const Req&, Resp*, Done),
+                              std::vector<std::string> path_fields = {}) {
   Route<Req, Resp> r;
-  r.call = [&api, method](const Caller&, const Req& q, Resp* p, Done d) {
-    (api.*method)(q, p, std::move(d));
-  };
-  r.path_fields = std::move(path_fields);
-  return r;
-}
-
-template <typename Req, typename Resp>
-Route<Req, Resp> UserRoute(UserHandler& users,
-                           void (UserHandler::*method)(const Caller&, const Req&, Resp*, Done),
-                           std::vector<std::string> path_fields = {}) {
-  Route<Req, Resp> r;
-  r.call = [&users, method](const Caller& c, const Req& q, Resp* p, Done d) {
-    (users.*method)(c, q, p, std::move(d));
+  r.call = [&handler, method](const Caller& c, const Req& q, Resp* p, Done d) {
+    (handler.*method)(c, q, p, std::move(d));
   };
   r.path_fields = std::move(path_fields);
   return r;
@@ -500,7 +491,7 @@ void HttpServer::AddRoutes() {
 
   // Prometheus text exposition of GetMasterStats.
   {
-    auto r = ApiRoute(api, &ApiHandler::GetMasterStats);
+    auto r = HandlerRoute(api, &ApiHandler::GetMasterStats);
     auto handler = [r, users, this](const httplib::Request& hreq, httplib::Response& hres) {
       Route<v1::GetMasterStatsRequest, v1::GetMasterStatsResponse> route = r;
       route.render = [this](const v1::GetMasterStatsResponse& stats) {
@@ -518,8 +509,8 @@ void HttpServer::AddRoutes() {
   }
 
   const std::string v1 = "/api/v1";
-  Register(srv, "GET", v1 + "/master", ApiRoute(api, &ApiHandler::GetMasterInfo), users);
-  Register(srv, "GET", v1 + "/master/stats", ApiRoute(api, &ApiHandler::GetMasterStats), users);
+  Register(srv, "GET", v1 + "/master", HandlerRoute(api, &ApiHandler::GetMasterInfo), users);
+  Register(srv, "GET", v1 + "/master/stats", HandlerRoute(api, &ApiHandler::GetMasterStats), users);
 
   if (users != nullptr) {
     Route<v1::LoginRequest, v1::LoginResponse> login;
@@ -527,35 +518,38 @@ void HttpServer::AddRoutes() {
                          Done d) { users->Login(q, p, std::move(d)); };
     login.open = true;
     Register(srv, "POST", v1 + "/auth/login", login, users);
-    Register(srv, "POST", v1 + "/auth/logout", UserRoute(*users, &UserHandler::Logout), users);
-    Register(srv, "GET", v1 + "/me", UserRoute(*users, &UserHandler::WhoAmI), users);
-    Register(srv, "GET", v1 + "/users", UserRoute(*users, &UserHandler::ListUsers), users);
-    Register(srv, "POST", v1 + "/users", UserRoute(*users, &UserHandler::CreateUser), users);
+    Register(srv, "POST", v1 + "/auth/logout", HandlerRoute(*users, &UserHandler::Logout), users);
+    Register(srv, "GET", v1 + "/me", HandlerRoute(*users, &UserHandler::WhoAmI), users);
+    Register(srv, "GET", v1 + "/users", HandlerRoute(*users, &UserHandler::ListUsers), users);
+    Register(srv, "POST", v1 + "/users", HandlerRoute(*users, &UserHandler::CreateUser), users);
     Register(srv, "POST", v1 + "/users/" + name + "/password",
-             UserRoute(*users, &UserHandler::ChangePassword, {"username"}), users);
+             HandlerRoute(*users, &UserHandler::ChangePassword, {"username"}), users);
   }
 
-  Register(srv, "GET", v1 + "/experiments", ApiRoute(api, &ApiHandler::ListExperiments), users);
-  Register(srv, "POST", v1 + "/experiments", ApiRoute(api, &ApiHandler::CreateExperiment), users);
+  Register(srv, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),
+           users);
+  Register(srv, "POST", v1 + "/experiments", HandlerRoute(api, &ApiHandler::CreateExperiment),
+           users);
   Register(srv, "GET", v1 + "/experiments/" + id,
-           ApiRoute(api, &ApiHandler::GetExperiment, {"id"}), users);
+           HandlerRoute(api, &ApiHandler::GetExperiment, {"id"}), users);
   Register(srv, "POST", v1 + "/experiments/" + id + "/kill",
-           ApiRoute(api, &ApiHandler::KillExperiment, {"id"}), users);
+           HandlerRoute(api, &ApiHandler::KillExperiment, {"id"}), users);
   Register(srv, "POST", v1 + "/experiments/" + id + "/pause",
-           ApiRoute(api, &ApiHandler::PauseExperiment, {"id"}), users);
+           HandlerRoute(api, &ApiHandler::PauseExperiment, {"id"}), users);
   Register(srv, "POST", v1 + "/experiments/" + id + "/activate",
-           ApiRoute(api, &ApiHandler::ActivateExperiment, {"id"}), users);
+           HandlerRoute(api, &ApiHandler::ActivateExperiment, {"id"}), users);
   Register(srv, "POST", v1 + "/experiments/" + id + "/slots",
-           ApiRoute(api, &ApiHandler::SetExperimentSlots, {"id"}), users);
+           HandlerRoute(api, &ApiHandler::SetExperimentSlots, {"id"}), users);
 
   Register(srv, "GET", v1 + "/experiments/" + id + "/checkpoints",
-           ApiRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);
+           HandlerRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);
 
-  Register(srv, "GET", v1 + "/trials/" + id, ApiRoute(api, &ApiHandler::GetTrial, {"id"}), users);
+  Register(srv, "GET", v1 + "/trials/" + id, HandlerRoute(api, &ApiHandler::GetTrial, {"id"}),
+           users);
   Register(srv, "GET", v1 + "/trials/" + id + "/metrics",
-           ApiRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"}), users);
+           HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"}), users);
   {
-    auto timings = ApiRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"});
+    auto timings = HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"});
     timings.prepare = [](Params& params, v1::GetTrialMetricsRequest& req) {
       if (params.count("group")) {
         return absl::InvalidArgumentError("parameter 'group': timings are the group \"timings\"");
@@ -566,38 +560,38 @@ void HttpServer::AddRoutes() {
     Register(srv, "GET", v1 + "/trials/" + id + "/timings", timings, users);
   }
   {
-    auto logs = ApiRoute(api, &ApiHandler::GetTrialLogs, {"trial_id"});
+    auto logs = HandlerRoute(api, &ApiHandler::GetTrialLogs, {"trial_id"});
     logs.prepare = PrepareLogs;
     Register(srv, "GET", v1 + "/trials/" + id + "/logs", logs, users);
   }
 
-  Register(srv, "GET", v1 + "/agents", ApiRoute(api, &ApiHandler::ListAgents), users);
+  Register(srv, "GET", v1 + "/agents", HandlerRoute(api, &ApiHandler::ListAgents), users);
   Register(srv, "POST", v1 + "/agents/" + name + "/enable",
-           ApiRoute(api, &ApiHandler::EnableAgent, {"agent_id"}), users);
+           HandlerRoute(api, &ApiHandler::EnableAgent, {"agent_id"}), users);
   Register(srv, "POST", v1 + "/agents/" + name + "/disable",
-           ApiRoute(api, &ApiHandler::DisableAgent, {"agent_id"}), users);
+           HandlerRoute(api, &ApiHandler::DisableAgent, {"agent_id"}), users);
   {
-    auto slots = ApiRoute(api, &ApiHandler::ListAgents);
+    auto slots = HandlerRoute(api, &ApiHandler::ListAgents);
     slots.render = RenderSlots;
     Register(srv, "GET", v1 + "/slots", slots, users);
   }
 
-  Register(srv, "GET", v1 + "/jobs", ApiRoute(api, &ApiHandler::ListJobs), users);
+  Register(srv, "GET", v1 + "/jobs", HandlerRoute(api, &ApiHandler::ListJobs), users);
   Register(srv, "POST", v1 + "/jobs/" + id + "/priority",
-           ApiRoute(api, &ApiHandler::UpdateJobPriority, {"experiment_id"}), users);
-  Register(srv, "GET", v1 + "/tasks", ApiRoute(api, &ApiHandler::ListTasks), users);
-  Register(srv, "GET", v1 + "/resource-pools", ApiRoute(api, &ApiHandler::ListResourcePools),
+           HandlerRoute(api, &ApiHandler::UpdateJobPriority, {"experiment_id"}), users);
+  Register(srv, "GET", v1 + "/tasks", HandlerRoute(api, &ApiHandler::ListTasks), users);
+  Register(srv, "GET", v1 + "/resource-pools", HandlerRoute(api, &ApiHandler::ListResourcePools),
            users);
 
-  Register(srv, "GET", v1 + "/templates", ApiRoute(api, &ApiHandler::ListTemplates), users);
+  Register(srv, "GET", v1 + "/templates", HandlerRoute(api, &ApiHandler::ListTemplates), users);
   Register(srv, "GET", v1 + "/templates/" + name,
-           ApiRoute(api, &ApiHandler::GetTemplate, {"name"}), users);
+           HandlerRoute(api, &ApiHandler::GetTemplate, {"name"}), users);
   for (const char* method : {"PUT", "POST"}) {
     Register(srv, method, v1 + "/templates/" + name,
-             ApiRoute(api, &ApiHandler::SetTemplate, {"name"}), users);
+             HandlerRoute(api, &ApiHandler::SetTemplate, {"name"}), users);
   }
   Register(srv, "DELETE", v1 + "/templates/" + name,
-           ApiRoute(api, &ApiHandler::RemoveTemplate, {"name"}), users);
+           HandlerRoute(api, &ApiHandler::RemoveTemplate, {"name"}), users);
 
   // Anything else: a JSON 404.
   auto no_route = [](const httplib::Request& req, httplib::Response& res) {

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "master/server/master.h"
 #include "nlohmann/json.hpp"
+#include "proto/api.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace det::master {
@@ -384,6 +385,54 @@ TEST_F(RestTest, ExperimentsCreateListFilterGetKill) {
   HttpReply active = Get("/api/v1/experiments?states=STATE_ACTIVE,STATE_PAUSED");
   EXPECT_EQ(active.body["experiments"].size(), 2u);
   EXPECT_EQ(active.body["total"], 2);
+}
+
+TEST_F(RestTest, ExperimentsRecordTheirOwnerAndListByUser) {
+  ASSERT_EQ(Post("/api/v1/users", R"({"username": "bob", "password": "bobs-password"})").status,
+            200);
+  std::string bob = Login("bob", "bobs-password");
+  ASSERT_FALSE(bob.empty());
+  EXPECT_EQ(CreateExperiment("admins"), 1);
+  json body = {{"config_yaml", ExperimentYaml("bobs")}, {"config_path", "bob.yaml"}};
+  HttpReply created = Post("/api/v1/experiments", body.dump(), bob);
+  ASSERT_EQ(created.status, 200) << created.text;
+  EXPECT_EQ(created.body["experiment"]["owner"], "bob");
+  // Over gRPC, the caller of the "authorization" metadata owns it.
+  {
+    auto api = v1::Api::NewStub(
+        grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + bob);
+    v1::CreateExperimentRequest req;
+    req.set_config_yaml(ExperimentYaml("bobs-grpc"));
+    v1::CreateExperimentResponse resp;
+    grpc::Status st = api->CreateExperiment(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.experiment().id(), 3);
+    EXPECT_EQ(resp.experiment().owner(), "bob");
+  }
+
+  auto owners = [&](const std::string& query) {
+    HttpReply r = Get("/api/v1/experiments" + query);
+    EXPECT_EQ(r.status, 200) << r.text;
+    std::vector<std::string> out;
+    for (const auto& e : r.body["experiments"]) out.push_back(e.value("owner", "?"));
+    EXPECT_EQ(Int(r.body["total"]), static_cast<int64_t>(out.size())) << query;
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(owners(""), (V{"admin", "bob", "bob"}));
+  EXPECT_EQ(owners("?user=bob"), (V{"bob", "bob"}));
+  EXPECT_EQ(owners("?user=admin&name=admins"), (V{"admin"}));
+  EXPECT_EQ(owners("?user=bo"), V{});  // A username, not a substring.
+  EXPECT_EQ(owners("?user=nobody"), V{});
+  EXPECT_EQ(Get("/api/v1/experiments/2").body["experiment"]["owner"], "bob");
+
+  // Persisted with the experiment.
+  RestartMaster();
+  token_ = Login("admin", kAdminPassword);
+  EXPECT_EQ(owners(""), (V{"admin", "bob", "bob"}));
+  EXPECT_EQ(Get("/api/v1/experiments/1").body["experiment"]["owner"], "admin");
 }
 
 TEST_F(RestTest, BadRequestsGetJsonErrors) {

@@ -323,8 +323,8 @@ void Master::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
 // ---------------------------------------------------------------------------------------
 // User API.
 
-void Master::GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoResponse* resp,
-                           Done done) {
+void Master::GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
+                           v1::GetMasterInfoResponse* resp, Done done) {
   OnLoopUrgent(std::move(done), [this, resp] {
     resp->set_version(kVersion);
     resp->set_cluster_id(cluster_id_);
@@ -336,8 +336,8 @@ void Master::GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoRes
   });
 }
 
-void Master::GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStatsResponse* resp,
-                            Done done) {
+void Master::GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
+                            v1::GetMasterStatsResponse* resp, Done done) {
   OnLoop(std::move(done), [this, resp] {
     *resp = counters_;
     resp->set_api_calls_authenticated_total(users_.authenticated());
@@ -376,9 +376,9 @@ void Master::GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStats
   });
 }
 
-void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
+void Master::CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& req,
                               v1::CreateExperimentResponse* resp, Done done) {
-  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoop(std::move(done), [this, &req, resp, owner = caller.user.username()]() -> absl::Status {
     std::string file = req.config_path().empty() ? "config" : req.config_path();
     std::random_device rd;
     config::ConfigInput input;
@@ -416,6 +416,7 @@ void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
     v1::Experiment e;
     e.set_name(c.name);
     e.set_description(c.description);
+    e.set_owner(owner);
     e.set_state(v1::STATE_ACTIVE);
     e.set_config_yaml(parsed.effective_yaml);
     e.set_start_time_ms(clock_.NowMs());
@@ -461,7 +462,7 @@ void Master::CreateExperiment(const v1::CreateExperimentRequest& req,
   });
 }
 
-void Master::ListExperiments(const v1::ListExperimentsRequest& req,
+void Master::ListExperiments(const Caller&, const v1::ListExperimentsRequest& req,
                              v1::ListExperimentsResponse* resp, Done done) {
   OnLoopUrgent(std::move(done), [this, &req, resp] {
     const std::set<int> states(req.states().begin(), req.states().end());
@@ -470,6 +471,7 @@ void Master::ListExperiments(const v1::ListExperimentsRequest& req,
       const v1::Experiment& e = es.experiment;
       if (!states.empty() && !states.count(e.state())) continue;
       if (!req.name().empty() && e.name().find(req.name()) == std::string::npos) continue;
+      if (!req.user().empty() && e.owner() != req.user()) continue;
       if (matched++ < req.offset()) continue;
       if (req.limit() > 0 && resp->experiments_size() >= req.limit()) continue;
       *resp->add_experiments() = e;
@@ -479,8 +481,8 @@ void Master::ListExperiments(const v1::ListExperimentsRequest& req,
   });
 }
 
-void Master::GetExperiment(const v1::GetExperimentRequest& req, v1::GetExperimentResponse* resp,
-                           Done done) {
+void Master::GetExperiment(const Caller&, const v1::GetExperimentRequest& req,
+                           v1::GetExperimentResponse* resp, Done done) {
   OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     auto it = experiments_.find(req.id());
     if (it == experiments_.end()) {
@@ -492,8 +494,8 @@ void Master::GetExperiment(const v1::GetExperimentRequest& req, v1::GetExperimen
   });
 }
 
-void Master::KillExperiment(const v1::KillExperimentRequest& req, v1::KillExperimentResponse*,
-                            Done done) {
+void Master::KillExperiment(const Caller&, const v1::KillExperimentRequest& req,
+                            v1::KillExperimentResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     auto it = experiments_.find(req.id());
     if (it == experiments_.end()) {
@@ -540,8 +542,8 @@ absl::StatusOr<Master::ExperimentState*> Master::MoveExperiment(int64_t id, v1::
   return &es;
 }
 
-void Master::PauseExperiment(const v1::PauseExperimentRequest& req, v1::PauseExperimentResponse*,
-                             Done done) {
+void Master::PauseExperiment(const Caller&, const v1::PauseExperimentRequest& req,
+                             v1::PauseExperimentResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     ASSIGN_OR_RETURN(ExperimentState * moved,
                      MoveExperiment(req.id(), v1::STATE_ACTIVE, v1::STATE_PAUSED));
@@ -563,7 +565,7 @@ void Master::PauseExperiment(const v1::PauseExperimentRequest& req, v1::PauseExp
   });
 }
 
-void Master::ActivateExperiment(const v1::ActivateExperimentRequest& req,
+void Master::ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest& req,
                                 v1::ActivateExperimentResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     ASSIGN_OR_RETURN(ExperimentState * moved,
@@ -588,7 +590,7 @@ void Master::ActivateExperiment(const v1::ActivateExperimentRequest& req,
   });
 }
 
-void Master::SetExperimentSlots(const v1::SetExperimentSlotsRequest& req,
+void Master::SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest& req,
                                 v1::SetExperimentSlotsResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     auto it = experiments_.find(req.id());
@@ -648,7 +650,8 @@ void Master::SetExperimentSlots(const v1::SetExperimentSlotsRequest& req,
   });
 }
 
-void Master::GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp, Done done) {
+void Master::GetTrial(const Caller&, const v1::GetTrialRequest& req, v1::GetTrialResponse* resp,
+                      Done done) {
   OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(TrialState * t, FindTrial(req.id()));
     *resp->mutable_trial() = TrialView(*t);
@@ -662,7 +665,7 @@ void Master::GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp
   });
 }
 
-void Master::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
+void Master::GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest& req,
                              v1::GetTrialMetricsResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
@@ -673,8 +676,8 @@ void Master::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
   });
 }
 
-void Master::ListCheckpoints(const v1::ListCheckpointsRequest& req, v1::ListCheckpointsResponse* resp,
-                             Done done) {
+void Master::ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest& req,
+                             v1::ListCheckpointsResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     auto it = experiments_.find(req.experiment_id());
     if (it == experiments_.end()) {
@@ -717,8 +720,8 @@ absl::Status Master::FillLogs(const v1::GetTrialLogsRequest& req, v1::GetTrialLo
   return absl::OkStatus();
 }
 
-void Master::GetTrialLogs(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp,
-                          Done done) {
+void Master::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& req,
+                          v1::GetTrialLogsResponse* resp, Done done) {
   loop_.Post([this, &req, resp, done = std::move(done)]() mutable {
     absl::Status st = FillLogs(req, resp);
     if (!st.ok() || resp->lines_size() > 0 || resp->done() || req.wait_ms() <= 0 ||
@@ -753,15 +756,16 @@ void Master::AnswerLogWaiters(int64_t trial_id) {
   }
 }
 
-void Master::ListAgents(const v1::ListAgentsRequest&, v1::ListAgentsResponse* resp, Done done) {
+void Master::ListAgents(const Caller&, const v1::ListAgentsRequest&, v1::ListAgentsResponse* resp,
+                        Done done) {
   OnLoopUrgent(std::move(done), [this, resp] {
     for (auto& a : agents_.List()) *resp->add_agents() = std::move(a);
     return absl::OkStatus();
   });
 }
 
-void Master::EnableAgent(const v1::EnableAgentRequest& req, v1::EnableAgentResponse* resp,
-                         Done done) {
+void Master::EnableAgent(const Caller&, const v1::EnableAgentRequest& req,
+                         v1::EnableAgentResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(*resp->mutable_agent(), agents_.SetEnabled(req.agent_id(), true));
     RequestSchedule();
@@ -769,8 +773,8 @@ void Master::EnableAgent(const v1::EnableAgentRequest& req, v1::EnableAgentRespo
   });
 }
 
-void Master::DisableAgent(const v1::DisableAgentRequest& req, v1::DisableAgentResponse* resp,
-                          Done done) {
+void Master::DisableAgent(const Caller&, const v1::DisableAgentRequest& req,
+                          v1::DisableAgentResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(*resp->mutable_agent(), agents_.SetEnabled(req.agent_id(), false));
     if (req.drain()) return absl::OkStatus();
@@ -786,7 +790,8 @@ void Master::DisableAgent(const v1::DisableAgentRequest& req, v1::DisableAgentRe
   });
 }
 
-void Master::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp, Done done) {
+void Master::ListJobs(const Caller&, const v1::ListJobsRequest& req, v1::ListJobsResponse* resp,
+                      Done done) {
   OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
     if (!req.resource_pool().empty() && !FindPool(req.resource_pool())) {
       return absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found"));
@@ -828,7 +833,7 @@ void Master::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp
   });
 }
 
-void Master::UpdateJobPriority(const v1::UpdateJobPriorityRequest& req,
+void Master::UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest& req,
                                v1::UpdateJobPriorityResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     if (req.priority() < 1 || req.priority() > 99) {
@@ -849,7 +854,8 @@ void Master::UpdateJobPriority(const v1::UpdateJobPriorityRequest& req,
   });
 }
 
-void Master::ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse* resp, Done done) {
+void Master::ListTasks(const Caller&, const v1::ListTasksRequest&, v1::ListTasksResponse* resp,
+                       Done done) {
   OnLoopUrgent(std::move(done), [this, resp] {
     for (const auto& [tid, t] : trials_) {
       const v1::Allocation& a = t.trial.allocation();
@@ -879,7 +885,7 @@ void Master::ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse* resp,
   });
 }
 
-void Master::ListResourcePools(const v1::ListResourcePoolsRequest&,
+void Master::ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
                                v1::ListResourcePoolsResponse* resp, Done done) {
   OnLoopUrgent(std::move(done), [this, resp] {
     std::vector<v1::Agent> agents = agents_.List();
@@ -912,8 +918,8 @@ void Master::ListResourcePools(const v1::ListResourcePoolsRequest&,
   });
 }
 
-void Master::SetTemplate(const v1::SetTemplateRequest& req, v1::SetTemplateResponse* resp,
-                         Done done) {
+void Master::SetTemplate(const Caller&, const v1::SetTemplateRequest& req,
+                         v1::SetTemplateResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     bool created = false;
     ASSIGN_OR_RETURN(*resp->mutable_template_(),
@@ -924,8 +930,8 @@ void Master::SetTemplate(const v1::SetTemplateRequest& req, v1::SetTemplateRespo
   });
 }
 
-void Master::ListTemplates(const v1::ListTemplatesRequest&, v1::ListTemplatesResponse* resp,
-                           Done done) {
+void Master::ListTemplates(const Caller&, const v1::ListTemplatesRequest&,
+                           v1::ListTemplatesResponse* resp, Done done) {
   OnLoop(std::move(done), [this, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(std::vector<v1::Template> all, templates_.List());
     for (auto& t : all) *resp->add_templates() = std::move(t);
@@ -933,16 +939,16 @@ void Master::ListTemplates(const v1::ListTemplatesRequest&, v1::ListTemplatesRes
   });
 }
 
-void Master::GetTemplate(const v1::GetTemplateRequest& req, v1::GetTemplateResponse* resp,
-                         Done done) {
+void Master::GetTemplate(const Caller&, const v1::GetTemplateRequest& req,
+                         v1::GetTemplateResponse* resp, Done done) {
   OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(*resp->mutable_template_(), templates_.Get(req.name()));
     return absl::OkStatus();
   });
 }
 
-void Master::RemoveTemplate(const v1::RemoveTemplateRequest& req, v1::RemoveTemplateResponse*,
-                            Done done) {
+void Master::RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest& req,
+                            v1::RemoveTemplateResponse*, Done done) {
   OnLoop(std::move(done), [this, &req]() -> absl::Status {
     RETURN_IF_ERROR(templates_.Remove(req.name()));
     Logger("master")->info("template {} removed", req.name());

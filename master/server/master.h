@@ -49,40 +49,51 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void Shutdown();
 
   // ApiHandler.
-  void GetMasterInfo(const v1::GetMasterInfoRequest&, v1::GetMasterInfoResponse*, Done) override;
-  void GetMasterStats(const v1::GetMasterStatsRequest&, v1::GetMasterStatsResponse*,
-                      Done) override;
-  void CreateExperiment(const v1::CreateExperimentRequest&, v1::CreateExperimentResponse*,
-                        Done) override;
-  void ListExperiments(const v1::ListExperimentsRequest&, v1::ListExperimentsResponse*,
-                       Done) override;
-  void GetExperiment(const v1::GetExperimentRequest&, v1::GetExperimentResponse*, Done) override;
-  void KillExperiment(const v1::KillExperimentRequest&, v1::KillExperimentResponse*, Done) override;
-  void PauseExperiment(const v1::PauseExperimentRequest&, v1::PauseExperimentResponse*,
-                       Done) override;
-  void ActivateExperiment(const v1::ActivateExperimentRequest&, v1::ActivateExperimentResponse*,
-                          Done) override;
-  void SetExperimentSlots(const v1::SetExperimentSlotsRequest&, v1::SetExperimentSlotsResponse*,
-                          Done) override;
-  void GetTrial(const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
-  void GetTrialMetrics(const v1::GetTrialMetricsRequest&, v1::GetTrialMetricsResponse*,
-                       Done) override;
-  void GetTrialLogs(const v1::GetTrialLogsRequest&, v1::GetTrialLogsResponse*, Done) override;
-  void ListCheckpoints(const v1::ListCheckpointsRequest&, v1::ListCheckpointsResponse*, Done) override;
-  void ListAgents(const v1::ListAgentsRequest&, v1::ListAgentsResponse*, Done) override;
-  void EnableAgent(const v1::EnableAgentRequest&, v1::EnableAgentResponse*, Done) override;
-  void DisableAgent(const v1::DisableAgentRequest&, v1::DisableAgentResponse*, Done) override;
-  void ListJobs(const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;
-  void UpdateJobPriority(const v1::UpdateJobPriorityRequest&, v1::UpdateJobPriorityResponse*,
-                         Done) override;
-  void ListTasks(const v1::ListTasksRequest&, v1::ListTasksResponse*, Done) override;
-  void ListResourcePools(const v1::ListResourcePoolsRequest&, v1::ListResourcePoolsResponse*,
-                         Done) override;
-  void SetTemplate(const v1::SetTemplateRequest&, v1::SetTemplateResponse*, Done) override;
-  void ListTemplates(const v1::ListTemplatesRequest&, v1::ListTemplatesResponse*, Done) override;
-  void GetTemplate(const v1::GetTemplateRequest&, v1::GetTemplateResponse*, Done) override;
-  void RemoveTemplate(const v1::RemoveTemplateRequest&, v1::RemoveTemplateResponse*,
-                      Done) override;
+  void GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
+                     v1::GetMasterInfoResponse*, Done) override;
+  void GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
+                      v1::GetMasterStatsResponse*, Done) override;
+  void CreateExperiment(const Caller&, const v1::CreateExperimentRequest&,
+                        v1::CreateExperimentResponse*, Done) override;
+  void ListExperiments(const Caller&, const v1::ListExperimentsRequest&,
+                       v1::ListExperimentsResponse*, Done) override;
+  void GetExperiment(const Caller&, const v1::GetExperimentRequest&,
+                     v1::GetExperimentResponse*, Done) override;
+  void KillExperiment(const Caller&, const v1::KillExperimentRequest&,
+                      v1::KillExperimentResponse*, Done) override;
+  void PauseExperiment(const Caller&, const v1::PauseExperimentRequest&,
+                       v1::PauseExperimentResponse*, Done) override;
+  void ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest&,
+                          v1::ActivateExperimentResponse*, Done) override;
+  void SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest&,
+                          v1::SetExperimentSlotsResponse*, Done) override;
+  void GetTrial(const Caller&, const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
+  void GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest&,
+                       v1::GetTrialMetricsResponse*, Done) override;
+  void GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest&,
+                    v1::GetTrialLogsResponse*, Done) override;
+  void ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest&,
+                       v1::ListCheckpointsResponse*, Done) override;
+  void ListAgents(const Caller&, const v1::ListAgentsRequest&,
+                  v1::ListAgentsResponse*, Done) override;
+  void EnableAgent(const Caller&, const v1::EnableAgentRequest&,
+                   v1::EnableAgentResponse*, Done) override;
+  void DisableAgent(const Caller&, const v1::DisableAgentRequest&,
+                    v1::DisableAgentResponse*, Done) override;
+  void ListJobs(const Caller&, const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;
+  void UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest&,
+                         v1::UpdateJobPriorityResponse*, Done) override;
+  void ListTasks(const Caller&, const v1::ListTasksRequest&, v1::ListTasksResponse*, Done) override;
+  void ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
+                         v1::ListResourcePoolsResponse*, Done) override;
+  void SetTemplate(const Caller&, const v1::SetTemplateRequest&,
+                   v1::SetTemplateResponse*, Done) override;
+  void ListTemplates(const Caller&, const v1::ListTemplatesRequest&,
+                     v1::ListTemplatesResponse*, Done) override;
+  void GetTemplate(const Caller&, const v1::GetTemplateRequest&,
+                   v1::GetTemplateResponse*, Done) override;
+  void RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest&,
+                      v1::RemoveTemplateResponse*, Done) override;
 
   // AgentHandler.
   void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;
