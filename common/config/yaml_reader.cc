@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/config/json_text.h"
 
 namespace det::config {
 namespace {
@@ -37,28 +38,6 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
     }
   }
   return row[b.size()];
-}
-
-void JsonEscape(const std::string& s, std::string* out) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out->append(buf);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
 }
 
 // True when `s` is a number in JSON's grammar, so it can be written as it is.
@@ -94,7 +73,7 @@ void ToJson(const YAML::Node& node, std::string* out) {
     for (const auto& kv : node) {
       if (!first) out->push_back(',');
       first = false;
-      JsonEscape(kv.first.Scalar(), out);
+      out->append(JsonString(kv.first.Scalar()));
       out->push_back(':');
       ToJson(kv.second, out);
     }
@@ -123,7 +102,7 @@ void ToJson(const YAML::Node& node, std::string* out) {
     } else if (node.Tag() != "!" && (s == "true" || s == "false")) {
       out->append(s);
     } else {
-      JsonEscape(s, out);
+      out->append(JsonString(s));
     }
   } else {
     out->append("null");

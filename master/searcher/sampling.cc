@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/json_text.h"
 
 namespace det::master::searcher {
 namespace {
@@ -67,7 +68,7 @@ void WritePoint(const Hyperparameter& hp, const std::vector<const std::string*>&
   out->push_back('{');
   for (size_t i = 0; i < hp.fields.size(); ++i) {
     if (i) out->push_back(',');
-    absl::StrAppend(out, JsonString(hp.fields[i].name), ":");
+    absl::StrAppend(out, config::JsonString(hp.fields[i].name), ":");
     WritePoint(hp.fields[i], values, next, out);
   }
   out->push_back('}');
@@ -79,7 +80,7 @@ void Sample(const Hyperparameter& hp, Generator& gen, std::string* out) {
       out->push_back('{');
       for (size_t i = 0; i < hp.fields.size(); ++i) {
         if (i) out->push_back(',');
-        absl::StrAppend(out, JsonString(hp.fields[i].name), ":");
+        absl::StrAppend(out, config::JsonString(hp.fields[i].name), ":");
         Sample(hp.fields[i], gen, out);
       }
       out->push_back('}');
@@ -155,28 +156,6 @@ std::string JsonNumber(double value) {
   char buf[64];
   auto result = std::to_chars(buf, buf + sizeof(buf), value);
   return std::string(buf, result.ptr);
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace det::master::searcher

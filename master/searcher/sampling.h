@@ -63,8 +63,6 @@ class Grid {
 // `value` as a JSON number: the shortest text that reads back as the same double.
 // REQUIRES: finite.
 std::string JsonNumber(double value);
-// `s` as a JSON string literal (quoted, escaped).
-std::string JsonString(const std::string& s);
 
 }  // namespace det::master::searcher
 
