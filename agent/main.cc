@@ -6,6 +6,7 @@
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,7 +27,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: det-agent --config AGENT_YAML [--system-metrics-period DURATION]\n"
-    "  --system-metrics-period  how often host metrics are sampled and sent (default 5s; 0 off)\n"
+    "  --system-metrics-period  how often host metrics are sampled and sent (overrides\n"
+    "                           agent.yaml's system_metrics_period, default 5s; 0 off)\n"
     "Signals: SIGTERM/SIGINT stop the workers and exit; SIGUSR1 exits leaving the workers\n"
     "running for the next det-agent on the same work_dir (upgrades).\n";
 
@@ -46,7 +48,7 @@ int main(int argc, char** argv) {
     return det::agent::RunCheckpointGc(std::vector<std::string>(argv + 2, argv + argc));
   }
   std::string config_path;
-  absl::Duration metrics_period = absl::Seconds(5);
+  std::optional<absl::Duration> metrics_period;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -64,11 +66,13 @@ int main(int argc, char** argv) {
     if (take("--config")) {
       config_path = value;
     } else if (take("--system-metrics-period")) {
-      if (!absl::ParseDuration(value, &metrics_period) || metrics_period < absl::ZeroDuration()) {
+      absl::Duration d;
+      if (!absl::ParseDuration(value, &d) || d < absl::ZeroDuration()) {
         std::cerr << "det-agent: --system-metrics-period: expected a duration such as 5s, got \""
                   << value << "\"\n";
         return 2;
       }
+      metrics_period = d;
     } else {
       std::cerr << kUsage;
       return 2;
@@ -135,7 +139,7 @@ int main(int argc, char** argv) {
   auto client = det::agent::NewGrpcMasterClient(config->master);
   det::agent::AgentOptions options;
   options.shim_path = self;
-  options.system_metrics_period = metrics_period;
+  options.system_metrics_period = metrics_period.value_or(config->system_metrics_period);
   options.sampler = &sampler;
   det::agent::Agent agent(*config, *client, *slots, options);
   std::thread signals([&] {

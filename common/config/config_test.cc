@@ -153,6 +153,12 @@ TEST(DaemonConfig, AgentNeedsMaster) {
   EXPECT_EQ(c->slots, 3);
   EXPECT_EQ(c->worker_path.size(), 2u);
   EXPECT_FALSE(c->agent_id.empty());
+  EXPECT_EQ(c->system_metrics_period, absl::Seconds(5));
+  c = ParseAgentConfig("master: h:1\nsystem_metrics_period: 0s\n", "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->system_metrics_period, absl::ZeroDuration());
+  EXPECT_THAT(ParseAgentConfig("master: h:1\nsystem_metrics_period: often\n", "agent.yaml").status().message(),
+              HasSubstr("agent.yaml:2: system_metrics_period"));
 }
 
 std::string Slurp(const std::string& path) {

@@ -112,6 +112,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::strin
   r.String("master_cert_file", &c.master_cert_file);
   r.Duration("heartbeat_interval", &c.heartbeat_interval);
   r.Duration("kill_grace", &c.kill_grace);
+  r.Duration("system_metrics_period", &c.system_metrics_period);
   r.String("log_level", &c.log_level);
   absl::Status st = r.Finish();
   if (!st.ok()) return st;

@@ -85,6 +85,8 @@ struct AgentConfig {
   absl::Duration heartbeat_interval = absl::Seconds(5);
   // SIGTERM to SIGKILL when killing workers.
   absl::Duration kill_grace = absl::Seconds(10);
+  // How often host metrics are sampled and sent; 0 turns them off.
+  absl::Duration system_metrics_period = absl::Seconds(5);
   std::string log_level = "info";
 };
 
