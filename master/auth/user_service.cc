@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -205,16 +206,24 @@ void UserService::Authenticate(const std::string& token, Caller* caller, Done do
 void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* response,
                         Done done) {
   loop_.Post([this, &request, response, done = std::move(done)]() mutable {
+    // Unknown names wait like known ones, so the delay tells nothing about who exists.
+    if (absl::Status st = CheckLoginDelay(request.username()); !st.ok()) {
+      ++rejected_;
+      done(st);
+      return;
+    }
     const UserRow* user = FindUser(request.username());
     std::string hash = user ? user->password_hash : "";
     int64_t id = user ? user->id : 0;
     std::string password = request.password();
-    hasher_.Post([this, hash, id, password, response, done = std::move(done)]() mutable {
+    hasher_.Post([this, hash, id, name = request.username(), password, response,
+                  done = std::move(done)]() mutable {
       // An unknown user costs as much time as a wrong password.
       bool ok = VerifyPassword(hash.empty() ? DummyHash() : hash, password) && !hash.empty();
       Wipe(password);
-      loop_.Post([this, ok, id, response, done = std::move(done)] {
+      loop_.Post([this, ok, id, name, response, done = std::move(done)] {
         auto user = users_.find(id);
+        RecordLogin(name, ok && user != users_.end());
         if (!ok || user == users_.end()) {
           ++rejected_;
           done(absl::UnauthenticatedError("wrong user name or password"));
@@ -224,6 +233,40 @@ void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* resp
       });
     });
   });
+}
+
+absl::Status UserService::CheckLoginDelay(const std::string& name) {
+  auto f = failures_.find(name);
+  const int64_t now = clock_.NowMs();
+  if (f == failures_.end() || f->second.retry_ms <= now) return absl::OkStatus();
+  const int64_t wait_s = (f->second.retry_ms - now + 999) / 1000;
+  return absl::ResourceExhaustedError(absl::StrCat("too many failed logins for '", name, "': try again in ",
+                                                   wait_s, " s"));
+}
+
+void UserService::RecordLogin(const std::string& name, bool ok) {
+  if (ok) {
+    failures_.erase(name);
+    return;
+  }
+  if (failures_.size() >= kMaxTrackedNames && !failures_.count(name)) {
+    // Forget the names whose wait is over; if none, the one whose wait ends first.
+    const int64_t now = clock_.NowMs();
+    for (auto it = failures_.begin(); it != failures_.end();) {
+      it = it->second.retry_ms <= now ? failures_.erase(it) : std::next(it);
+    }
+    if (failures_.size() >= kMaxTrackedNames) {
+      failures_.erase(std::min_element(failures_.begin(), failures_.end(), [](const auto& a, const auto& b) {
+        return a.second.retry_ms < b.second.retry_ms;
+      }));
+    }
+  }
+  Failures& f = failures_[name];
+  ++f.count;
+  const int over = f.count - options_.free_login_failures;
+  if (over <= 0) return;
+  const absl::Duration delay = std::min(options_.max_login_delay, absl::Seconds(1) * (int64_t{1} << std::min(over - 1, 20)));
+  f.retry_ms = clock_.NowMs() + absl::ToInt64Milliseconds(delay);
 }
 
 void UserService::Logout(const Caller& caller, const v1::LogoutRequest&, v1::LogoutResponse*,

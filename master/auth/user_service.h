@@ -28,6 +28,11 @@ struct UserServiceOptions {
   // Password of the admin account made when the database has no user; empty: a random
   // one, written once to the master's log.
   std::string initial_admin_password;
+  // Failed logins of one user name allowed before further attempts wait: after that the
+  // wait doubles with every failure, from one second up to max_login_delay. A success
+  // resets it.
+  int free_login_failures = 5;
+  absl::Duration max_login_delay = absl::Minutes(1);
 };
 
 // InvalidArgument unless `name` is 1 to 64 letters, digits, '.', '_', '-' or '@',
@@ -79,6 +84,18 @@ class UserService : public UserHandler {
     int64_t user_id = 0;
     int64_t expires_ms = 0;
   };
+  // Consecutive failed logins of one user name.
+  struct Failures {
+    int count = 0;
+    int64_t retry_ms = 0;  // no attempt before this time
+  };
+  // Most user names whose failures are tracked; beyond, the oldest-waiting are forgotten.
+  static constexpr size_t kMaxTrackedNames = 10000;
+
+  // Loop thread: ResourceExhausted while `name` must wait after failed logins.
+  absl::Status CheckLoginDelay(const std::string& name);
+  // Loop thread: records the outcome of a login of `name`.
+  void RecordLogin(const std::string& name, bool ok);
 
   // Loop thread: the user named `name`, or null.
   const UserRow* FindUser(const std::string& name) const;
@@ -97,6 +114,7 @@ class UserService : public UserHandler {
   // Loop thread.
   std::map<int64_t, UserRow> users_;           // by id
   std::map<std::string, Session> sessions_;    // by token hash
+  std::map<std::string, Failures> failures_;   // by user name, known or not
   int64_t authenticated_ = 0;
   int64_t rejected_ = 0;
 

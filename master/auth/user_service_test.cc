@@ -160,6 +160,33 @@ TEST_F(UserServiceTest, WrongPasswordsUnknownUsersAndBadTokensAreRefused) {
   EXPECT_EQ(rejected, 5);
 }
 
+// After a few failed logins a user name must wait, twice as long after every further
+// failure (up to a cap), whether the name exists or not; a success resets it. The wait
+// refuses at once, without checking the password.
+TEST_F(UserServiceTest, RepeatedFailedLoginsOfANameMustWait) {
+  for (const std::string name : {"admin", "nobody"}) {
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(Login(name, "wrong-password").status().code(), absl::StatusCode::kUnauthenticated) << name << i;
+    }
+    // The sixth failure starts a one-second wait.
+    EXPECT_EQ(Login(name, "wrong-password").status().code(), absl::StatusCode::kUnauthenticated);
+    auto waiting = Login(name, kAdminPassword);
+    EXPECT_EQ(waiting.status().code(), absl::StatusCode::kResourceExhausted) << name;
+    EXPECT_THAT(waiting.status().message(), HasSubstr("too many failed logins for '" + name + "': try again in 1 s"));
+    clock_.Advance(absl::Seconds(1));
+    EXPECT_EQ(Login(name, "wrong-password").status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(Login(name, kAdminPassword).status().message(), HasSubstr("try again in 2 s"));
+  }
+  // Other names are not held up by them.
+  EXPECT_EQ(Login("someone-else", "wrong-password").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Login("admin", kAdminPassword).status().code(), absl::StatusCode::kResourceExhausted);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(Login("admin", kAdminPassword).ok());
+  // Reset by the success: five more failures before any wait.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Login("admin", "wrong-password").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(Login("admin", kAdminPassword).ok());
+}
+
 TEST_F(UserServiceTest, SessionsExpireAndEndAtLogout) {
   auto token = Login("admin", kAdminPassword);
   ASSERT_TRUE(token.ok());
