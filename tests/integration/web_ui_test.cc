@@ -125,6 +125,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(overview, HasSubstr("web \"ui\" &lt;b&gt;bold&lt;/b&gt; &amp; 'done'"));
   EXPECT_THAT(overview, Not(HasSubstr("<b>bold</b>")));  // Shown as text, not markup.
   EXPECT_THAT(overview, HasSubstr("state-completed\">COMPLETED<"));
+  EXPECT_THAT(overview, HasSubstr("<td class=\"experiment-owner\">admin</td>"));  // who created it
   ASSERT_THAT(overview, HasSubstr("id=\"agents-table\"")) << overview;
   EXPECT_THAT(overview, HasSubstr("data-agent=\"agent-a\""));
   EXPECT_THAT(overview, HasSubstr("<td class=\"num slots-used\">0 / 1</td>"));

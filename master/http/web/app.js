@@ -258,11 +258,12 @@ function jobsTable(jobs) {
 
 function experimentsTable(experiments) {
   if (!experiments.length) return '<p class="muted">No experiments.</p>';
-  let h = '<table id="experiments-table"><thead><tr><th class="num">ID</th><th>Name</th><th>State</th><th>Progress</th>' +
+  let h = '<table id="experiments-table"><thead><tr><th class="num">ID</th><th>Owner</th><th>Name</th><th>State</th><th>Progress</th>' +
     '<th class="num">Trials</th><th>Pool</th><th>Started</th><th>Duration</th></tr></thead><tbody>';
   for (const e of experiments) {
     const p = num(e.progress);
     h += `<tr class="experiment-row" data-id="${esc(e.id)}"><td class="num">${esc(e.id)}</td>` +
+      `<td class="experiment-owner">${esc(e.owner)}</td>` +
       `<td class="experiment-name"><a href="#/experiments/${esc(e.id)}">${esc(e.name)}</a></td>` +
       `<td class="experiment-state">${stateBadge(e.state)}</td>` +
       `<td><progress max="1" value="${p}"></progress> ${Math.round(p * 100)}%</td>` +
@@ -375,6 +376,7 @@ async function experimentView(id) {
     $('kill').disabled = ['COMPLETED', 'CANCELED', 'ERROR'].includes(stateName(e.state));
     setHtml('exp-detail', kv([
       ['State', stateBadge(e.state)],
+      ['Owner', esc(e.owner)],
       ['Progress', `<progress max="1" value="${num(e.progress)}"></progress> ${Math.round(num(e.progress) * 100)}%`],
       ['Description', esc(e.description)],
       ['Searcher', esc(e.searcher)],
