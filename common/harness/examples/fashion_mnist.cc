@@ -1,9 +1,9 @@
 // det-fashion-mnist: the example worker. Trains a multi-layer perceptron on Fashion-MNIST
 // (Debian's dataset-fashion-mnist package) for the number of batches the searcher asks for,
-// data-parallel over every rank of the trial, reporting
-// training loss and timings every scheduling unit, validation loss and accuracy on the
-// 10,000 test images every min_validation_period and at the end, and checkpoints to
-// checkpoint_storage; a restarted trial resumes from DET_LATEST_CHECKPOINT.
+// data-parallel over every rank of the trial, reporting training loss and timings every
+// scheduling unit, validation loss and accuracy on the 10,000 test images every
+// min_validation_period and at the end, and checkpoints to checkpoint_storage; a restarted
+// trial resumes from DET_LATEST_CHECKPOINT.
 //
 // On CPU slots the model runs on the CPU and the gradients are all-reduced with Gloo over
 // TCP; on CUDA slots (DET_SLOT_TYPE=cuda, one GPU per rank) it runs on the GPU with cuBLAS
@@ -46,9 +46,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock/clock.h"
-#include "common/data/idx.h"
 #include "common/collective/host_staged_collective.h"
 #include "common/data/elastic_sampler.h"
+#include "common/data/idx.h"
 #include "common/harness/checkpoint.h"
 #include "common/harness/context.h"
 #include "common/harness/cuda_gradient_math.h"
