@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -28,7 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "common/collective/file_rendezvous.h"
 #include "common/collective/gloo_collective.h"
-#include "common/collective/testing/process_group.h"
+#include "tests/bench/allreduce_table.h"
 
 namespace det::bench {
 namespace {
@@ -36,13 +35,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // One rank: prints "size det_seconds raw_seconds" lines (rank 0 only).
-int Worker(int rank, int size, const std::string& dir, int max_mib) {
+int Worker(const WorkerArgs& args) {
+  const int rank = args.rank, size = args.size, max_mib = args.max_mib;
+  const std::string& dir = args.dir;
   collective::FileRendezvous rendezvous(dir, rank, size);
   auto c = collective::GlooCollective::Create(rank, size, rendezvous, "bench");
   if (!c.ok()) {
@@ -78,25 +74,15 @@ int Worker(int rank, int size, const std::string& dir, int max_mib) {
       det_s.push_back(std::chrono::duration<double>(t1 - t0).count());
       raw_s.push_back(std::chrono::duration<double>(t3 - t2).count());
     }
-    if (rank == 0) std::printf("%ld %.9f %.9f\n", static_cast<long>(bytes), Median(det_s), Median(raw_s));
+    if (rank == 0) PrintWorkerLine(bytes, Median(det_s), Median(raw_s));
   }
   std::fflush(stdout);
   return 0;
 }
 
-std::string Size(int64_t bytes) {
-  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, " MiB") : absl::StrCat(bytes >> 10, " KiB");
-}
-
 int Main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "--worker") {
-    int rank, size, max_mib;
-    if (argc != 6 || !absl::SimpleAtoi(argv[2], &rank) || !absl::SimpleAtoi(argv[3], &size) ||
-        !absl::SimpleAtoi(argv[5], &max_mib)) {
-      return 2;
-    }
-    return Worker(rank, size, argv[4], max_mib);
-  }
+  WorkerArgs worker;
+  if (ParseWorkerArgs(argc, argv, &worker)) return Worker(worker);
   std::vector<int> world_sizes = {2, 4};
   int max_mib = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -112,54 +98,13 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[i + 1], &max_mib)) return 2;
     }
   }
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (len <= 0) return 1;
-  self[len] = '\0';
-
-  std::printf("| ranks | size | det time (us) | det algbw (GB/s) | det busbw (GB/s) | raw Gloo time (us) | raw Gloo busbw (GB/s) | det / raw busbw |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  double worst = 1e9;
-  for (int n : world_sizes) {
-    std::string dir = testing::NewTempDir("allreduce-bench");
-    auto group = testing::ProcessGroup::Start(
-        n,
-        [&](int rank) {
-          return std::vector<std::string>{self, "--worker", absl::StrCat(rank), absl::StrCat(n), dir,
-                                          absl::StrCat(max_mib)};
-        },
-        dir);
-    if (!group.ok()) {
-      std::cerr << group.status() << std::endl;
-      return 1;
-    }
-    auto results = (*group)->Wait(absl::Minutes(10));
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-    for (int r = 0; r < n; ++r) {
-      if (!results[r].status.ok()) {
-        std::cerr << "rank " << r << " failed: " << results[r].err << std::endl;
-        return 1;
-      }
-    }
-    const double factor = 2.0 * (n - 1) / n;
-    for (absl::string_view line : absl::StrSplit(results[0].out, '\n', absl::SkipEmpty())) {
-      std::vector<std::string> f = absl::StrSplit(line, ' ');
-      int64_t bytes;
-      double det_t, raw_t;
-      if (f.size() != 3 || !absl::SimpleAtoi(f[0], &bytes) || !absl::SimpleAtod(f[1], &det_t) ||
-          !absl::SimpleAtod(f[2], &raw_t)) {
-        continue;
-      }
-      double det_alg = static_cast<double>(bytes) / det_t / 1e9, raw_alg = static_cast<double>(bytes) / raw_t / 1e9;
-      double ratio = det_alg / raw_alg;
-      if (bytes >= (1 << 20)) worst = std::min(worst, ratio);
-      std::printf("| %d | %s | %.1f | %.3f | %.3f | %.1f | %.3f | %.1f%% |\n", n, Size(bytes).c_str(), det_t * 1e6,
-                  det_alg, det_alg * factor, raw_t * 1e6, raw_alg * factor, ratio * 100);
-    }
+  absl::StatusOr<double> worst = RunAndPrintTable("Gloo", world_sizes, max_mib);
+  if (!worst.ok()) {
+    std::cerr << worst.status() << std::endl;
+    return 1;
   }
   std::printf("\ndet busbw at >= 1 MiB is within 5%% of raw Gloo: %s (lowest det/raw: %.1f%%)\n",
-              worst >= 0.95 ? "yes" : "NO", worst * 100);
+              *worst >= 0.95 ? "yes" : "NO", *worst * 100);
   return 0;
 }
 

@@ -1,20 +1,17 @@
 // All-reduce bandwidth of det's NCCL collective (collective::NcclCollective) next to raw
 // NCCL calls (ncclAllReduce on a second communicator of the same ranks) in the same run:
 // one rank per GPU (CUDA_VISIBLE_DEVICES = its GPU), 1, 2, 4 and 8 ranks as far as the
-// machine's GPUs go, 4 KiB..256 MiB of floats. Definitions as in nccl-tests and
-// allreduce_bench: time = median over iterations on rank 0, algbw = bytes / time,
-// busbw = algbw x 2(n-1)/n. On a machine without a GPU it says so and exits 0.
+// machine's GPUs go, 4 KiB..256 MiB of floats; the table as allreduce_bench's
+// (allreduce_table.h). On a machine without a GPU it says so and exits 0.
 //
 //   nccl_allreduce_bench [--max-mib 256]
 // (the same binary runs each rank: nccl_allreduce_bench --worker RANK SIZE DIR MAX_MIB)
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,17 +22,12 @@
 #include "common/collective/cuda_devices.h"
 #include "common/collective/file_rendezvous.h"
 #include "common/collective/nccl_collective.h"
-#include "common/collective/testing/process_group.h"
+#include "tests/bench/allreduce_table.h"
 
 namespace det::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int Fail(int rank, const std::string& what) {
   std::cerr << "rank " << rank << ": " << what << std::endl;
@@ -43,7 +35,9 @@ int Fail(int rank, const std::string& what) {
 }
 
 // One rank: prints "size det_seconds raw_seconds" lines (rank 0 only).
-int Worker(int rank, int size, const std::string& dir, int max_mib) {
+int Worker(const WorkerArgs& args) {
+  const int rank = args.rank, size = args.size, max_mib = args.max_mib;
+  const std::string& dir = args.dir;
   collective::FileRendezvous rendezvous(dir, rank, size);
   auto c = collective::NcclCollective::Create(rank, size, rendezvous, "det");
   if (!c.ok()) return Fail(rank, c.status().ToString());
@@ -91,7 +85,7 @@ int Worker(int rank, int size, const std::string& dir, int max_mib) {
       det_s.push_back(std::chrono::duration<double>(t1 - t0).count());
       raw_s.push_back(std::chrono::duration<double>(t3 - t2).count());
     }
-    if (rank == 0) std::printf("%ld %.9f %.9f\n", static_cast<long>(bytes), Median(det_s), Median(raw_s));
+    if (rank == 0) PrintWorkerLine(bytes, Median(det_s), Median(raw_s));
   }
   std::fflush(stdout);
   cudaFree(buf);
@@ -99,19 +93,9 @@ int Worker(int rank, int size, const std::string& dir, int max_mib) {
   return 0;
 }
 
-std::string Size(int64_t bytes) {
-  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, " MiB") : absl::StrCat(bytes >> 10, " KiB");
-}
-
 int Main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "--worker") {
-    int rank, size, max_mib;
-    if (argc != 6 || !absl::SimpleAtoi(argv[2], &rank) || !absl::SimpleAtoi(argv[3], &size) ||
-        !absl::SimpleAtoi(argv[5], &max_mib)) {
-      return 2;
-    }
-    return Worker(rank, size, argv[4], max_mib);
-  }
+  WorkerArgs worker;
+  if (ParseWorkerArgs(argc, argv, &worker)) return Worker(worker);
   int max_mib = 256;
   if (argc == 3 && std::string(argv[1]) == "--max-mib" && absl::SimpleAtoi(argv[2], &max_mib) && max_mib > 0) {
   } else if (argc != 1) {
@@ -123,49 +107,16 @@ int Main(int argc, char** argv) {
     std::printf("no CUDA device (%s): nothing to measure\n", devices.why_none.c_str());
     return 0;
   }
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (len <= 0) return 1;
-  self[len] = '\0';
-
-  std::printf("| ranks (GPUs) | size | det time (us) | det algbw (GB/s) | det busbw (GB/s) | raw NCCL time (us) | raw NCCL busbw (GB/s) | det / raw algbw |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::vector<int> world_sizes;
   for (int n : {1, 2, 4, 8}) {
-    if (n > devices.count) break;
-    std::string dir = testing::NewTempDir("nccl-bench");
-    auto group = testing::ProcessGroup::Start(
-        n,
-        [&](int rank) {
-          return std::vector<std::string>{self, "--worker", absl::StrCat(rank), absl::StrCat(n), dir,
-                                          absl::StrCat(max_mib)};
-        },
-        dir, [](int rank) { return EnvironmentVariables{{"CUDA_VISIBLE_DEVICES", absl::StrCat(rank)}}; });
-    if (!group.ok()) {
-      std::cerr << group.status() << std::endl;
-      return 1;
-    }
-    auto results = (*group)->Wait(absl::Minutes(10));
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-    for (int r = 0; r < n; ++r) {
-      if (!results[r].status.ok()) {
-        std::cerr << "rank " << r << " failed: " << results[r].err << std::endl;
-        return 1;
-      }
-    }
-    const double factor = 2.0 * (n - 1) / n;
-    for (absl::string_view line : absl::StrSplit(results[0].out, '\n', absl::SkipEmpty())) {
-      std::vector<std::string> f = absl::StrSplit(line, ' ');
-      int64_t bytes;
-      double det_t, raw_t;
-      if (f.size() != 3 || !absl::SimpleAtoi(f[0], &bytes) || !absl::SimpleAtod(f[1], &det_t) ||
-          !absl::SimpleAtod(f[2], &raw_t)) {
-        continue;
-      }
-      double det_alg = static_cast<double>(bytes) / det_t / 1e9, raw_alg = static_cast<double>(bytes) / raw_t / 1e9;
-      std::printf("| %d | %s | %.1f | %.2f | %.2f | %.1f | %.2f | %.1f%% |\n", n, Size(bytes).c_str(), det_t * 1e6,
-                  det_alg, det_alg * factor, raw_t * 1e6, raw_alg * factor, 100 * det_alg / raw_alg);
-    }
+    if (n <= devices.count) world_sizes.push_back(n);
+  }
+  absl::StatusOr<double> worst = RunAndPrintTable("NCCL", world_sizes, max_mib, [](int rank) {
+    return EnvironmentVariables{{"CUDA_VISIBLE_DEVICES", absl::StrCat(rank)}};
+  });
+  if (!worst.ok()) {
+    std::cerr << worst.status() << std::endl;
+    return 1;
   }
   return 0;
 }
