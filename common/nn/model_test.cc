@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "common/nn/cuda_mlp.h"
+#include "common/nn/testing/batches.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,18 +17,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<uint8_t> y;
-};
-
-Batch RandomBatch(int n, int inputs, int classes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Batch b;
-  for (int i = 0; i < n * inputs; ++i) b.x.push_back(static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f);
-  for (int i = 0; i < n; ++i) b.y.push_back(static_cast<uint8_t>(rng() % classes));
-  return b;
-}
+using testing::Batch;
+using testing::RandomBatch;
 
 Mlp NewMlp() {
   MlpOptions options;
