@@ -435,6 +435,48 @@ TEST_F(RestTest, ExperimentsRecordTheirOwnerAndListByUser) {
   EXPECT_EQ(Get("/api/v1/experiments/1").body["experiment"]["owner"], "admin");
 }
 
+// A master restart while ranks wait at a rendezvous loses the round (rounds live in
+// memory), not the allocation: each rank's client repeats its call with its value, and
+// the round completes on the new master with the same tokens.
+TEST_F(RestTest, RendezvousCompletesAcrossAMasterRestart) {
+  std::string session = RegisterAgent("a1", 2);
+  ASSERT_EQ(CreateExperiment("rdv", 2), 1);
+  v1::LaunchCommand launch = NextLaunch("a1", session);
+  ASSERT_EQ(launch.ranks_size(), 2);
+  auto call = [&](int rank, absl::Duration wait) {
+    v1::RendezvousRequest req;
+    req.mutable_auth()->set_allocation_id(launch.allocation_id());
+    req.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+    req.mutable_auth()->set_rank(rank);
+    req.set_key("k/0");
+    req.set_address(absl::StrCat("addr-", rank));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    v1::RendezvousResponse resp;
+    grpc::Status st = WorkerStub()->Rendezvous(&ctx, req, &resp);
+    return std::make_pair(st, resp);
+  };
+  // Rank 0 arrives and waits; then the master restarts and the agent registers again
+  // with the allocation still running.
+  EXPECT_EQ(call(0, absl::Milliseconds(300)).first.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  RestartMaster();
+  token_ = Login("admin", kAdminPassword);
+  session = RegisterAgent("a1", 2, {launch.allocation_id()});
+  // Rank 1 arrives at the new master, which has not heard of rank 0 yet.
+  EXPECT_EQ(call(1, absl::Milliseconds(300)).first.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Both repeat their calls: the round completes.
+  auto rank0 = std::async(std::launch::async, [&] { return call(0, absl::Seconds(10)); });
+  auto rank1 = call(1, absl::Seconds(10));
+  auto r0 = rank0.get();
+  for (const auto& [st, resp] : {r0, rank1}) {
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(resp.ready());
+    ASSERT_EQ(resp.addresses_size(), 2);
+    EXPECT_EQ(resp.addresses(0), "addr-0");
+    EXPECT_EQ(resp.addresses(1), "addr-1");
+  }
+}
+
 TEST_F(RestTest, BadRequestsGetJsonErrors) {
   HttpReply malformed = Post("/api/v1/experiments", "{\"config_yaml\": ");
   EXPECT_EQ(malformed.status, 400);
