@@ -38,17 +38,15 @@ class HostMath : public GradientMath {
 
 }  // namespace
 
-GradientMath& HostGradientMath() {
-  static HostMath* math = new HostMath;
-  return *math;
-}
+std::unique_ptr<GradientMath> NewHostGradientMath() { return std::make_unique<HostMath>(); }
 
 GradientReducer::GradientReducer(collective::Collective& collective, absl::Span<float> grads,
                                  GradientReducerOptions options)
     : collective_(collective),
       grads_(grads),
       options_(options),
-      math_(options.math != nullptr ? *options.math : HostGradientMath()) {
+      host_math_(options.math != nullptr ? nullptr : NewHostGradientMath()),
+      math_(options.math != nullptr ? *options.math : *host_math_) {
   const size_t per = std::max<size_t>(1, static_cast<size_t>(options_.bucket_bytes) / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
     size_t begin = end > per ? end - per : 0;

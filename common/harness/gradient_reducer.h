@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -38,7 +39,7 @@
 namespace det::harness {
 
 // Element-wise arithmetic on gradient buffers in the memory where they live: the host
-// (HostGradientMath) or a CUDA device (CudaGradientMath). Each call has finished when it
+// (NewHostGradientMath) or a CUDA device (CudaGradientMath). Each call has finished when it
 // returns. Safe to call from the caller's and the communication thread at once.
 class GradientMath {
  public:
@@ -53,8 +54,8 @@ class GradientMath {
   virtual absl::Status Scale(absl::Span<float> data, float factor) = 0;
 };
 
-// GradientMath on host memory.
-GradientMath& HostGradientMath();
+// GradientMath on host memory; its buffers live as long as it does.
+std::unique_ptr<GradientMath> NewHostGradientMath();
 
 struct GradientReducerOptions {
   // Target size of one bucket. Default: 64 MiB (Determined's tensor_fusion_threshold).
@@ -64,7 +65,8 @@ struct GradientReducerOptions {
   // Reduce buckets on a communication thread as they fill. When false, Finish() reduces
   // every bucket on the caller's thread.
   bool overlap = true;
-  // Arithmetic for `grads`' memory; null: host memory. Must outlive the reducer.
+  // Arithmetic for `grads`' memory; null: host memory (the reducer's own). Must outlive
+  // the reducer.
   GradientMath* math = nullptr;
 };
 
@@ -113,6 +115,7 @@ class GradientReducer {
   std::vector<size_t> ready_;     // per bucket: elements marked this batch
   size_t full_ = 0;               // buckets complete this batch
   std::vector<size_t> deferred_;  // complete buckets that Finish() reduces itself
+  std::unique_ptr<GradientMath> host_math_;  // when options.math is null
   GradientMath& math_;
   absl::Span<float> sum_;         // the group's sum (aggregation_frequency > 1)
   absl::Status math_status_;      // the first failure of math_ on the caller's thread

@@ -56,6 +56,18 @@ class Search : public ::testing::Test {
     for (const auto& t : d["trials"]) out.push_back({t["hparams_json"], Int(t["seed"])});
     return out;
   }
+  // `det experiment describe` of `experiment` once it is no longer active (within 120 s).
+  nlohmann::json WaitUntilEnded(int64_t experiment) {
+    nlohmann::json d;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          d = cluster_.DetJson({"experiment", "describe", absl::StrCat(experiment)});
+          return d.is_object() && d["experiment"]["state"] != "STATE_ACTIVE";
+        },
+        absl::Seconds(120)))
+        << cluster_.LogTail("master") << cluster_.LogTail("agent-a");
+    return d;
+  }
 
   TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
   int files_ = 0;
@@ -121,15 +133,8 @@ scheduling_unit: 200
 data: {dir: /usr/share/datasets/fashion-mnist}
 )"));
   ASSERT_EQ(id, 1);
-  nlohmann::json d;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        d = cluster_.DetJson({"experiment", "describe", "1"});
-        return d.is_object() && d["experiment"]["state"] != "STATE_ACTIVE";
-      },
-      absl::Seconds(120)))
-      << cluster_.LogTail("master") << cluster_.LogTail("agent-a");
-  EXPECT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
+  nlohmann::json d = WaitUntilEnded(1);
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
   ASSERT_EQ(d["trials"].size(), 4u);
   const auto& trials = d["trials"];
   EXPECT_EQ(nlohmann::json::parse(trials[0]["hparams_json"].get<std::string>())["learning_rate"], 0.02);
@@ -186,15 +191,8 @@ data: {dir: /usr/share/datasets/fashion-mnist}
       << cluster_.LogTail("master");
   cluster_.StopMaster(SIGKILL);
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
-  nlohmann::json d;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        d = cluster_.DetJson({"experiment", "describe", "1"});
-        return d.is_object() && d["experiment"]["state"] != "STATE_ACTIVE";
-      },
-      absl::Seconds(120)))
-      << cluster_.LogTail("master") << cluster_.LogTail("agent-a");
-  EXPECT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
+  nlohmann::json d = WaitUntilEnded(1);
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
   for (const auto& t : d["trials"]) EXPECT_EQ(t["state"], "STATE_COMPLETED");
   // The rebuilt searcher went on drawing where it had stopped: the trials are those the
   // same search creates all at once.
