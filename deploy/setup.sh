@@ -14,6 +14,11 @@ PACKAGES=(
   dataset-fashion-mnist
   chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
   openssl  # makes a test certificate for the master's HTTPS test
+  # PyTorch workers (the Python package det in common/harness/python): Debian's torch runs
+  # under /usr/bin/python3; OpenBLAS makes its CPU math about 10x faster than the
+  # reference BLAS.
+  python3-torch python3-torchvision python3-grpcio python3-protobuf python3-numpy
+  libopenblas0-pthread pybind11-dev
 )
 
 # The CUDA toolkit with NCCL is not a Debian package: the build uses the one at

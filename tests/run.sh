@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Installs what det needs, builds everything and runs every test. Ends with the line
-#   tests: N passed, N failed
-# counted from the individual test cases (gtest results), not from Bazel targets.
+#   tests: N passed, N failed, N skipped
+# counted from the individual test cases (gtest results), not from Bazel targets. A target
+# whose cases were all skipped (GPU tests on a machine without a GPU) counts as skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-./deploy/setup.sh || { echo "tests: 0 passed, 1 failed"; exit 1; }
+./deploy/setup.sh || { echo "tests: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
 echo "== building"
 if ! bazel build //... ; then
   echo "build failed"
-  echo "tests: 0 passed, 1 failed"
+  echo "tests: 0 passed, 1 failed, 0 skipped"
   exit 1
 fi
 
@@ -27,7 +28,7 @@ import os, re, sys
 import xml.etree.ElementTree as ET
 
 bazel_rc, summary = int(sys.argv[1]), sys.argv[2]
-passed = failed = 0
+passed = failed = skipped = 0
 line_re = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|REMOTE FAILURE)\b")
 seen = set()
 for line in open(summary, errors="replace"):
@@ -38,26 +39,30 @@ for line in open(summary, errors="replace"):
     seen.add(target)
     pkg, name = target[2:].split(":")
     xml = os.path.join("bazel-testlogs", pkg, name, "test.xml")
-    cases_passed = cases_failed = 0
+    cases_passed = cases_failed = cases_skipped = 0
     if status in ("PASSED", "FAILED", "FLAKY"):
         try:
             for case in ET.parse(xml).getroot().iter("testcase"):
                 if case.find("failure") is not None or case.find("error") is not None:
                     cases_failed += 1
-                elif case.get("result", "completed") != "skipped":
+                elif (case.get("result", "completed") == "skipped"
+                      or case.find("skipped") is not None):
+                    cases_skipped += 1
+                else:
                     cases_passed += 1
         except (OSError, ET.ParseError):
             pass
-    if status == "PASSED" and cases_passed + cases_failed == 0:
-        cases_passed = 1
+    if status == "PASSED" and cases_passed + cases_failed + cases_skipped == 0:
+        cases_passed = 1  # a test without JUnit cases (a shell test) that passed
     if status not in ("PASSED", "FLAKY") and cases_failed == 0:
         cases_failed = 1
         print(f"{target}: {status}")
     passed += cases_passed
     failed += cases_failed
+    skipped += cases_skipped
 if bazel_rc != 0 and failed == 0:
     failed = 1  # Bazel failed in a way no test reported.
     print(f"bazel test exited with {bazel_rc}")
-print(f"tests: {passed} passed, {failed} failed")
+print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(0 if failed == 0 else 1)
 PY
