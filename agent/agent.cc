@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/checkpoint_gc/checkpoint_gc.h"
+#include "agent/net/local_address.h"
 #include "agent/supervisor/file_tailer.h"
 #include "common/logging/logging.h"
 #include "common/rpc/rpc.h"
@@ -52,6 +53,10 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
   launch_context_.master_address = config_.master;
   launch_context_.slot_type = slots_.empty() ? "cpu" : slots_[0].type();
   launch_context_.worker_path = config_.worker_path;
+  launch_context_.worker_python = config_.worker_python;
+  launch_context_.python_path =
+      config_.python_path ? *config_.python_path : DefaultPythonPath(options_.shim_path);
+  launch_context_.cpu_count = UsableCpuCount();
   heartbeat_interval_ = config_.heartbeat_interval;
 }
 
@@ -103,6 +108,21 @@ absl::Status Agent::RegisterOnce() {
   req.set_cluster_secret(config_.cluster_secret);
   req.set_version("0.1.0");
   req.set_resource_pool(config_.resource_pool);
+  std::string advertise = config_.advertise_address;
+  if (advertise.empty()) {
+    absl::StatusOr<std::string> route = LocalAddressTowards(config_.master);
+    if (route.ok()) {
+      advertise = *route;
+    } else {
+      Logger("agent")->warn(
+          "cannot tell which address other agents reach this one at ({}); set "
+          "advertise_address in agent.yaml",
+          route.status().ToString());
+    }
+  }
+  req.set_advertise_address(advertise);
+  req.set_chief_port_first(config_.chief_port_first);
+  req.set_chief_port_last(config_.chief_port_last);
   for (const auto& s : slots_) *req.add_slots() = s;
   {
     absl::MutexLock l(&mu_);
@@ -124,9 +144,12 @@ absl::Status Agent::RegisterOnce() {
   if (resp->heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp->heartbeat_interval_ms());
   }
-  Logger("agent")->info("agent {} joined master {} with {} {} slot(s), {} running allocation(s)",
-                        config_.agent_id, config_.master, slots_.size(), launch_context_.slot_type,
-                        req.running_allocations_size());
+  Logger("agent")->info(
+      "agent {} joined master {} with {} {} slot(s), {} running allocation(s); advertised as "
+      "{}, chief ports {}-{}",
+      config_.agent_id, config_.master, slots_.size(), launch_context_.slot_type,
+      req.running_allocations_size(), advertise, config_.chief_port_first,
+      config_.chief_port_last);
   return absl::OkStatus();
 }
 
@@ -557,7 +580,8 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     st = absl::PermissionDeniedError(
         absl::StrCat("cannot create directory '", alloc->run_dir, "': ", ec.message()));
   }
-  std::vector<std::string> argv(launch.argv().begin(), launch.argv().end());
+  std::vector<std::string> argv =
+      WorkerArgv({launch.argv().begin(), launch.argv().end()}, launch_context_);
   if (st.ok() && launch.has_checkpoint_gc()) {
     // A checkpoint GC task: this binary deletes the checkpoints, supervised as a worker.
     std::string spec_file = alloc->work_dir + "/checkpoint-gc.json";
@@ -575,7 +599,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
       WorkerSpec spec;
       spec.shim_path = options_.shim_path;
       spec.argv = argv;
-      spec.env = WorkerEnvironment(launch, r, launch_context_, base);
+      spec.env = WorkerEnvironment(launch, r, launch_context_, alloc->work_dir, base);
       spec.cwd = alloc->work_dir;
       spec.stdout_path = RankOutputPath(alloc->run_dir, r.rank(), 0);
       spec.stderr_path = RankOutputPath(alloc->run_dir, r.rank(), 1);

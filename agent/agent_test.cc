@@ -494,6 +494,64 @@ TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   EXPECT_EQ(master.dropped(), 0);
 }
 
+// Registration tells the master where other agents reach this one and which ports it lends
+// to the allocations whose chief runs here.
+TEST_F(AgentTest, RegistersItsAdvertisedAddressAndChiefPorts) {
+  {
+    FakeMasterClient master;
+    config_.master = "127.0.0.1:1";  // no advertise_address: the route towards the master
+    config_.chief_port_first = 31000;
+    config_.chief_port_last = 31009;
+    RunningAgent agent(config_, master, options_);
+    ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+    v1::RegisterRequest req = master.registers()[0];
+    EXPECT_EQ(req.advertise_address(), "127.0.0.1");
+    EXPECT_EQ(req.chief_port_first(), 31000);
+    EXPECT_EQ(req.chief_port_last(), 31009);
+  }
+  FakeMasterClient master;
+  config_.advertise_address = "node-7.example";  // sent as is, not resolved
+  RunningAgent agent(config_, master, options_);
+  ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+  EXPECT_EQ(master.registers()[0].advertise_address(), "node-7.example");
+}
+
+// `python3 SCRIPT` runs worker_python (here /bin/sh, to need no Python) with the contract's
+// variables and PYTHONPATH starting at the allocation's directory.
+TEST_F(AgentTest, PythonEntrypointRunsWorkerPythonWithTheLaunchContract) {
+  FakeMasterClient master;
+  config_.worker_python = "/bin/sh";
+  config_.python_path = std::vector<std::string>{"/opt/det/python"};
+  RunningAgent agent(config_, master, options_);
+  v1::AgentCommand cmd = Launch("5.0", 2, R"sh(
+echo "rank=$RANK local=$LOCAL_RANK/$LOCAL_WORLD_SIZE group=$GROUP_RANK/$GROUP_WORLD_SIZE" \
+     "master=$MASTER_ADDR:$MASTER_PORT run=$TORCHELASTIC_RUN_ID" \
+     "restarts=$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS omp=$OMP_NUM_THREADS"
+echo "python=$DET_PYTHON pythonpath=$PYTHONPATH pwd=$PWD"
+)sh");
+  v1::LaunchCommand* l = cmd.mutable_launch();
+  l->set_argv(0, "python3");
+  l->add_argv("train.sh");
+  l->set_chief_address("10.1.1.1");
+  l->set_chief_port(29517);
+  l->set_run_id("run-5");
+  l->set_restart_count(1);
+  l->set_max_restarts(3);
+  (*l->mutable_env())["OMP_NUM_THREADS"] = "7";
+  master.Send(cmd);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  for (const auto& e : master.exits()) EXPECT_EQ(e.exit_code(), 0) << master.AllLines();
+  std::string work = dir_ + "/work/5.0";
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(
+        master.Lines(rank, "stdout"),
+        ElementsAre(absl::StrCat("rank=", rank, " local=", rank,
+                                 "/2 group=0/1 master=10.1.1.1:29517 run=run-5 restarts=1/3 omp=7"),
+                    absl::StrCat("python=/bin/sh pythonpath=", work,
+                                 ":/opt/det/python pwd=", work)));
+  }
+}
+
 TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
   FakeMasterClient master;
   SystemSampler sampler;

@@ -1,12 +1,16 @@
 #include "agent/launcher/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -37,6 +41,7 @@ std::string SafeName(const std::string& id) {
 
 EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
                                        const v1::RankPlacement& rank, const LaunchContext& ctx,
+                                       const std::string& work_dir,
                                        const EnvironmentVariables& base) {
   EnvironmentVariables overrides;
   for (const auto& [k, v] : launch.env()) overrides.emplace_back(k, v);
@@ -45,10 +50,22 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
   std::string slots = absl::StrJoin(rank.slot_ids(), ",");
   std::string path;
   for (const auto& dir : ctx.worker_path) absl::StrAppend(&path, dir, ":");
+  std::string base_pythonpath;
   for (const auto& [k, v] : base) {
     if (k == "PATH") absl::StrAppend(&path, v);
+    if (k == "PYTHONPATH") base_pythonpath = v;
   }
   if (path.empty() || path.back() == ':') absl::StrAppend(&path, "/usr/local/bin:/usr/bin:/bin");
+  auto launch_env = [&](const std::string& name) -> const std::string* {
+    auto it = launch.env().find(name);
+    return it == launch.env().end() ? nullptr : &it->second;
+  };
+  std::vector<std::string> pythonpath = {work_dir};
+  pythonpath.insert(pythonpath.end(), ctx.python_path.begin(), ctx.python_path.end());
+  const std::string* launch_pythonpath = launch_env("PYTHONPATH");
+  const std::string& inherited = launch_pythonpath ? *launch_pythonpath : base_pythonpath;
+  if (!inherited.empty()) pythonpath.push_back(inherited);
+
   overrides.insert(overrides.end(), {
       {"RANK", absl::StrCat(rank.rank())},
       {"WORLD_SIZE", absl::StrCat(launch.world_size())},
@@ -56,6 +73,13 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
       {"LOCAL_WORLD_SIZE", absl::StrCat(local_world)},
       {"CROSS_RANK", absl::StrCat(launch.agent_rank())},
       {"CROSS_SIZE", absl::StrCat(launch.num_agents())},
+      {"GROUP_RANK", absl::StrCat(launch.agent_rank())},
+      {"GROUP_WORLD_SIZE", absl::StrCat(launch.num_agents())},
+      {"ROLE_RANK", absl::StrCat(rank.rank())},
+      {"ROLE_WORLD_SIZE", absl::StrCat(launch.world_size())},
+      {"ROLE_NAME", "default"},
+      {"TORCHELASTIC_RESTART_COUNT", absl::StrCat(launch.restart_count())},
+      {"TORCHELASTIC_MAX_RESTARTS", absl::StrCat(launch.max_restarts())},
       {"DET_MASTER", ctx.master_address},
       {"DET_AGENT_ID", ctx.agent_id},
       {"DET_SLOT_IDS", slots},
@@ -63,12 +87,53 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
       // CPU workers see no GPU; GPU workers see exactly their slots.
       {"CUDA_VISIBLE_DEVICES", ctx.slot_type == "cuda" ? slots : ""},
       {"PATH", path},
+      {"PWD", work_dir},
+      {"PYTHONPATH", absl::StrJoin(pythonpath, ":")},
   });
+  if (!launch.chief_address().empty()) overrides.emplace_back("MASTER_ADDR", launch.chief_address());
+  if (launch.chief_port() > 0) overrides.emplace_back("MASTER_PORT", absl::StrCat(launch.chief_port()));
+  if (!launch.run_id().empty()) overrides.emplace_back("TORCHELASTIC_RUN_ID", launch.run_id());
+  if (!ctx.worker_python.empty()) overrides.emplace_back("DET_PYTHON", ctx.worker_python);
+  if (launch_env("OMP_NUM_THREADS") == nullptr) {
+    int threads = std::max(1, ctx.cpu_count / std::max(1, local_world));
+    overrides.emplace_back("OMP_NUM_THREADS", absl::StrCat(threads));
+  }
+  // Not inherited: the secret, and what the contract sets only for some launches.
+  static const absl::flat_hash_set<std::string>* const kNotInherited =
+      new absl::flat_hash_set<std::string>({"DET_CLUSTER_SECRET", "MASTER_ADDR", "MASTER_PORT",
+                                            "TORCHELASTIC_RUN_ID", "DET_PYTHON"});
   EnvironmentVariables clean;
   for (const auto& kv : base) {
-    if (kv.first != "DET_CLUSTER_SECRET") clean.push_back(kv);
+    if (!kNotInherited->contains(kv.first)) clean.push_back(kv);
   }
   return MergeEnvironment(std::move(clean), overrides);
+}
+
+std::vector<std::string> WorkerArgv(const std::vector<std::string>& entrypoint,
+                                    const LaunchContext& ctx) {
+  std::vector<std::string> argv = entrypoint;
+  if (!argv.empty() && !ctx.worker_python.empty() &&
+      (argv[0] == "python3" || argv[0] == "python")) {
+    argv[0] = ctx.worker_python;
+  }
+  return argv;
+}
+
+std::vector<std::string> DefaultPythonPath(const std::string& agent_binary) {
+  std::filesystem::path dir =
+      (std::filesystem::path(agent_binary).parent_path() / ".." / "python").lexically_normal();
+  std::error_code ec;
+  if (agent_binary.empty() || !std::filesystem::is_directory(dir, ec)) return {};
+  std::string text = dir.string();
+  if (text.size() > 1 && text.back() == '/') text.pop_back();
+  return {text};
+}
+
+int UsableCpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 absl::Status WriteContext(const std::string& dir,

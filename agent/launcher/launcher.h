@@ -20,15 +20,62 @@ struct LaunchContext {
   std::string slot_type = "cpu";
   // Directories put before PATH to find entrypoints.
   std::vector<std::string> worker_path;
+  // The interpreter that runs entrypoints whose argv[0] is `python3` or `python` (see
+  // WorkerArgv); also DET_PYTHON. Empty: such entrypoints are searched in PATH as given.
+  std::string worker_python;
+  // Directories put on PYTHONPATH after the allocation's context directory.
+  std::vector<std::string> python_path;
+  // The CPUs this agent may use (OMP_NUM_THREADS is shared out of them). >= 1.
+  int cpu_count = 1;
 };
 
-// The complete environment of the worker running `rank` of `launch`: `base` (the agent's own
-// environment, less its secrets), the launch's variables, and RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, CROSS_RANK, CROSS_SIZE, DET_MASTER, DET_AGENT_ID, DET_SLOT_IDS and
-// CUDA_VISIBLE_DEVICES.
+// The complete environment of the worker running `rank` of `launch` in `work_dir` (its
+// working directory, holding the model context): `base` (the agent's own environment, less
+// DET_CLUSTER_SECRET, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID and DET_PYTHON), then
+// the launch's variables (DET_* and the experiment's
+// environment_variables), then the variables below, which win over both unless noted.
+//
+// det's own:
+//   DET_MASTER, DET_AGENT_ID, DET_SLOT_IDS (comma-separated), DET_SLOT_TYPE,
+//   CUDA_VISIBLE_DEVICES (the rank's slots on a "cuda" agent, "" on a "cpu" one),
+//   PATH (worker_path, then base's PATH; a default when neither has one),
+//   PWD = work_dir,
+//   DET_PYTHON = worker_python (when set),
+//   PYTHONPATH = work_dir, then python_path, then the launch's PYTHONPATH or else base's.
+// torchrun's launch contract (what `torchrun` gives each worker, so that
+// `init_process_group(init_method="env://")` works unchanged):
+//   RANK, WORLD_SIZE            the rank and the number of ranks of the allocation
+//   LOCAL_RANK                  the rank's index among the ranks on its agent
+//   LOCAL_WORLD_SIZE            the number of ranks of `launch` on this agent
+//   GROUP_RANK, CROSS_RANK      launch.agent_rank: this agent's index in the allocation
+//   GROUP_WORLD_SIZE, CROSS_SIZE  launch.num_agents
+//   ROLE_RANK, ROLE_WORLD_SIZE  = RANK, WORLD_SIZE;  ROLE_NAME = "default"
+//   MASTER_ADDR                 launch.chief_address: where every rank reaches rank 0's
+//                               agent; only when non-empty
+//   MASTER_PORT                 launch.chief_port, reserved for this allocation on the
+//                               chief's agent; only when > 0
+//   TORCHELASTIC_RESTART_COUNT  launch.restart_count (the trial's restarts so far)
+//   TORCHELASTIC_MAX_RESTARTS   launch.max_restarts
+//   TORCHELASTIC_RUN_ID         launch.run_id, stable across restarts; only when non-empty
+//   OMP_NUM_THREADS             max(1, cpu_count / LOCAL_WORLD_SIZE), unless the launch's
+//                               variables set it (then theirs)
 EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
                                        const v1::RankPlacement& rank, const LaunchContext& ctx,
+                                       const std::string& work_dir,
                                        const EnvironmentVariables& base);
+
+// The program and arguments a worker runs for `entrypoint`: as given, except that argv[0]
+// `python3` or `python` (exactly those names) becomes ctx.worker_python when it is set, so
+// that Python entrypoints get the agent's interpreter whatever PATH holds. No shell.
+std::vector<std::string> WorkerArgv(const std::vector<std::string>& entrypoint,
+                                    const LaunchContext& ctx);
+
+// The agent's default python_path: {<directory of `agent_binary`>/../python} (normalized)
+// when that directory exists, else none.
+std::vector<std::string> DefaultPythonPath(const std::string& agent_binary);
+
+// The CPUs this process may run on (its affinity mask; the online CPUs if that fails); >= 1.
+int UsableCpuCount();
 
 // Writes the context files under `dir` (created). Paths must be relative and stay inside
 // `dir`; anything else is InvalidArgument naming the path.

@@ -1,6 +1,10 @@
 #include "agent/launcher/launcher.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -35,7 +39,7 @@ v1::LaunchCommand TwoAgentLaunch() {
 TEST(WorkerEnvironment, CarriesRanksAndHidesTheSecret) {
   v1::LaunchCommand l = TwoAgentLaunch();
   LaunchContext ctx{"b", "10.0.0.1:8080", "cuda", {"/opt/det/bin"}};
-  auto env = AsMap(WorkerEnvironment(l, l.ranks(1), ctx,
+  auto env = AsMap(WorkerEnvironment(l, l.ranks(1), ctx, "/work/7.0",
                                      {{"PATH", "/usr/bin"}, {"DET_CLUSTER_SECRET", "s3cret"}, {"HOME", "/root"}}));
   EXPECT_EQ(env["RANK"], "3");
   EXPECT_EQ(env["WORLD_SIZE"], "4");
@@ -54,9 +58,176 @@ TEST(WorkerEnvironment, CarriesRanksAndHidesTheSecret) {
 TEST(WorkerEnvironment, CpuWorkersSeeNoGpu) {
   v1::LaunchCommand l = TwoAgentLaunch();
   LaunchContext ctx{"b", "m:1", "cpu", {}};
-  auto env = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, {}));
+  auto env = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, "/w", {}));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");
   EXPECT_EQ(env["DET_SLOT_IDS"], "0");
+}
+
+// One launch of torchrun's contract: what every variable is, for each kind of launch.
+struct ContractCase {
+  std::string name;
+  // Changes TwoAgentLaunch() (rank 3 of 4, the second rank on agent "b", agent rank 1 of 2).
+  std::function<void(v1::LaunchCommand&)> launch;
+  LaunchContext ctx;
+  EnvironmentVariables base;
+  // Expected values; kAbsent: not set at all.
+  std::map<std::string, std::string> want;
+};
+
+constexpr char kAbsent[] = "<absent>";
+
+v1::LaunchCommand WithChief(v1::LaunchCommand l) {
+  l.set_chief_address("10.0.0.5");
+  l.set_chief_port(29512);
+  l.set_restart_count(2);
+  l.set_max_restarts(5);
+  l.set_run_id("exp-3-trial-7");
+  return l;
+}
+
+TEST(WorkerEnvironment, TorchrunContract) {
+  LaunchContext eight_cpus{"b", "m:1", "cpu", {}, "/usr/bin/python3", {"/opt/det/python"}, 8};
+  std::vector<ContractCase> cases = {
+      {"full contract",
+       [](v1::LaunchCommand& l) { l = WithChief(l); },
+       eight_cpus,
+       {},
+       {{"RANK", "3"},
+        {"WORLD_SIZE", "4"},
+        {"LOCAL_RANK", "1"},
+        {"LOCAL_WORLD_SIZE", "2"},
+        {"GROUP_RANK", "1"},
+        {"GROUP_WORLD_SIZE", "2"},
+        {"ROLE_RANK", "3"},
+        {"ROLE_WORLD_SIZE", "4"},
+        {"ROLE_NAME", "default"},
+        {"MASTER_ADDR", "10.0.0.5"},
+        {"MASTER_PORT", "29512"},
+        {"TORCHELASTIC_RESTART_COUNT", "2"},
+        {"TORCHELASTIC_MAX_RESTARTS", "5"},
+        {"TORCHELASTIC_RUN_ID", "exp-3-trial-7"},
+        {"OMP_NUM_THREADS", "4"},
+        {"DET_PYTHON", "/usr/bin/python3"},
+        {"PYTHONPATH", "/work/7.0:/opt/det/python"},
+        {"PWD", "/work/7.0"}}},
+      {"no chief yet: no MASTER_ADDR/PORT, no run id; restarts 0",
+       [](v1::LaunchCommand&) {},
+       eight_cpus,
+       {{"MASTER_ADDR", "agent-own"}, {"MASTER_PORT", "1"}, {"TORCHELASTIC_RUN_ID", "x"}},
+       {{"MASTER_ADDR", kAbsent},
+        {"MASTER_PORT", kAbsent},
+        {"TORCHELASTIC_RUN_ID", kAbsent},
+        {"TORCHELASTIC_RESTART_COUNT", "0"},
+        {"TORCHELASTIC_MAX_RESTARTS", "0"}}},
+      {"the experiment's OMP_NUM_THREADS wins",
+       [](v1::LaunchCommand& l) { (*l.mutable_env())["OMP_NUM_THREADS"] = "3"; },
+       eight_cpus,
+       {{"OMP_NUM_THREADS", "16"}},
+       {{"OMP_NUM_THREADS", "3"}}},
+      {"the agent's own OMP_NUM_THREADS does not",
+       [](v1::LaunchCommand&) {},
+       eight_cpus,
+       {{"OMP_NUM_THREADS", "16"}},
+       {{"OMP_NUM_THREADS", "4"}}},
+      {"more ranks than CPUs: one thread each",
+       [](v1::LaunchCommand& l) {
+         for (int r = 4; r < 8; ++r) {
+           auto* p = l.add_ranks();
+           p->set_rank(r);
+           p->set_agent_id("b");
+           p->set_local_rank(r - 2);
+         }
+       },
+       LaunchContext{"b", "m:1", "cpu", {}, "", {}, 2},
+       {},
+       {{"LOCAL_WORLD_SIZE", "6"}, {"OMP_NUM_THREADS", "1"}, {"DET_PYTHON", kAbsent}}},
+      {"det's values win over the experiment's",
+       [](v1::LaunchCommand& l) {
+         l = WithChief(l);
+         (*l.mutable_env())["MASTER_ADDR"] = "1.2.3.4";
+         (*l.mutable_env())["RANK"] = "0";
+         (*l.mutable_env())["FOO"] = "bar";
+       },
+       eight_cpus,
+       {},
+       {{"MASTER_ADDR", "10.0.0.5"}, {"RANK", "3"}, {"FOO", "bar"}}},
+      {"PYTHONPATH: context dir, python_path, then the experiment's",
+       [](v1::LaunchCommand& l) { (*l.mutable_env())["PYTHONPATH"] = "/exp/lib"; },
+       LaunchContext{"b", "m:1", "cpu", {}, "/py", {"/a", "/b"}, 1},
+       {{"PYTHONPATH", "/agent/lib"}},
+       {{"PYTHONPATH", "/work/7.0:/a:/b:/exp/lib"}}},
+      {"PYTHONPATH: else the agent's",
+       [](v1::LaunchCommand&) {},
+       LaunchContext{"b", "m:1", "cpu", {}, "/py", {}, 1},
+       {{"PYTHONPATH", "/agent/lib"}, {"PWD", "/stale"}},
+       {{"PYTHONPATH", "/work/7.0:/agent/lib"}, {"PWD", "/work/7.0"}}},
+  };
+  for (const ContractCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::LaunchCommand l = TwoAgentLaunch();
+    c.launch(l);
+    auto env = AsMap(WorkerEnvironment(l, l.ranks(1), c.ctx, "/work/7.0", c.base));
+    for (const auto& [name, value] : c.want) {
+      if (value == kAbsent) {
+        EXPECT_EQ(env.count(name), 0u) << name << "=" << env[name];
+      } else {
+        EXPECT_EQ(env[name], value) << name;
+      }
+    }
+  }
+}
+
+TEST(WorkerEnvironment, RanksOfAnotherAgentAreNotLocal) {
+  v1::LaunchCommand l = WithChief(TwoAgentLaunch());
+  // A rank of the same allocation on agent "a" does not count towards this agent's ranks.
+  auto* other = l.add_ranks();
+  other->set_rank(0);
+  other->set_agent_id("a");
+  LaunchContext ctx{"b", "m:1", "cpu", {}, "", {}, 8};
+  auto env = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, "/w", {}));
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["RANK"], "2");
+}
+
+TEST(WorkerArgv, PythonEntrypointsGetTheAgentsInterpreter) {
+  LaunchContext with{"b", "m:1", "cpu", {}, "/usr/bin/python3", {}, 1};
+  LaunchContext without{"b", "m:1", "cpu", {}, "", {}, 1};
+  struct Case {
+    std::vector<std::string> entrypoint;
+    const LaunchContext* ctx;
+    std::vector<std::string> want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"python3", "train.py", "--epochs", "1"}, &with,
+            {"/usr/bin/python3", "train.py", "--epochs", "1"}},
+           {{"python", "-m", "det.launch"}, &with, {"/usr/bin/python3", "-m", "det.launch"}},
+           {{"python3"}, &with, {"/usr/bin/python3"}},
+           // Only those two names: an explicit interpreter or another program stays.
+           {{"/opt/py/bin/python3", "train.py"}, &with, {"/opt/py/bin/python3", "train.py"}},
+           {{"python3.11", "train.py"}, &with, {"python3.11", "train.py"}},
+           {{"det-fashion-mnist"}, &with, {"det-fashion-mnist"}},
+           {{"train.py", "python3"}, &with, {"train.py", "python3"}},
+           {{"python3", "train.py"}, &without, {"python3", "train.py"}},
+           {{}, &with, {}},
+       }) {
+    EXPECT_EQ(WorkerArgv(c.entrypoint, *c.ctx), c.want);
+  }
+}
+
+TEST(DefaultPythonPath, IsThePythonDirectoryBesideTheBinariesWhenThereIsOne) {
+  std::string root = std::string(getenv("TEST_TMPDIR")) + "/bundle";
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/bin"));
+  EXPECT_TRUE(DefaultPythonPath(root + "/bin/det-agent").empty());
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/python/det"));
+  EXPECT_EQ(DefaultPythonPath(root + "/bin/det-agent"), std::vector<std::string>{root + "/python"});
+  EXPECT_TRUE(DefaultPythonPath("").empty());
+}
+
+TEST(UsableCpuCount, IsPositiveAndAtMostTheOnlineCpus) {
+  EXPECT_GE(UsableCpuCount(), 1);
+  EXPECT_LE(UsableCpuCount(), sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 TEST(WriteContext, WritesFilesAndRefusesEscapes) {

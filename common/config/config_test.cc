@@ -3,8 +3,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/config/daemon_config.h"
 #include "common/config/experiment_config.h"
 #include "common/config/yaml_reader.h"
@@ -14,6 +16,7 @@
 namespace det::config {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 absl::Status ParseError(const std::string& yaml) {
@@ -159,6 +162,66 @@ TEST(DaemonConfig, AgentNeedsMaster) {
   EXPECT_EQ(c->system_metrics_period, absl::ZeroDuration());
   EXPECT_THAT(ParseAgentConfig("master: h:1\nsystem_metrics_period: often\n", "agent.yaml").status().message(),
               HasSubstr("agent.yaml:2: system_metrics_period"));
+}
+
+TEST(DaemonConfig, AgentLaunchContractDefaults) {
+  auto c = ParseAgentConfig("master: h:1\n", "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->advertise_address, "");
+  EXPECT_EQ(c->chief_port_first, 29500);
+  EXPECT_EQ(c->chief_port_last, 29999);
+  EXPECT_EQ(c->worker_python, "/usr/bin/python3");
+  EXPECT_FALSE(c->python_path.has_value());
+}
+
+TEST(DaemonConfig, AgentLaunchContractKeys) {
+  auto c = ParseAgentConfig(
+      "master: h:1\nadvertise_address: 10.1.2.3\nchief_port_range: \"31000-31010\"\n"
+      "worker_python: /opt/py/bin/python3\npython_path: [/opt/det/python, /srv/lib]\n",
+      "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->advertise_address, "10.1.2.3");
+  EXPECT_EQ(c->chief_port_first, 31000);
+  EXPECT_EQ(c->chief_port_last, 31010);
+  EXPECT_EQ(c->worker_python, "/opt/py/bin/python3");
+  ASSERT_TRUE(c->python_path.has_value());
+  EXPECT_THAT(*c->python_path, ElementsAre("/opt/det/python", "/srv/lib"));
+  // An explicit empty list turns the default off.
+  c = ParseAgentConfig("master: h:1\npython_path: []\nchief_port_range: 2000-2000\n",
+                       "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->python_path.has_value());
+  EXPECT_TRUE(c->python_path->empty());
+  EXPECT_EQ(c->chief_port_first, 2000);
+  EXPECT_EQ(c->chief_port_last, 2000);
+}
+
+TEST(DaemonConfig, AgentChiefPortRangeIsValidated) {
+  struct Case {
+    const char* range;
+    const char* error;
+  };
+  for (const Case& bad : std::vector<Case>{
+           {"29500", "expected a port range such as \"29500-29999\", got \"29500\""},
+           {"a-b", "expected a port range"},
+           {"29500-", "expected a port range"},
+           {"-1-5", "expected a port range"},
+           {"1-2-3", "expected a port range"},
+           {"100-2000", "port 100 is outside 1024..65535"},
+           {"2000-70000", "port 70000 is outside 1024..65535"},
+           {"3000-2000", "the first port 3000 is above the last 2000"},
+           {"", "expected a port range"},
+       }) {
+    SCOPED_TRACE(bad.range);
+    auto c = ParseAgentConfig(
+        absl::StrCat("master: h:1\nchief_port_range: \"", bad.range, "\"\n"), "agent.yaml");
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr("agent.yaml:2: chief_port_range: "));
+    EXPECT_THAT(c.status().message(), HasSubstr(bad.error));
+  }
+  EXPECT_THAT(ParseAgentConfig("master: h:1\nworker_python: ''\n", "agent.yaml").status().message(),
+              HasSubstr("agent.yaml:2: worker_python: expected the path of a Python interpreter"));
 }
 
 std::string Slurp(const std::string& path) {

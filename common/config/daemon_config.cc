@@ -1,11 +1,15 @@
 #include "common/config/daemon_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/config/yaml_reader.h"
 
 namespace det::config {
@@ -22,6 +26,36 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 std::string SecretFromEnv() {
   const char* s = std::getenv("DET_CLUSTER_SECRET");
   return s ? s : "";
+}
+
+// "FIRST-LAST", both ports in [1024, 65535], FIRST <= LAST.
+absl::Status ParsePortRange(const std::string& text, int* first, int* last) {
+  std::vector<std::string> parts = absl::StrSplit(text, '-');
+  int ports[2] = {0, 0};
+  bool numbers = parts.size() == 2;
+  for (size_t i = 0; numbers && i < 2; ++i) {
+    std::string part(absl::StripAsciiWhitespace(parts[i]));
+    numbers = !part.empty() && part.size() <= 5 &&
+              std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+              absl::SimpleAtoi(part, &ports[i]);
+  }
+  if (!numbers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a port range such as \"29500-29999\", got \"", text, "\""));
+  }
+  for (int port : ports) {
+    if (port < 1024 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "port ", port, " is outside 1024..65535 (in \"", text, "\")"));
+    }
+  }
+  if (ports[0] > ports[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the first port ", ports[0], " is above the last ", ports[1], " (in \"", text, "\")"));
+  }
+  *first = ports[0];
+  *last = ports[1];
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -108,6 +142,21 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::strin
   r.String("resource_pool", &c.resource_pool);
   r.String("work_dir", &c.work_dir);
   r.StringList("worker_path", &c.worker_path, /*allow_scalar=*/true);
+  r.String("advertise_address", &c.advertise_address);
+  std::string port_range;
+  r.String("chief_port_range", &port_range);
+  if (r.ok() && r.Has("chief_port_range")) {
+    absl::Status st = ParsePortRange(port_range, &c.chief_port_first, &c.chief_port_last);
+    if (!st.ok()) r.Fail("chief_port_range", std::string(st.message()));
+  }
+  r.String("worker_python", &c.worker_python);
+  if (r.ok() && c.worker_python.empty()) {
+    r.Fail("worker_python", "expected the path of a Python interpreter, got an empty string");
+  }
+  if (r.Has("python_path")) {
+    c.python_path.emplace();
+    r.StringList("python_path", &*c.python_path, /*allow_scalar=*/true);
+  }
   r.String("cluster_secret", &c.cluster_secret);
   r.String("master_cert_file", &c.master_cert_file);
   r.Duration("heartbeat_interval", &c.heartbeat_interval);

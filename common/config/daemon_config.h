@@ -2,6 +2,7 @@
 #ifndef DET_COMMON_CONFIG_DAEMON_CONFIG_H_
 #define DET_COMMON_CONFIG_DAEMON_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,20 @@ struct AgentConfig {
   std::string work_dir = "/tmp/det-agent";
   // Directories searched (before PATH) for entrypoint programs.
   std::vector<std::string> worker_path;
+  // Where the other agents reach this one: MASTER_ADDR of allocations whose chief (rank 0)
+  // runs here. Default: empty, the address of the local interface that routes to the master.
+  std::string advertise_address;
+  // Ports lent to allocations whose chief runs here, one per live allocation, as MASTER_PORT:
+  // "FIRST-LAST" in the YAML, 1024 <= FIRST <= LAST <= 65535.
+  int chief_port_first = 29500;
+  int chief_port_last = 29999;
+  // The interpreter of Python entrypoints: an entrypoint whose argv[0] is `python3` or
+  // `python` runs this instead; workers also get it as DET_PYTHON.
+  std::string worker_python = "/usr/bin/python3";
+  // Directories put first on the workers' PYTHONPATH (after the allocation's context
+  // directory). Unset (nullopt): the agent's default, <dir of det-agent>/../python when it
+  // exists.
+  std::optional<std::vector<std::string>> python_path;
   std::string cluster_secret;
   // PEM file of the CA that signed the master's gRPC certificate (the master has
   // grpc_tls); the agent and its workers then speak TLS. Or DET_MASTER_CERT_FILE.
