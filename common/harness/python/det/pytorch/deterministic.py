@@ -1,0 +1,188 @@
+"""Bitwise-deterministic data-parallel training for PyTorch, at any rank count.
+
+DeterministicDDP replaces DistributedDataParallel's float all-reduce with det's
+deterministic mode (docs/determinism.md, docs/pytorch-data-and-determinism.md): each
+global batch is trained as the same fixed micro-batches of micro_batch_size samples
+whatever the rank count (rank r of W trains the micro-batches of its contiguous slice);
+each micro-batch's gradient and loss are scaled by 2^32, rounded to int64 and summed
+locally and across ranks with an int64 all_reduce (integer addition is exact, so neither
+the order nor the grouping of the sum matters), then divided once. Together with
+pin_determinism() (deterministic kernels, a fixed intra-op thread count) the training is
+bitwise identical on 1, 2, 4, ... ranks and across checkpoint, resize and resume.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from .elastic_order import mix64
+
+# 2^32: resolution 2.3e-10 per micro-batch value (common/harness/examples/fashion_mnist.cc).
+FIXED_POINT_SCALE = 4294967296.0
+# Each micro-batch value is clamped (never wrapped) to +-9e15 fixed units (+-2.1e6), so the
+# sum of up to 1,024 micro-batches cannot overflow int64.
+_FIXED_MAX = 9.0e15
+_MAX_MICRO_BATCHES = 1024
+
+
+def pin_determinism(num_threads=1):
+    """Pins what makes a CPU kernel's bits vary between runs: deterministic algorithms on,
+    num_threads intra-op threads (how a reduction is split over threads changes its bits;
+    every run to be compared must use the same count), one inter-op thread where it can
+    still be set, and on CUDA no TF32 and cuDNN's deterministic algorithms (GPU runs are
+    untested). Call it first, before any computation."""
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"pin_determinism: num_threads must be an integer >= 1, got {num_threads!r}")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(num_threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # Already set, or parallel work has started: inter-op threads do not split kernels.
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+class DeterministicDDP(torch.nn.Module):
+    """Wraps `module` for bitwise-deterministic data-parallel training.
+
+    Construction broadcasts the parameters and buffers from rank 0 (as DDP does). Each
+    training step calls backward(batch, loss_fn) with this rank's slice of the global batch
+    (global_batch_size // world_size samples, e.g. from an ElasticSampler), then the
+    optimizer's step(). backward() leaves in every parameter's .grad the mean gradient over
+    the global batch, identical to the bit on every rank and at every rank count, and
+    returns the global mean loss (a Python float, the same on every rank).
+
+    REQUIRES: world_size divides global_batch_size and micro_batch_size divides the
+    per-rank batch; global_batch_size // micro_batch_size <= 1024; loss_fn returns the mean
+    loss over its micro-batch; every rank calls backward() the same number of times. Layers
+    whose output depends on the whole batch (BatchNorm) are refused: their statistics would
+    depend on the micro-batch, their running buffers on the rank. Randomness (dropout) must
+    not come from a per-rank generator: pass backward(..., step=k) with rng_seed set, and
+    torch's generator is seeded for each micro-batch from (rng_seed, k, micro-batch index).
+    """
+
+    def __init__(self, module, global_batch_size, micro_batch_size, process_group=None,
+                 rng_seed=None):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.world_size = 1
+        self.rank = 0
+        if dist.is_available() and dist.is_initialized():
+            self.world_size = dist.get_world_size(process_group)
+            self.rank = dist.get_rank(process_group)
+        for name, value in (("global_batch_size", global_batch_size),
+                            ("micro_batch_size", micro_batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"DeterministicDDP: {name} must be an integer >= 1, got {value!r}")
+        if global_batch_size % self.world_size:
+            raise ValueError(f"DeterministicDDP: world size {self.world_size} does not divide "
+                             f"global_batch_size {global_batch_size}")
+        per_rank = global_batch_size // self.world_size
+        if per_rank % micro_batch_size:
+            raise ValueError(f"DeterministicDDP: micro_batch_size {micro_batch_size} does not "
+                             f"divide the per-rank batch {per_rank} (global_batch_size "
+                             f"{global_batch_size} on {self.world_size} ranks)")
+        if global_batch_size // micro_batch_size > _MAX_MICRO_BATCHES:
+            raise ValueError(f"DeterministicDDP: {global_batch_size // micro_batch_size} "
+                             f"micro-batches per global batch; at most {_MAX_MICRO_BATCHES} "
+                             f"fit the int64 fixed-point sum")
+        for name, m in module.named_modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                raise ValueError(f"DeterministicDDP: {name or 'the module'} is a "
+                                 f"{type(m).__name__}: batch statistics are not "
+                                 f"deterministic across rank counts (use GroupNorm/LayerNorm)")
+        self.global_batch_size = global_batch_size
+        self.micro_batch_size = micro_batch_size
+        self.per_rank_batch = per_rank
+        self.rng_seed = rng_seed
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        if not self._params:
+            raise ValueError("DeterministicDDP: the module has no parameter that requires grad")
+        for p in self._params:
+            if not p.dtype.is_floating_point:
+                raise ValueError(f"DeterministicDDP: parameter of dtype {p.dtype} is not floating point")
+        self._numel = sum(p.numel() for p in self._params)
+        # Per parameter and the loss: the fixed-point sum, a float64 scratch, the float mean.
+        self._fixed = torch.zeros(self._numel + 1, dtype=torch.int64)
+        self._scratch = torch.empty(self._numel + 1, dtype=torch.float64)
+        self._fixed_micro = torch.empty(self._numel + 1, dtype=torch.int64)
+        if self.world_size > 1:
+            with torch.no_grad():
+                for t in list(module.parameters()) + list(module.buffers()):
+                    dist.broadcast(t, 0, group=process_group)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def backward(self, batch, loss_fn, step=None):
+        """Computes the global batch's mean gradient into the parameters' .grad and returns
+        the global mean loss. `batch`: a tensor or a tuple/list of tensors whose first
+        dimension is this rank's per_rank_batch samples; loss_fn(*micro_batch) returns the
+        mean loss of one micro-batch (it calls this wrapper or the module)."""
+        tensors = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        for t in tensors:
+            if t.shape[0] != self.per_rank_batch:
+                raise ValueError(f"DeterministicDDP.backward: a batch tensor has {t.shape[0]} "
+                                 f"samples; this rank's slice of global batch "
+                                 f"{self.global_batch_size} has {self.per_rank_batch}")
+        m = self.micro_batch_size
+        first_micro = self.rank * (self.per_rank_batch // m)
+        fixed, scratch, micro = self._fixed, self._scratch, self._fixed_micro
+        fixed.zero_()
+        for k, lo in enumerate(range(0, self.per_rank_batch, m)):
+            if self.rng_seed is not None and step is not None:
+                torch.manual_seed(_micro_batch_seed(self.rng_seed, step, first_micro + k))
+            loss = loss_fn(*(t[lo:lo + m] for t in tensors))
+            grads = torch.autograd.grad(loss, self._params, allow_unused=True)
+            offset = 0
+            for p, g in zip(self._params, grads):
+                n = p.numel()
+                if g is None:
+                    scratch[offset:offset + n].zero_()
+                else:
+                    scratch[offset:offset + n].copy_(g.reshape(-1))
+                offset += n
+            scratch[self._numel] = loss.detach().to(torch.float64)
+            _to_fixed(scratch, micro)
+            fixed.add_(micro)
+        if self.world_size > 1:
+            dist.all_reduce(fixed, op=dist.ReduceOp.SUM, group=self.process_group)
+        # The mean over the global batch's micro-batches, rounded once.
+        denom = FIXED_POINT_SCALE * (self.global_batch_size // m)
+        scratch.copy_(fixed).div_(denom)  # in float64, as the C++ harness does
+        offset = 0
+        with torch.no_grad():
+            for p in self._params:
+                n = p.numel()
+                mean = scratch[offset:offset + n].view_as(p)
+                if p.grad is None:
+                    p.grad = mean.to(p.dtype)
+                else:
+                    p.grad.copy_(mean)
+                offset += n
+        return float(scratch[self._numel])
+
+
+def deterministic_ddp(module, global_batch_size, micro_batch_size, process_group=None,
+                      rng_seed=None, num_threads=1):
+    """pin_determinism(num_threads), then DeterministicDDP(module, ...)."""
+    pin_determinism(num_threads)
+    return DeterministicDDP(module, global_batch_size, micro_batch_size,
+                            process_group=process_group, rng_seed=rng_seed)
+
+
+def _to_fixed(values, out):
+    """out = clamp(round_half_even(values * 2^32), +-9e15) as int64; `values` is scratch."""
+    values.mul_(FIXED_POINT_SCALE).round_().clamp_(-_FIXED_MAX, _FIXED_MAX)
+    out.copy_(values)
+
+
+def _micro_batch_seed(seed, step, micro_index):
+    return mix64(mix64(seed & ((1 << 64) - 1)) ^ mix64(((step << 32) ^ micro_index)
+                                                      & ((1 << 64) - 1))) >> 1
