@@ -1,0 +1,175 @@
+"""The worker channel: what this process tells the master (WorkerService in
+proto/worker.proto), authenticated by its allocation token. Off-cluster (no DET_MASTER), a
+printing stand-in says what would have been reported instead."""
+
+import json
+import sys
+import threading
+import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+# A report: (group, total_batches, values).
+Report = Tuple[str, int, Mapping[str, float]]
+
+
+class MasterError(RuntimeError):
+    """The master refused a call, or could not be reached before the deadline; the message
+    names the call, the master and the master's reason."""
+
+
+class AllocationEndedError(MasterError):
+    """The allocation this process belongs to has ended: nothing more can be reported."""
+
+
+class WorkerClient:
+    """The calls of WorkerService. Thread-safe."""
+
+    def report_metrics(self, reports: Sequence[Report]) -> None:
+        raise NotImplementedError
+
+    def report_checkpoint(self, uuid: str, storage_path: str, total_batches: int,
+                          resources: Mapping[str, int], metadata_json: str) -> None:
+        raise NotImplementedError
+
+    def rendezvous(self, key: str, value: str, timeout_s: float) -> List[str]:
+        """Publishes `value` for this rank in round `key`; every rank's value, by rank, once
+        all ranks have called."""
+        raise NotImplementedError
+
+    def should_preempt(self, wait_ms: int) -> Tuple[bool, str]:
+        """(preempt, reason), waiting up to `wait_ms` for preempt to become true."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GrpcWorkerClient(WorkerClient):
+    """WorkerService over gRPC. Transient failures (master restarting, connection lost) are
+    retried with backoff until `give_up_after_s` has passed."""
+
+    _CALL_TIMEOUT_S = 30.0
+
+    def __init__(self, master: str, allocation_id: str, token: str, rank: int, trial_id: int,
+                 give_up_after_s: float = 600.0) -> None:
+        import grpc  # noqa: F401 (fails early with a clear ImportError when missing)
+        from det._proto import worker_pb2, worker_pb2_grpc
+        self._grpc = grpc
+        self._pb = worker_pb2
+        self._master = master
+        self._trial_id = trial_id
+        self._give_up_after_s = give_up_after_s
+        self._channel = grpc.insecure_channel(master)
+        self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
+        self._auth = worker_pb2.WorkerAuth(allocation_id=allocation_id, token=token, rank=rank)
+        self._closed = False
+
+    def _call(self, name: str, request, timeout_s: float = _CALL_TIMEOUT_S):
+        grpc = self._grpc
+        transient = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                     grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
+        give_up = time.monotonic() + self._give_up_after_s
+        backoff = 0.2
+        warned = False
+        while True:
+            try:
+                return getattr(self._stub, name)(request, timeout=timeout_s)
+            except grpc.RpcError as e:
+                code, details = e.code(), e.details()
+                if self._closed:
+                    raise MasterError(f"{name}: the connection to the master was closed") from None
+                if code == grpc.StatusCode.FAILED_PRECONDITION and "has ended" in (details or ""):
+                    raise AllocationEndedError(
+                        f"{name} to master {self._master}: {details}; this process's allocation "
+                        "is over, so nothing more can be reported") from None
+                if code not in transient or time.monotonic() + backoff > give_up:
+                    raise MasterError(
+                        f"{name} to master {self._master} failed: {code.name}: {details}") from None
+                if not warned:
+                    print(f"det: {name} to master {self._master}: {code.name}: {details}; retrying",
+                          file=sys.stderr, flush=True)
+                    warned = True
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def report_metrics(self, reports: Sequence[Report]) -> None:
+        if not reports:
+            return
+        from det._proto import types_pb2
+        rows = [types_pb2.Metrics(trial_id=self._trial_id, group=g, total_batches=int(b),
+                                  values={k: float(v) for k, v in values.items()},
+                                  report_time_ms=_now_ms())
+                for g, b, values in reports]
+        self._call("ReportMetrics", self._pb.ReportMetricsRequest(
+            auth=self._auth, trial_id=self._trial_id, metrics=rows))
+
+    def report_checkpoint(self, uuid: str, storage_path: str, total_batches: int,
+                          resources: Mapping[str, int], metadata_json: str) -> None:
+        from det._proto import types_pb2
+        c = types_pb2.Checkpoint(uuid=uuid, trial_id=self._trial_id, total_batches=total_batches,
+                                 report_time_ms=_now_ms(), resources=dict(resources),
+                                 storage_path=storage_path, metadata_json=metadata_json)
+        self._call("ReportCheckpoint", self._pb.ReportCheckpointRequest(auth=self._auth,
+                                                                        checkpoint=c))
+
+    def rendezvous(self, key: str, value: str, timeout_s: float) -> List[str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MasterError(f"Rendezvous '{key}' at master {self._master}: not every rank "
+                                  f"arrived within {timeout_s:.0f} s")
+            wait = min(left, 60.0)
+            try:
+                resp = self._call("Rendezvous", self._pb.RendezvousRequest(
+                    auth=self._auth, address=value, key=key, wait_ms=int(wait * 1000)),
+                    timeout_s=wait)
+            except MasterError as e:
+                if "DEADLINE_EXCEEDED" in str(e):
+                    continue  # Not every rank is there yet: ask again.
+                raise
+            if resp.ready:
+                return list(resp.addresses)
+
+    def should_preempt(self, wait_ms: int) -> Tuple[bool, str]:
+        resp = self._call("ShouldPreempt",
+                          self._pb.ShouldPreemptRequest(auth=self._auth, wait_ms=wait_ms),
+                          timeout_s=self._CALL_TIMEOUT_S + wait_ms / 1000.0)
+        return resp.preempt, resp.reason
+
+    def close(self) -> None:
+        self._closed = True
+        self._channel.close()
+
+
+class OffClusterClient(WorkerClient):
+    """Outside a det allocation: prints each call, as one line, to `out` (stdout)."""
+
+    def __init__(self, out=None) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def _print(self, text: str) -> None:
+        with self._lock:
+            print(f"det (off-cluster, not reported): {text}", file=self._out or sys.stdout,
+                  flush=True)
+
+    def report_metrics(self, reports: Sequence[Report]) -> None:
+        for g, b, values in reports:
+            self._print(f"{g} metrics at batch {b}: {json.dumps(dict(values), sort_keys=True)}")
+
+    def report_checkpoint(self, uuid: str, storage_path: str, total_batches: int,
+                          resources: Mapping[str, int], metadata_json: str) -> None:
+        self._print(f"checkpoint {uuid} at batch {total_batches} in {storage_path}: "
+                    f"{len(resources)} file(s), {sum(resources.values())} bytes, "
+                    f"metadata {metadata_json or '{}'}")
+
+    def rendezvous(self, key: str, value: str, timeout_s: float) -> List[str]:
+        return [value]
+
+    def should_preempt(self, wait_ms: int) -> Tuple[bool, str]:
+        return False, ""

@@ -1,0 +1,136 @@
+"""PreemptContext: whether the trial's workers should stop at the next step boundary
+(Determined's det.core.PreemptContext). The answer comes from the master (ShouldPreempt,
+long-polled by a background thread: the experiment was paused or killed, the trial was
+preempted or stopped by its searcher) or from a SIGTERM this process received."""
+
+import enum
+import signal
+import sys
+import threading
+from typing import Optional
+
+from det import _client
+from det.core import _distributed
+
+
+class PreemptMode(enum.Enum):
+    # Every rank calls should_preempt() (a collective); the chief asks the master and the
+    # answer is shared, so every rank stops at the same step. The default.
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
+    # Only the chief calls should_preempt().
+    ChiefOnly = "CHIEF_ONLY"
+    # Every rank asks the master itself; no collective.
+    WorkersAskMaster = "WORKERS_ASK_MASTER"
+
+
+class PreemptContext:
+    """Starts polling in start() and stops in close(). should_preempt() is called from the
+    thread that trains (the main thread, to see SIGTERM)."""
+
+    _POLL_MS = 30_000
+
+    def __init__(self, client: _client.WorkerClient, dist: _distributed.DistributedContext,
+                 mode: PreemptMode = PreemptMode.WorkersAskChief, on_cluster: bool = True) -> None:
+        if isinstance(mode, str):
+            mode = PreemptMode(mode)
+        self._client = client
+        self._dist = dist
+        self._mode = mode
+        self._on_cluster = on_cluster
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._preempt = False          # GUARDED_BY(_lock)
+        self._reason = ""              # GUARDED_BY(_lock)
+        self._error: Optional[BaseException] = None  # GUARDED_BY(_lock)
+        self._closed = False           # GUARDED_BY(_lock)
+        self._sigterm = False
+        self._asked = False
+        self._previous_handler = None
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def reason(self) -> str:
+        """Why should_preempt() said True ("" before)."""
+        with self._lock:
+            return self._reason
+
+    def _polls(self) -> bool:
+        return self._on_cluster and (self._mode == PreemptMode.WorkersAskMaster or
+                                     self._dist.rank == 0)
+
+    def start(self) -> None:
+        if self._polls():
+            self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
+            self._thread.start()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._cond.notify_all()
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGTERM, self._previous_handler)
+            self._previous_handler = None
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._sigterm = True
+        with self._lock:
+            if not self._preempt:
+                self._preempt, self._reason = True, "SIGTERM received"
+        if not self._asked:
+            # The script never asks should_preempt(): SIGTERM ends it as it would without det.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+    def _poll(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or self._preempt:
+                    return
+            try:
+                preempt, reason = self._client.should_preempt(self._POLL_MS)
+            except BaseException as e:  # noqa: B902 (handed to the training thread)
+                with self._lock:
+                    if not self._closed:
+                        self._error = e
+                return
+            if preempt:
+                with self._lock:
+                    if not self._preempt:
+                        self._preempt, self._reason = True, reason or "asked by the master"
+                return
+
+    def _local(self) -> bool:
+        with self._lock:
+            if self._error is not None and not self._preempt:
+                error = self._error
+                if isinstance(error, _client.AllocationEndedError):
+                    raise _client.AllocationEndedError(f"should_preempt: {error}")
+                raise _client.MasterError(f"should_preempt: {error}")
+            return self._preempt
+
+    def should_preempt(self, auto_ack: bool = True) -> bool:
+        """True once the workers should save what they need and exit. With
+        PreemptMode.WorkersAskChief every rank must call it at the same points.
+        AllocationEndedError when the master says the allocation has ended; MasterError when
+        the master cannot be asked."""
+        self._asked = True
+        if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:
+            raise RuntimeError("should_preempt: PreemptMode.ChiefOnly: only the chief may call it "
+                               f"(rank {self._dist.rank} did)")
+        if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1:
+            return self._local()
+        # The chief's answer, or any rank's SIGTERM.
+        answers = self._dist.allgather((self._local() if self._dist.rank == 0 else
+                                        self._sigterm, self.reason))
+        preempt = any(a for a, _ in answers)
+        if preempt:
+            with self._lock:
+                if not self._preempt:
+                    self._preempt = True
+                    self._reason = next(r for a, r in answers if a)
+        return preempt
+
+    def acknowledge_preemption_signal(self) -> None:
+        """Determined compatibility: nothing to acknowledge (det needs no ack)."""

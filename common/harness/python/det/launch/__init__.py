@@ -1,0 +1,1 @@
+"""Launchers for det entrypoints (Determined's det.launch.*)."""

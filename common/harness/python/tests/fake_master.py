@@ -1,0 +1,138 @@
+"""A real gRPC WorkerService on loopback (port 0) that records what workers send: the
+master's side of the worker channel for det's unit tests."""
+
+import contextlib
+import os
+import threading
+from concurrent import futures
+from typing import Dict, Iterator, List, Optional
+
+import grpc
+
+from det._proto import worker_pb2, worker_pb2_grpc
+
+
+class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, world_size: int = 1) -> None:
+        self.lock = threading.Condition()
+        self.metrics: List[worker_pb2.ReportMetricsRequest] = []
+        self.checkpoints: List[worker_pb2.ReportCheckpointRequest] = []
+        self.preempt_requests: List[worker_pb2.ShouldPreemptRequest] = []
+        self.world_size = world_size
+        self.rounds: Dict[str, Dict[int, str]] = {}
+        # What ShouldPreempt answers: None (wait until told), or (preempt, reason), or an
+        # exception code with a message.
+        self.preempt: Optional[tuple] = None
+        self.preempt_error: Optional[tuple] = None
+        # A status code every ReportMetrics answers with, when set.
+        self.metrics_error: Optional[tuple] = None
+
+    def ReportMetrics(self, request, context):
+        with self.lock:
+            if self.metrics_error:
+                context.abort(*self.metrics_error)
+            self.metrics.append(request)
+            self.lock.notify_all()
+        return worker_pb2.ReportMetricsResponse()
+
+    def ReportCheckpoint(self, request, context):
+        with self.lock:
+            self.checkpoints.append(request)
+            self.lock.notify_all()
+        return worker_pb2.ReportCheckpointResponse()
+
+    def Rendezvous(self, request, context):
+        with self.lock:
+            r = self.rounds.setdefault(request.key, {})
+            r[request.auth.rank] = request.address
+            self.lock.notify_all()
+            done = self.lock.wait_for(lambda: len(r) == self.world_size,
+                                      timeout=request.wait_ms / 1000.0)
+            if not done:
+                return worker_pb2.RendezvousResponse(ready=False)
+            return worker_pb2.RendezvousResponse(
+                ready=True, addresses=[r[i] for i in range(self.world_size)])
+
+    def ShouldPreempt(self, request, context):
+        with self.lock:
+            self.preempt_requests.append(request)
+            self.lock.notify_all()
+            self.lock.wait_for(lambda: self.preempt is not None or self.preempt_error is not None,
+                               timeout=request.wait_ms / 1000.0)
+            if self.preempt_error is not None:
+                context.abort(*self.preempt_error)
+            preempt, reason = self.preempt or (False, "")
+        return worker_pb2.ShouldPreemptResponse(preempt=preempt, reason=reason)
+
+    def set_preempt(self, preempt: bool, reason: str) -> None:
+        with self.lock:
+            self.preempt = (preempt, reason)
+            self.lock.notify_all()
+
+    def set_preempt_error(self, code, message: str) -> None:
+        with self.lock:
+            self.preempt_error = (code, message)
+            self.lock.notify_all()
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> bool:
+        with self.lock:
+            return self.lock.wait_for(predicate, timeout=timeout)
+
+    def rows(self, group: Optional[str] = None):
+        with self.lock:
+            return [m for r in self.metrics for m in r.metrics if group is None or m.group == group]
+
+
+@contextlib.contextmanager
+def serve(world_size: int = 1) -> Iterator[tuple]:
+    """A started FakeWorkerService and its "host:port"."""
+    service = FakeWorkerService(world_size)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield service, f"127.0.0.1:{port}"
+    finally:
+        with service.lock:
+            service.preempt = service.preempt or (False, "server stopping")
+            service.lock.notify_all()
+        server.stop(grace=None)
+
+
+def allocation_env(master: str, checkpoint_dir: str, rank: int = 0, world_size: int = 1,
+                   target_batches: int = 100, max_length: str = '{"batches": 100}',
+                   extra_config: str = "") -> Dict[str, str]:
+    """The environment a det agent gives rank `rank` of trial 7 (experiment 3)."""
+    config = ('{"searcher": {"name": "single", "metric": "validation_loss", '
+              f'"smaller_is_better": true, "max_length": {max_length}}}, '
+              '"records_per_epoch": 640, '
+              f'"checkpoint_storage": {{"type": "shared_fs", "host_path": "{checkpoint_dir}"}}'
+              f'{extra_config}}}')
+    return {
+        "DET_MASTER": master, "DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3",
+        "DET_TRIAL_RUN_ID": "1", "DET_TRIAL_SEED": "42",
+        "DET_HPARAMS": '{"global_batch_size": 64, "learning_rate": 0.1}',
+        "DET_EXPERIMENT_CONFIG": config, "DET_TRIAL_TARGET_BATCHES": str(target_batches),
+        "DET_LATEST_CHECKPOINT": "", "DET_ALLOCATION_ID": "7.1",
+        "DET_ALLOCATION_TOKEN": "tok", "DET_AGENT_ID": "a1", "DET_SLOT_IDS": str(rank),
+        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size), "CROSS_RANK": "0", "CROSS_SIZE": "1",
+    }
+
+
+@contextlib.contextmanager
+def environment(env: Dict[str, str]) -> Iterator[None]:
+    """os.environ with `env` set (and DET_*/rank variables not in it removed)."""
+    saved = dict(os.environ)
+    for k in list(os.environ):
+        if k.startswith("DET_") or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                         "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR",
+                                         "MASTER_PORT"):
+            del os.environ[k]
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
