@@ -14,6 +14,7 @@ _EXPORTS = {
     "deterministic_ddp": "deterministic",
     "pin_determinism": "deterministic",
     "FIXED_POINT_SCALE": "deterministic",
+    "fixed_point_bound": "deterministic",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -4,13 +4,15 @@ DeterministicDDP replaces DistributedDataParallel's float all-reduce with det's
 deterministic mode (docs/determinism.md, docs/pytorch-data-and-determinism.md): each
 global batch is trained as the same fixed micro-batches of micro_batch_size samples
 whatever the rank count (rank r of W trains the micro-batches of its contiguous slice);
-each micro-batch's gradient and loss are scaled by 2^32, rounded to int64 and summed
-locally and across ranks with an int64 all_reduce (integer addition is exact, so neither
-the order nor the grouping of the sum matters), then divided once. Together with
+each micro-batch's gradient and loss are scaled by 2^32, rounded to integers and summed
+exactly, locally (integers below 2^53 in float64) and across ranks with an int64
+all_reduce (integer addition is exact, so neither the order nor the grouping of the sum
+matters), then divided once. Together with
 pin_determinism() (deterministic kernels, a fixed intra-op thread count) the training is
 bitwise identical on 1, 2, 4, ... ranks and across checkpoint, resize and resume.
 """
 
+import ctypes
 import os
 
 import torch
@@ -18,12 +20,21 @@ import torch.distributed as dist
 
 from .elastic_order import mix64
 
-# 2^32: resolution 2.3e-10 per micro-batch value (common/harness/examples/fashion_mnist.cc).
+# 2^32: resolution 2.3e-10 per micro-batch value, as the C++ harness's deterministic mode.
 FIXED_POINT_SCALE = 4294967296.0
-# Each micro-batch value is clamped (never wrapped) to +-9e15 fixed units (+-2.1e6), so the
-# sum of up to 1,024 micro-batches cannot overflow int64.
-_FIXED_MAX = 9.0e15
+# Fixed-point values are integers below 2^53 at every stage, so float64 holds them exactly.
+_EXACT_BITS = 53
 _MAX_MICRO_BATCHES = 1024
+
+
+def fixed_point_bound(micro_batches):
+    """The clamp (in fixed units) of each micro-batch value when a global batch has
+    `micro_batches` micro-batches: the largest power of two B with B * micro_batches <=
+    2^53, so that every partial sum is an exact integer in float64 and in int64. It depends
+    on the global batch and micro-batch sizes only, never on the rank count. In gradient
+    units: 2^21 / micro_batches rounded down to a power of two (2,048 for 1,024
+    micro-batches, 131,072 for 16)."""
+    return float(2 ** (_EXACT_BITS - (micro_batches - 1).bit_length()))
 
 
 def pin_determinism(num_threads=1):
@@ -37,6 +48,7 @@ def pin_determinism(num_threads=1):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(num_threads)
+    _pin_openblas_threads(num_threads)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
@@ -108,10 +120,19 @@ class DeterministicDDP(torch.nn.Module):
             if not p.dtype.is_floating_point:
                 raise ValueError(f"DeterministicDDP: parameter of dtype {p.dtype} is not floating point")
         self._numel = sum(p.numel() for p in self._params)
-        # Per parameter and the loss: the fixed-point sum, a float64 scratch, the float mean.
+        self._micro_batches = global_batch_size // micro_batch_size
+        self._bound = fixed_point_bound(self._micro_batches)
+        # Per parameter and the loss: the step's fixed-point sum (exact integers in float64,
+        # then int64 for the all-reduce).
+        self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
         self._fixed = torch.zeros(self._numel + 1, dtype=torch.int64)
-        self._scratch = torch.empty(self._numel + 1, dtype=torch.float64)
-        self._fixed_micro = torch.empty(self._numel + 1, dtype=torch.int64)
+        views, offset = [], 0
+        for p in self._params:
+            views.append(self._sum[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        self._sum_views = views
+        self._scratch = [torch.empty_like(p, memory_format=torch.contiguous_format)
+                         for p in self._params]
         if self.world_size > 1:
             with torch.no_grad():
                 for t in list(module.parameters()) + list(module.buffers()):
@@ -133,40 +154,46 @@ class DeterministicDDP(torch.nn.Module):
                                  f"{self.global_batch_size} has {self.per_rank_batch}")
         m = self.micro_batch_size
         first_micro = self.rank * (self.per_rank_batch // m)
-        fixed, scratch, micro = self._fixed, self._scratch, self._fixed_micro
-        fixed.zero_()
+        bound = self._bound
+        total, fixed = self._sum, self._fixed
+        total.zero_()
+        loss_sum = 0
         for k, lo in enumerate(range(0, self.per_rank_batch, m)):
             if self.rng_seed is not None and step is not None:
                 torch.manual_seed(_micro_batch_seed(self.rng_seed, step, first_micro + k))
             loss = loss_fn(*(t[lo:lo + m] for t in tensors))
             grads = torch.autograd.grad(loss, self._params, allow_unused=True)
-            offset = 0
-            for p, g in zip(self._params, grads):
-                n = p.numel()
-                if g is None:
-                    scratch[offset:offset + n].zero_()
-                else:
-                    scratch[offset:offset + n].copy_(g.reshape(-1))
-                offset += n
-            scratch[self._numel] = loss.detach().to(torch.float64)
-            _to_fixed(scratch, micro)
-            fixed.add_(micro)
+            for g, acc, q in zip(grads, self._sum_views, self._scratch):
+                if g is not None:
+                    # Exact in float32: scaling by a power of two and rounding to an integer;
+                    # the float64 sum of integers below 2^53 is exact in any order. Into
+                    # preallocated buffers: fresh large tensors cost page faults every time.
+                    torch.mul(g, FIXED_POINT_SCALE, out=q).round_().clamp_(-bound, bound)
+                    acc.add_(q)
+            loss_sum += _to_fixed(float(loss), bound)
+        total[self._numel] = float(loss_sum)
+        fixed.copy_(total)
         if self.world_size > 1:
             dist.all_reduce(fixed, op=dist.ReduceOp.SUM, group=self.process_group)
         # The mean over the global batch's micro-batches, rounded once.
-        denom = FIXED_POINT_SCALE * (self.global_batch_size // m)
-        scratch.copy_(fixed).div_(denom)  # in float64, as the C++ harness does
-        offset = 0
+        total.copy_(fixed).div_(FIXED_POINT_SCALE * self._micro_batches)
         with torch.no_grad():
-            for p in self._params:
-                n = p.numel()
-                mean = scratch[offset:offset + n].view_as(p)
+            for p, mean in zip(self._params, self._sum_views):
                 if p.grad is None:
-                    p.grad = mean.to(p.dtype)
+                    p.grad = mean.to(p.dtype, copy=True)
                 else:
                     p.grad.copy_(mean)
-                offset += n
-        return float(scratch[self._numel])
+        return float(total[self._numel])
+
+
+def _pin_openblas_threads(num_threads):
+    """Debian's torch calls the system BLAS (libblas.so.3), which torch.set_num_threads does
+    not reach; when it is OpenBLAS, set its thread count too."""
+    try:
+        blas = ctypes.CDLL("libblas.so.3")
+        blas.openblas_set_num_threads(ctypes.c_int(num_threads))
+    except (OSError, AttributeError):
+        pass  # Not OpenBLAS (or none loaded): nothing to pin.
 
 
 def deterministic_ddp(module, global_batch_size, micro_batch_size, process_group=None,
@@ -177,10 +204,12 @@ def deterministic_ddp(module, global_batch_size, micro_batch_size, process_group
                             process_group=process_group, rng_seed=rng_seed)
 
 
-def _to_fixed(values, out):
-    """out = clamp(round_half_even(values * 2^32), +-9e15) as int64; `values` is scratch."""
-    values.mul_(FIXED_POINT_SCALE).round_().clamp_(-_FIXED_MAX, _FIXED_MAX)
-    out.copy_(values)
+def _to_fixed(value, bound):
+    """round_half_even(value * 2^32) clamped to +-bound, as a Python int."""
+    if value != value:
+        raise FloatingPointError("DeterministicDDP: the loss of a micro-batch is NaN")
+    # Clamping first (to an integer bound) gives the same result and keeps infinities out.
+    return int(round(max(-bound, min(bound, value * FIXED_POINT_SCALE))))
 
 
 def _micro_batch_seed(seed, step, micro_index):

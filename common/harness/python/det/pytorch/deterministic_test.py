@@ -48,6 +48,53 @@ def train(tmp, name, world, extra=()):
         return json.load(f)
 
 
+class SingleProcessTest(unittest.TestCase):
+    """Without torch.distributed initialized: a world of one."""
+
+    def setUp(self):
+        import torch
+        from det.pytorch import deterministic
+        self.torch, self.det = torch, deterministic
+        torch.manual_seed(3)
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                         torch.nn.Linear(16, 3))
+
+    def test_gradient_and_loss_are_the_float_ones_up_to_fixed_point_resolution(self):
+        torch = self.torch
+        x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+        ddp = self.det.deterministic_ddp(self.model, 32, 4)
+        loss = ddp.backward((x, y), lambda a, b: torch.nn.functional.cross_entropy(ddp(a), b))
+        got = [p.grad.clone() for p in self.model.parameters()]
+        self.model.zero_grad()
+        want = torch.nn.functional.cross_entropy(self.model(x), y)
+        want.backward()
+        self.assertAlmostEqual(loss, want.item(), delta=1e-6)
+        for g, p in zip(got, self.model.parameters()):
+            self.assertTrue(torch.allclose(g, p.grad, atol=1e-6, rtol=1e-5), (g, p.grad))
+            self.assertFalse(torch.equal(g, torch.zeros_like(g)))
+
+    def test_fixed_point_bound_keeps_sums_below_2_pow_53(self):
+        for n in (1, 2, 3, 4, 16, 1000, 1024):
+            b = self.det.fixed_point_bound(n)
+            self.assertLessEqual(b * n, 2.0 ** 53, n)
+            self.assertGreater(b * 2 * n, 2.0 ** 53, n)  # the largest power of two that fits
+        self.assertEqual(self.det.fixed_point_bound(16) / self.det.FIXED_POINT_SCALE, 131072.0)
+
+    def test_refuses_what_cannot_be_deterministic(self):
+        torch, DDP = self.torch, self.det.DeterministicDDP
+        with self.assertRaisesRegex(ValueError, "micro_batch_size 5 does not divide the per-rank batch 32"):
+            DDP(self.model, 32, 5)
+        with self.assertRaisesRegex(ValueError, "2048 micro-batches per global batch; at most 1024"):
+            DDP(self.model, 2048, 1)
+        with self.assertRaisesRegex(ValueError, "1 is a BatchNorm1d"):
+            DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)), 32, 4)
+        ddp = DDP(self.model, 32, 4)
+        with self.assertRaisesRegex(ValueError, "has 16 samples; this rank's slice of global batch 32 has 32"):
+            ddp.backward(torch.randn(16, 8), lambda a: ddp(a).sum())
+        with self.assertRaisesRegex(FloatingPointError, "NaN"):
+            ddp.backward(torch.randn(32, 8), lambda a: ddp(a).sum() * float("nan"))
+
+
 class DeterministicDdpTest(unittest.TestCase):
     def test_bitwise_identical_on_1_2_4_ranks_and_across_a_resize(self):
         with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
