@@ -1,7 +1,9 @@
 #include "tests/integration/test_cluster.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,6 +186,7 @@ TestCluster::TestCluster(const std::string& name) {
 TestCluster::~TestCluster() {
   for (auto& [id, a] : agents_) a->Terminate(absl::Seconds(5)).IgnoreError();
   if (master_) master_->Terminate(absl::Seconds(5)).IgnoreError();
+  if (chief_port_lock_ >= 0) close(chief_port_lock_);  // releases the block
 }
 
 std::string TestCluster::WriteFile(const std::string& name, const std::string& text) {
@@ -265,14 +268,46 @@ void TestCluster::StopMaster(int signal) {
   master_.reset();
 }
 
-absl::Status TestCluster::StartAgent(const std::string& id, int slots) {
-  return StartAgentWithYaml(id, AgentYaml(id, slots));
+absl::Status TestCluster::StartAgent(const std::string& id, int slots,
+                                     const std::string& extra_yaml) {
+  return StartAgentWithYaml(id, AgentYaml(id, slots, extra_yaml));
 }
 
-std::string TestCluster::AgentYaml(const std::string& id, int slots) const {
+std::string TestCluster::AgentYaml(const std::string& id, int slots,
+                                   const std::string& extra_yaml) const {
   return absl::StrCat("master: \"", address_, "\"\nagent_id: ", id, "\nslot_type: cpu\nslots: ",
                       slots, "\nwork_dir: ", dir_, "/", id, "\nworker_path: [", BinDir(),
-                      "]\ncluster_secret: test-secret\nheartbeat_interval: 1s\nkill_grace: 3s\n");
+                      "]\ncluster_secret: test-secret\nheartbeat_interval: 1s\nkill_grace: 3s\n",
+                      "chief_port_range: \"", ChiefPortRange(id), "\"\n", extra_yaml);
+}
+
+std::string TestCluster::ChiefPortRange(const std::string& id) const {
+  // Blocks of kChiefPortBlock ports from 20000 up to 29000 (below the ephemeral ports that
+  // outgoing connections take); a cluster holds one while its lock file is locked.
+  constexpr int kFirstPort = 20000;
+  constexpr int kChiefPortBlock = 8 * kChiefPortsPerAgent;
+  constexpr int kBlocks = 9000 / kChiefPortBlock;
+  if (chief_port_lock_ < 0) {
+    const std::string locks = "/tmp/det-test-chief-ports";
+    mkdir(locks.c_str(), 0777);
+    for (int i = 0; i < kBlocks && chief_port_lock_ < 0; ++i) {
+      int block = (getpid() + i) % kBlocks;
+      std::string path = absl::StrCat(locks, "/", block, ".lock");
+      int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        continue;
+      }
+      chief_port_lock_ = fd;
+      chief_port_base_ = kFirstPort + block * kChiefPortBlock;
+    }
+    // Every block held (hundreds of clusters at once): share one rather than fail here.
+    if (chief_port_lock_ < 0) chief_port_base_ = kFirstPort + getpid() % kBlocks * kChiefPortBlock;
+  }
+  auto [it, added] = chief_port_slot_.emplace(id, static_cast<int>(chief_port_slot_.size()));
+  int first = chief_port_base_ + (it->second % 8) * kChiefPortsPerAgent;
+  return absl::StrCat(first, "-", first + kChiefPortsPerAgent - 1);
 }
 
 absl::Status TestCluster::StartAgentWithYaml(const std::string& id, const std::string& yaml,

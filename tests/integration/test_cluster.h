@@ -108,10 +108,18 @@ class TestCluster {
   absl::Status StartMaster(const std::string& extra_yaml = "");
   // Sends `signal` to the master and waits for it to exit.
   void StopMaster(int signal);
-  // Starts agent `id` with `slots` CPU slots; waits until the master lists it connected.
-  absl::Status StartAgent(const std::string& id, int slots = 1);
-  // The agent.yaml StartAgent uses for agent `id`.
-  std::string AgentYaml(const std::string& id, int slots = 1) const;
+  // Starts agent `id` with `slots` CPU slots and AgentYaml(id, slots, extra_yaml); waits
+  // until the master lists it connected.
+  absl::Status StartAgent(const std::string& id, int slots = 1,
+                          const std::string& extra_yaml = "");
+  // The agent.yaml StartAgent uses for agent `id`, `extra_yaml` (whole lines, keys not
+  // already there) appended. Each agent of the cluster gets a chief_port_range of
+  // kChiefPortsPerAgent ports of its own, in a block of ports no other TestCluster on this
+  // machine holds while this one lives (a lock file under /tmp), so that concurrent tests'
+  // MASTER_PORTs never collide.
+  std::string AgentYaml(const std::string& id, int slots = 1,
+                        const std::string& extra_yaml = "") const;
+  static constexpr int kChiefPortsPerAgent = 8;
   // Starts det-agent `id` with `yaml` and `extra_args`. With `wait_joined`, waits until the
   // master lists it connected with a registration newer than any earlier instance's.
   absl::Status StartAgentWithYaml(const std::string& id, const std::string& yaml,
@@ -149,8 +157,16 @@ class TestCluster {
   std::string address_;
   std::string http_address_;
   std::string token_;
+  // "FIRST-LAST" of agent `id`'s chief ports (see AgentYaml).
+  std::string ChiefPortRange(const std::string& id) const;
+
   std::unique_ptr<Subprocess> master_;
   std::map<std::string, std::unique_ptr<Subprocess>> agents_;
+  // The block of chief ports this cluster holds (its lock file open while it lives; -1:
+  // none taken yet), and each agent's slot in it, in the order agents were first named.
+  mutable int chief_port_lock_ = -1;
+  mutable int chief_port_base_ = 0;
+  mutable std::map<std::string, int> chief_port_slot_;
 };
 
 }  // namespace det::testing
