@@ -15,7 +15,8 @@ det.pytorch's deterministic mode against plain DDP, as Markdown tables.
      against --mode ddp, both under torchrun, 1, 2 and 4 ranks (target <= 30% more time
      per step).
 
-Every process uses one intra-op thread (OMP_NUM_THREADS=1; torch.set_num_threads(1)).
+Every process gets WORKER_ENV (one intra-op thread; glibc malloc keeping freed memory) and
+calls torch.set_num_threads(1).
 Usage: /usr/bin/python3 tests/bench/torch_ddp_bench.py [--reps 3] [--steps 600]
        [--ranks 1,2,4] [--micro-batch 16] [--skip det,cost]
 Expects bazel-bin/deploy/bin built (tests/bench/run.sh builds it); without it the det
@@ -40,6 +41,12 @@ TORCHRUN = os.path.join(BENCH, "torch_run.py")
 BIN = os.path.join(ROOT, "bazel-bin", "deploy", "bin")
 PYTHON = "/usr/bin/python3"
 RUN_TIMEOUT_S = 300
+# Every process, under both launchers and in both modes: one intra-op thread, and glibc
+# malloc keeping freed memory instead of returning it to the kernel after each step (by
+# default it may trim or unmap the gradients' 400 KB buffers and fault them in again every
+# step, depending on the heap's layout, which made runs of the same command differ 2-4x).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "268435456",
+              "MALLOC_MMAP_THRESHOLD_": "67108864"}
 
 FIRST = re.compile(r"BENCH first_step_unix=([0-9.]+)")
 DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)")
@@ -53,7 +60,7 @@ def parse(output, what):
 
 
 def torchrun(ranks, steps, mode="ddp", micro=16):
-    env = dict(os.environ, OMP_NUM_THREADS="1",
+    env = dict(os.environ, **WORKER_ENV,
                PYTHONPATH=os.path.join(ROOT, "common", "harness", "python"))
     cmd = [PYTHON, TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), TRAIN,
            "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro)]
@@ -123,8 +130,7 @@ resources:
   slots_per_trial: {ranks}
 environment:
   environment_variables:
-    OMP_NUM_THREADS: "1"
-""")
+""" + "".join(f'    {k}: "{v}"\n' for k, v in WORKER_ENV.items()))
         launch = time.time()
         p = self.det("experiment", "create", config, self.context, "--follow")
         out = p.stdout + p.stderr
@@ -237,7 +243,8 @@ def main():
         if 64 % r or (64 // r) % args.micro_batch:
             sys.exit(f"torch_ddp_bench: --micro-batch {args.micro_batch} must divide the "
                      f"per-rank batch 64/{r}")
-    print(f"machine: {os.cpu_count()} cores, load {load():.1f}; torch from {PYTHON}\n")
+    print(f"machine: {os.cpu_count()} cores, load {load():.1f}; torch from {PYTHON}; every "
+          f"worker's environment: " + " ".join(f"{k}={v}" for k, v in WORKER_ENV.items()) + "\n")
     with tempfile.TemporaryDirectory(prefix="torch-ddp-bench-") as work:
         if "det" not in skip:
             det_vs_torchrun(args, work)
