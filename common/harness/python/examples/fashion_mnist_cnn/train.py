@@ -177,6 +177,9 @@ def main() -> None:
         else data.DEFAULT_DIR
     off_length = OFF_CLUSTER_EPOCHS * (60000 // hparams["global_batch_size"])
     with det.core.init(distributed=distributed, searcher_length=off_length) as core:
+        d = core.distributed
+        print(f"rank {d.rank} of {d.size} (local rank {d.local_rank}, pid {os.getpid()}), "
+              f"trial seed {seed}", flush=True)
         trainer = Trainer(core, hparams, seed, data_dir)
         if info and info.latest_checkpoint:
             trainer.restore(info.latest_checkpoint)
