@@ -237,6 +237,7 @@ TEST_F(PytorchDdp, PlainScriptTrainsAcrossTwoAgents) {
 
 // Two live allocations whose chiefs run on the same agent hold different MASTER_PORTs, and
 // both train: each rank writes its MASTER_PORT and waits until the test has seen all four.
+// The ranks also import `det` from the agent's default python_path.
 TEST_F(PytorchDdp, ConcurrentJobsOnOneAgentGetDifferentMasterPorts) {
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
   const std::string agent_yaml = cluster_.AgentYaml("agent-a", 4);
@@ -245,12 +246,15 @@ TEST_F(PytorchDdp, ConcurrentJobsOnOneAgentGetDifferentMasterPorts) {
   const std::string hold_dir = cluster_.dir() + "/hold";
   mkdir(hold_dir.c_str(), 0755);
   std::string context = Context({{"hold.py", R"py(
-# Records MASTER_PORT as HOLD_DIR/<HOLD_TAG>-<RANK>, waits for HOLD_DIR/release, then runs
-# train.py with this script's arguments.
-import os, runpy, sys, time
+# Records MASTER_PORT, the interpreter and where `det` imports from as JSON in
+# HOLD_DIR/<HOLD_TAG>-<RANK>, waits for HOLD_DIR/release, then runs train.py with this
+# script's arguments.
+import json, os, runpy, sys, time
+import det
 d, name = os.environ["HOLD_DIR"], "%s-%s" % (os.environ["HOLD_TAG"], os.environ["RANK"])
 with open(os.path.join(d, name + ".tmp"), "w") as f:
-    f.write(os.environ.get("MASTER_PORT", ""))
+    json.dump({"port": os.environ.get("MASTER_PORT", ""), "python": sys.executable,
+               "det_python": os.environ.get("DET_PYTHON", ""), "det": det.__file__}, f)
 os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
 while not os.path.exists(os.path.join(d, "release")):
     time.sleep(0.05)
@@ -277,8 +281,16 @@ runpy.run_path("train.py", run_name="__main__")
       << cluster_.Det({"trial", "logs", "1"}).out << cluster_.Det({"trial", "logs", "2"}).out
       << cluster_.LogTail("master") << AgentLogs();
   for (const char* name : {"a-0", "a-1", "b-0", "b-1"}) {
-    std::string text(absl::StripAsciiWhitespace(Slurp(hold_dir + "/" + name)));
-    ASSERT_TRUE(absl::SimpleAtoi(text, &port[name])) << name << ": '" << text << "'";
+    SCOPED_TRACE(name);
+    std::string text = Slurp(hold_dir + "/" + name);
+    nlohmann::json held = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(held.is_object()) << text;
+    ASSERT_TRUE(absl::SimpleAtoi(held.value("port", ""), &port[name])) << text;
+    // `python3` ran the agent's worker_python (the first python3 on PATH may be another),
+    // and `import det` found the bundle beside det-agent (the default python_path).
+    EXPECT_EQ(held["python"], "/usr/bin/python3");
+    EXPECT_EQ(held["det_python"], "/usr/bin/python3");
+    EXPECT_THAT(held.value("det", ""), ::testing::EndsWith("/deploy/python/det/__init__.py"));
   }
   // Both allocations are live now (all four ranks wait): their chief ports differ.
   EXPECT_EQ(port["a-0"], port["a-1"]);

@@ -285,7 +285,8 @@ std::string TestCluster::ChiefPortRange(const std::string& id) const {
   // Blocks of kChiefPortBlock ports from 20000 up to 29000 (below the ephemeral ports that
   // outgoing connections take); a cluster holds one while its lock file is locked.
   constexpr int kFirstPort = 20000;
-  constexpr int kChiefPortBlock = 8 * kChiefPortsPerAgent;
+  constexpr int kAgentsPerBlock = 8;  // a 9th agent shares the 1st one's ports
+  constexpr int kChiefPortBlock = kAgentsPerBlock * kChiefPortsPerAgent;
   constexpr int kBlocks = 9000 / kChiefPortBlock;
   if (chief_port_lock_ < 0) {
     const std::string locks = "/tmp/det-test-chief-ports";
@@ -306,7 +307,7 @@ std::string TestCluster::ChiefPortRange(const std::string& id) const {
     if (chief_port_lock_ < 0) chief_port_base_ = kFirstPort + getpid() % kBlocks * kChiefPortBlock;
   }
   auto [it, added] = chief_port_slot_.emplace(id, static_cast<int>(chief_port_slot_.size()));
-  int first = chief_port_base_ + (it->second % 8) * kChiefPortsPerAgent;
+  int first = chief_port_base_ + (it->second % kAgentsPerBlock) * kChiefPortsPerAgent;
   return absl::StrCat(first, "-", first + kChiefPortsPerAgent - 1);
 }
 

@@ -114,12 +114,12 @@ class TestCluster {
                           const std::string& extra_yaml = "");
   // The agent.yaml StartAgent uses for agent `id`, `extra_yaml` (whole lines, keys not
   // already there) appended. Each agent of the cluster gets a chief_port_range of
-  // kChiefPortsPerAgent ports of its own, in a block of ports no other TestCluster on this
-  // machine holds while this one lives (a lock file under /tmp), so that concurrent tests'
+  // kChiefPortsPerAgent ports of its own (up to 8 agents), in a block of ports no other
+  // TestCluster on this machine holds while this one lives (a lock file under /tmp), so that concurrent tests'
   // MASTER_PORTs never collide.
   std::string AgentYaml(const std::string& id, int slots = 1,
                         const std::string& extra_yaml = "") const;
-  static constexpr int kChiefPortsPerAgent = 8;
+  static constexpr int kChiefPortsPerAgent = 16;
   // Starts det-agent `id` with `yaml` and `extra_args`. With `wait_joined`, waits until the
   // master lists it connected with a registration newer than any earlier instance's.
   absl::Status StartAgentWithYaml(const std::string& id, const std::string& yaml,
