@@ -27,6 +27,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -109,9 +110,23 @@ class DetCluster:
 
     def stop(self):
         if self.up:
-            subprocess.run([os.path.join(BIN, "det"), "deploy", "local", "cluster-down",
-                            "--data-dir", self.data], env=self.env, capture_output=True,
-                           timeout=120)
+            self.up = False
+            try:
+                subprocess.run([os.path.join(BIN, "det"), "deploy", "local", "cluster-down",
+                                "--data-dir", self.data], env=self.env, capture_output=True,
+                               timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                # E.g. the binaries were rebuilt meanwhile: stop the daemons by their pid files.
+                print(f"det deploy local cluster-down failed ({e}); stopping the daemons by "
+                      f"their pid files", file=sys.stderr)
+                run_dir = os.path.join(self.data, "run")
+                for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
+                    if name.endswith(".pid"):
+                        try:
+                            with open(os.path.join(run_dir, name)) as f:
+                                os.kill(int(f.read().strip()), signal.SIGTERM)
+                        except (OSError, ValueError):
+                            pass
 
     def run(self, ranks, steps):
         config = os.path.join(self.work, f"torch-ddp-{ranks}.yaml")
@@ -162,7 +177,7 @@ def det_vs_torchrun(args, work):
         cluster = DetCluster(work)
         try:
             cluster.start()
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
             det_error, cluster = str(e), None
     rows = []
     try:
@@ -180,7 +195,7 @@ def det_vs_torchrun(args, work):
                             launch, sps = cluster.run(ranks, args.steps)
                             d["launch"].append(launch)
                             d["sps"].append(sps)
-                        except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
                             det_error = str(e)
                             cluster.stop()
                             cluster = None

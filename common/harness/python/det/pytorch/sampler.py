@@ -69,7 +69,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.dataset_fingerprint = dataset_fingerprint & _M64
         self.epoch = 0
         self.samples_in_epoch = 0
-        self._iter_start = 0
+        self._iter_epoch, self._iter_start = 0, 0
         self._order = None
         self._order_epoch = -1
 
@@ -86,7 +86,7 @@ class ElasticSampler(torch.utils.data.Sampler):
             self.samples_in_epoch = 0
         order = self.epoch_order(self.epoch)
         per, off = self.per_rank_batch, self.rank * self.per_rank_batch
-        self._iter_start = self.samples_in_epoch
+        self._iter_epoch, self._iter_start = self.epoch, self.samples_in_epoch
         while self.samples_in_epoch + self.global_batch_size <= self.dataset_size:
             first = self.samples_in_epoch + off
             ids = order[first:first + per]
@@ -96,7 +96,6 @@ class ElasticSampler(torch.utils.data.Sampler):
             yield ids[-1]
         self.epoch += 1
         self.samples_in_epoch = 0
-        self._iter_start = 0
 
     # -- position ---------------------------------------------------------------------
 
@@ -109,6 +108,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         if epoch != self.epoch:
             self.epoch = epoch
             self.samples_in_epoch = 0
+            self._iter_epoch, self._iter_start = epoch, 0
 
     def epoch_order(self, epoch):
         """The global order of `epoch` (cached for the current epoch)."""
@@ -119,11 +119,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self._order
 
     def position_keys(self, batch_index):
-        """sample_key() of each sample of this rank's batch `batch_index` of the current
+        """sample_key() of each sample of this rank's batch `batch_index` of the latest
         iteration (in DataLoader order): per-sample randomness independent of the rank."""
         first = self._iter_start + batch_index * self.global_batch_size + \
             self.rank * self.per_rank_batch
-        return [sample_key(self.seed, self.epoch, first + i) for i in range(self.per_rank_batch)]
+        return [sample_key(self.seed, self._iter_epoch, first + i)
+                for i in range(self.per_rank_batch)]
 
     # -- checkpoints ------------------------------------------------------------------
 
@@ -131,6 +132,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         epoch, pos = self.epoch, self.samples_in_epoch
         if batches_consumed is not None:
             _check_int("batches_consumed", batches_consumed, 0)
+            epoch = self._iter_epoch
             pos = self._iter_start + batches_consumed * self.global_batch_size
             if pos > self.dataset_size:
                 raise ValueError(f"ElasticSampler.state_dict: {batches_consumed} batches "
@@ -183,7 +185,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.samples_in_epoch = state["samples_in_epoch"]
         self.seed = state["seed"]
         self.num_canonical_nodes = state["num_canonical_nodes"]
-        self._iter_start = self.samples_in_epoch
+        self._iter_epoch, self._iter_start = self.epoch, self.samples_in_epoch
         self._order_epoch = -1
 
 

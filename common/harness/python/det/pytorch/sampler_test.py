@@ -129,6 +129,21 @@ class SamplerTest(unittest.TestCase):
             next(it)
         self.assertEqual(s.state_dict()["samples_in_epoch"], 300)
         self.assertEqual(s.state_dict(batches_consumed=2)["samples_in_epoch"], 100)
+        for _ in it:  # read ahead past the end of epoch 0 (20 windows)
+            pass
+        self.assertEqual(s.state_dict()["epoch"], 1)
+        state = s.state_dict(batches_consumed=19)
+        self.assertEqual((state["epoch"], state["samples_in_epoch"]), (0, 950))
+        b = ElasticSampler(1000, 50, rank=0, world_size=2)
+        b.load_state_dict(state)  # the last window of epoch 0, then epoch 1
+        want, _ = cpp_windows(1000, 3, 1, 50, 2, 0, 21)
+        self.assertEqual(py_batches(b, 2), [ids for _, _, ids in want[19:]])
+
+    def test_position_keys_follow_the_global_position(self):
+        s = ElasticSampler(1000, 64, seed=11, rank=3, world_size=4)
+        py_batches(s, 20)  # into epoch 1: 15 windows an epoch
+        self.assertEqual(s.position_keys(4),
+                         [sample_key(11, 1, 4 * 64 + 3 * 16 + i) for i in range(16)])
 
     def test_refuses_foreign_states_and_bad_arguments(self):
         s = ElasticSampler(1000, 50, dataset_fingerprint=0xABC)
