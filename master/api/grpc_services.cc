@@ -154,6 +154,7 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   DET_SERVE(WorkerHandler, ReportMetrics)
   DET_SERVE(WorkerHandler, ReportCheckpoint)
   DET_SERVE(WorkerHandler, Rendezvous)
+  DET_SERVE(WorkerHandler, ShouldPreempt)
 
  private:
   WorkerHandler& h_;

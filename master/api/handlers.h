@@ -88,6 +88,10 @@ class WorkerHandler {
   virtual void ReportMetrics(const v1::ReportMetricsRequest& request, v1::ReportMetricsResponse* response, Done done) = 0;
   virtual void ReportCheckpoint(const v1::ReportCheckpointRequest& request, v1::ReportCheckpointResponse* response, Done done) = 0;
   virtual void Rendezvous(const v1::RendezvousRequest& request, v1::RendezvousResponse* response, Done done) = 0;
+  // Whether the master asked the allocation to stop (and why); with wait_ms > 0 answered
+  // as soon as it does, or after wait_ms (capped at 60 s) with preempt = false.
+  // FailedPrecondition once the allocation has ended.
+  virtual void ShouldPreempt(const v1::ShouldPreemptRequest& request, v1::ShouldPreemptResponse* response, Done done) = 0;
 };
 
 }  // namespace det::master

@@ -53,6 +53,17 @@ absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& re
         "cluster secret missing or wrong: set cluster_secret in agent.yaml or DET_CLUSTER_SECRET");
   }
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id: must not be empty");
+  ChiefEndpoint chief{req.advertise_address().empty() ? req.hostname() : req.advertise_address(),
+                      req.chief_port_first(), req.chief_port_last()};
+  if (chief.port_first == 0 && chief.port_last == 0) {
+    chief.port_first = kDefaultChiefPortFirst;
+    chief.port_last = kDefaultChiefPortLast;
+  } else if (chief.port_first < 1 || chief.port_last > 65535 ||
+             chief.port_first > chief.port_last) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "agent ", req.agent_id(), ": chief_port_range: expected 1 <= first <= last <= 65535, got ",
+        chief.port_first, "..", chief.port_last));
+  }
   Entry& e = agents_[req.agent_id()];
   bool returning = e.agent.registered_time_ms() != 0;
   std::map<std::string, std::string> used;
@@ -81,6 +92,7 @@ absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& re
     loop_.Cancel(e.waiter_timer);
   }
   e.agent = std::move(agent);
+  e.chief = std::move(chief);
   e.session_id = RandomHex(16);
   e.last_seen = clock_.Now();
   e.queued.clear();
@@ -225,6 +237,19 @@ void AgentManager::FailPolls(const absl::Status& status) {
     loop_.Cancel(e.waiter_timer);
     std::exchange(e.waiter, nullptr)(status, {});
   }
+}
+
+}  // namespace det::master
+
+namespace det::master {
+
+absl::StatusOr<AgentManager::ChiefEndpoint> AgentManager::Chief(const std::string& agent_id) const {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end() || it->second.session_id.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("agent ", agent_id, " has not registered since the master started"));
+  }
+  return it->second.chief;
 }
 
 }  // namespace det::master

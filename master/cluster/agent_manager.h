@@ -20,6 +20,10 @@
 
 namespace det::master {
 
+// The chief port range of an agent that registers none (chief_port_first = _last = 0).
+inline constexpr int kDefaultChiefPortFirst = 29500;
+inline constexpr int kDefaultChiefPortLast = 29999;
+
 // Loop-thread only: every method must be called on `loop`.
 class AgentManager {
  public:
@@ -61,6 +65,15 @@ class AgentManager {
   absl::StatusOr<v1::Agent> SetEnabled(const std::string& agent_id, bool enabled);
 
   const v1::Agent* Find(const std::string& agent_id) const;
+  // Where allocations whose rank 0 runs on `agent_id` meet (torchrun's MASTER_ADDR) and
+  // the ports it lends them, as it registered them (the defaults when it gave none).
+  // NotFound for an agent that has not registered since the master started.
+  struct ChiefEndpoint {
+    std::string address;  // advertise_address, else the hostname
+    int port_first = 0;
+    int port_last = 0;
+  };
+  absl::StatusOr<ChiefEndpoint> Chief(const std::string& agent_id) const;
   std::vector<v1::Agent> List() const;
   // Connected agents, for the scheduler.
   std::vector<scheduler::AgentView> SchedulerView() const;
@@ -71,6 +84,7 @@ class AgentManager {
  private:
   struct Entry {
     v1::Agent agent;
+    ChiefEndpoint chief;
     std::string session_id;
     absl::Time last_seen;
     std::deque<v1::AgentCommand> queued;

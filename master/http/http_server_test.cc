@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -20,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/server/master.h"
+#include "master/testing/master_testing.h"
 #include "nlohmann/json.hpp"
 #include "proto/api.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
@@ -40,38 +42,8 @@ int64_t Int(const json& j) {
   return -1;
 }
 
-std::string ExperimentYaml(const std::string& name, int slots = 1) {
-  return absl::StrCat("name: ", json(name).dump(), R"(
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-records_per_epoch: 1000
-searcher:
-  name: single
-  metric: validation_loss
-  max_length:
-    batches: 100
-resources:
-  slots_per_trial: )", slots, R"(
-checkpoint_storage:
-  type: shared_fs
-  host_path: /ckpt
-)");
-}
-
-// Calls a handler method and waits for its Done.
-template <typename H, typename Req, typename Resp>
-absl::Status Sync(H* handler, void (H::*method)(const Req&, Resp*, Done), const Req& req,
-                  Resp* resp) {
-  absl::Notification n;
-  absl::Status status;
-  (handler->*method)(req, resp, [&](absl::Status st) {
-    status = st;
-    n.Notify();
-  });
-  n.WaitForNotification();
-  return status;
-}
+using testing::ExperimentYaml;
+using testing::Sync;
 
 struct HttpReply {
   int status = 0;
@@ -82,16 +54,9 @@ struct HttpReply {
 class RestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/rest_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(std::system(absl::StrCat("rm -rf '", dir_, "'").c_str()), 0);
-    config_.grpc_listen = "127.0.0.1:0";
+    dir_ = testing::FreshTestDir("rest_");
+    config_ = testing::LoopbackMasterConfig(dir_);
     config_.http_listen = "127.0.0.1:0";
-    config_.data_dir = dir_;
-    config_.db_path = dir_ + "/det.db";
-    config_.cluster_secret = "secret";
-    config_.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
     config_.admin_password = kAdminPassword;
     StartMaster();
     token_ = Login("admin", kAdminPassword);
@@ -172,18 +137,7 @@ class RestTest : public ::testing::Test {
   // through the AgentHandler; its session.
   std::string RegisterAgent(const std::string& id, int slots,
                             const std::vector<std::string>& running = {}) {
-    v1::RegisterRequest req;
-    for (const auto& alloc : running) req.add_running_allocations(alloc);
-    req.set_agent_id(id);
-    req.set_hostname("host-" + id);
-    req.set_cluster_secret("secret");
-    req.set_resource_pool("default");
-    for (int i = 0; i < slots; ++i) {
-      v1::Slot* s = req.add_slots();
-      s->set_id(absl::StrCat(i));
-      s->set_type("cpu");
-      s->set_enabled(true);
-    }
+    v1::RegisterRequest req = testing::RegisterRequest(id, slots, running);
     v1::RegisterResponse resp;
     absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::Register, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
@@ -876,7 +830,10 @@ TEST_F(RestTest, ACheckpointGcWhoseAgentIsLostIsRequeued) {
     absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (absl::Now() < deadline) {
       std::vector<json> tasks = GcTasks();
-      if (tasks.size() == 1 && tasks[0]["allocation_id"] == alloc && tasks[0]["state"] == "STATE_QUEUED") {
+      // The whole condition the test checks: requeued, and saying why it waits.
+      if (tasks.size() == 1 && tasks[0]["allocation_id"] == alloc &&
+          tasks[0]["state"] == "STATE_QUEUED" &&
+          absl::StrContains(tasks[0].value("pending_reason", ""), "no agents in resource pool")) {
         return tasks[0];
       }
       absl::SleepFor(absl::Milliseconds(50));

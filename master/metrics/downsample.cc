@@ -1,4 +1,4 @@
-#include "master/http/downsample.h"
+#include "master/metrics/downsample.h"
 
 #include <map>
 #include <string>

@@ -1,7 +1,7 @@
 // Thinning of metric series for plotting: the REST API and the web page ask for at most
 // N points per metric group instead of every row a long trial reported.
-#ifndef DET_MASTER_HTTP_DOWNSAMPLE_H_
-#define DET_MASTER_HTTP_DOWNSAMPLE_H_
+#ifndef DET_MASTER_METRICS_DOWNSAMPLE_H_
+#define DET_MASTER_METRICS_DOWNSAMPLE_H_
 
 #include <vector>
 
@@ -16,4 +16,4 @@ std::vector<v1::Metrics> DownsampleMetrics(std::vector<v1::Metrics> rows, int ma
 
 }  // namespace det::master
 
-#endif  // DET_MASTER_HTTP_DOWNSAMPLE_H_
+#endif  // DET_MASTER_METRICS_DOWNSAMPLE_H_

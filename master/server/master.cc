@@ -4,25 +4,28 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <random>
+#include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
-#include "common/logging/logging.h"
 #include "common/checkpoint/checkpoint_files.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "nlohmann/json.hpp"
 #include "master/api/grpc_services.h"
 #include "master/checkpoints/checkpoint_gc.h"
-#include "master/http/downsample.h"
 #include "master/http/http_server.h"
+#include "master/logs/log_manager.h"
+#include "master/loop/on_loop.h"
+#include "master/metrics/downsample.h"
 #include "master/scheduler/scheduler.h"
+#include "master/scheduling/request_id.h"
 #include "master/store/metric_summary.h"
 #include "master/store/sqlite_store.h"
+#include "master/views/views.h"
+#include "nlohmann/json.hpp"
 
 namespace det::master {
 namespace {
@@ -52,17 +55,22 @@ std::string RandomHex(int bytes) {
 // "COMPLETED" for STATE_COMPLETED.
 std::string StateName(v1::State s) { return v1::State_Name(s).substr(6); }
 
-bool Terminal(v1::State s) {
-  return s == v1::STATE_COMPLETED || s == v1::STATE_CANCELED || s == v1::STATE_ERROR;
+using views::Terminal;
+
+// After a write of `updated` that returned `written` (evaluated before the call: the
+// arguments' order is unspecified): keeps `updated` in `*memory` if the store took it;
+// else logs one line naming `what` and returns the refusal, memory unchanged.
+template <typename T>
+absl::Status WriteThenKeep(absl::Status written, const std::string& what, T* memory, T updated) {
+  if (!written.ok()) {
+    Logger("master")->error("{}: cannot persist: {}", what, written.ToString());
+    return written;
+  }
+  *memory = std::move(updated);
+  return absl::OkStatus();
 }
 
-// A checkpoint GC task's scheduler request id ("gc-7"; trials' are their ids), and the
-// allocation id of its current attempt ("gc-7.0"; trials' are "<trial>.<run>").
-constexpr char kGcPrefix[] = "gc-";
-std::string GcRequestId(int64_t task_id) { return absl::StrCat(kGcPrefix, task_id); }
-std::string GcAllocationId(const v1::CheckpointGcTask& t) {
-  return absl::StrCat(kGcPrefix, t.id(), ".", t.attempt());
-}
+using views::GcAllocationId;
 
 absl::Status MakeDirs(const std::string& path) {
   std::string partial;
@@ -88,13 +96,28 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(const config::MasterConfig
                                                       Clock& clock) {
   RETURN_IF_ERROR(MakeDirs(config.data_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(config.db_path, config.db_max_size_mb));
+  return Create(config, clock, std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<Master>> Master::Create(const config::MasterConfig& config,
+                                                       Clock& clock,
+                                                       std::unique_ptr<Store> store) {
+  if (store == nullptr) return absl::InvalidArgumentError("Master::Create: no store");
   std::unique_ptr<Master> m(new Master(config, clock, std::move(store)));
-  RETURN_IF_ERROR(m->Restore());
+  // Everything the master keeps lives on its loop, recovery included.
   m->loop_.Start();
-  m->loop_.Post([mp = m.get()] {
-    mp->CheckAgents();
-    mp->RequestSchedule();
+  absl::Status restored;
+  m->loop_.RunSync([&] {
+    restored = m->Restore();
+    if (!restored.ok()) return;
+    m->CheckAgents();
+    m->RequestSchedule();
+    m->EndTurn();
   });
+  if (!restored.ok()) {
+    m->loop_.Stop();
+    return restored;
+  }
   RETURN_IF_ERROR(m->Serve());
   return m;
 }
@@ -109,11 +132,17 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
                                     std::min(absl::Seconds(5), config.agent_timeout / 3)}),
       templates_(*store_, clock),
       users_(loop_, *store_, clock, UserServiceOptions{config.session_ttl, config.admin_password}),
+      logs_(clock, loop_, *store_,
+            [this](int64_t id) -> absl::StatusOr<bool> {
+              ASSIGN_OR_RETURN(TrialState * t, FindTrial(id));
+              return Terminal(t->trial.state());
+            }),
       start_time_ms_(clock.NowMs()) {}
 
 Master::~Master() { Shutdown(); }
 
 absl::Status Master::Restore() {
+  DET_CHECK_ON_LOOP(loop_);
   ASSIGN_OR_RETURN(StoreSnapshot snap, store_->Load());
   cluster_id_ = snap.cluster_id;
   RETURN_IF_ERROR(users_.Restore());
@@ -157,6 +186,9 @@ absl::Status Master::Restore() {
     *ts.trial.mutable_allocation() = allocation;
     ts.token = token;
     allocation_trial_[allocation.id()] = ts.trial.id();
+    if (allocation.chief_port() > 0 && allocation.ranks_size() > 0) {
+      chief_ports_.Hold(allocation.ranks(0).agent_id(), allocation.chief_port(), allocation.id());
+    }
     for (const auto& r : allocation.ranks()) {
       ts.unattached.insert(r.agent_id());
       agents_.SetSlotsUsed(r.agent_id(), {r.slot_ids().begin(), r.slot_ids().end()}, allocation.id());
@@ -170,7 +202,7 @@ absl::Status Master::Restore() {
     }
   }
   // Runs whose agents do not come back in time are lost.
-  loop_.PostAfter(config_.agent_reconnect_wait, [this] {
+  PostAfter(config_.agent_reconnect_wait, [this] {
     for (auto& [id, ts] : trials_) {
       // Agents that came back and went silent again since wait for their own deadline
       // (AgentDisconnected).
@@ -288,14 +320,9 @@ void Master::Shutdown() {
     shutting_down_ = true;
     absl::Status bye = absl::UnavailableError("master is shutting down");
     agents_.FailPolls(bye);
-    for (auto& [id, waiters] : log_waiters_) {
-      for (auto& w : waiters) {
-        loop_.Cancel(w.timer);
-        w.done(absl::OkStatus());
-      }
-    }
-    log_waiters_.clear();
+    logs_.AnswerAll();
     for (auto& [id, ts] : trials_) {
+      AnswerPreemptWaiters(ts, bye);
       for (auto& d : ts.rendezvous_waiters) d(bye);
       ts.rendezvous_waiters.clear();
       ts.rendezvous_responses.clear();
@@ -312,12 +339,46 @@ void Master::Shutdown() {
   Logger("master")->info("det-master stopped");
 }
 
+void Master::Post(std::function<void()> fn) {
+  loop_.Post([this, fn = std::move(fn)] {
+    fn();
+    EndTurn();
+  });
+}
+
+EventLoop::TimerId Master::PostAfter(absl::Duration delay, std::function<void()> fn) {
+  return loop_.PostAfter(delay, [this, fn = std::move(fn)] {
+    fn();
+    EndTurn();
+  });
+}
+
 void Master::OnLoop(Done done, std::function<absl::Status()> fn) {
-  loop_.Post([done = std::move(done), fn = std::move(fn)] { done(fn()); });
+  loop_.Post([this, done = std::move(done), fn = std::move(fn)] {
+    absl::Status st = fn();
+    EndTurn();
+    done(st);
+  });
 }
 
 void Master::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
-  loop_.PostUrgent([done = std::move(done), fn = std::move(fn)] { done(fn()); });
+  loop_.PostUrgent([this, done = std::move(done), fn = std::move(fn)] {
+    absl::Status st = fn();
+    EndTurn();
+    done(st);
+  });
+}
+
+void Master::EndTurn() {
+  DET_CHECK_ON_LOOP(loop_);
+  // A pass may request another (a placement that failed at once requeues its task): a
+  // few run here; beyond that the posted pass of RequestSchedule runs them.
+  constexpr int kMaxPassesPerTurn = 4;
+  for (int i = 0; schedule_requested_ && i < kMaxPassesPerTurn; ++i) {
+    schedule_requested_ = false;
+    SchedulePass();
+  }
+  if (logs_.HasPendingEvents()) logs_.FlushEvents();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,7 +386,7 @@ void Master::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
 
 void Master::GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
                            v1::GetMasterInfoResponse* resp, Done done) {
-  OnLoopUrgent(std::move(done), [this, resp] {
+  OnLoop(std::move(done), [this, resp] {
     resp->set_version(kVersion);
     resp->set_cluster_id(cluster_id_);
     resp->set_cluster_name(config_.cluster_name);
@@ -340,38 +401,11 @@ void Master::GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
                             v1::GetMasterStatsResponse* resp, Done done) {
   OnLoop(std::move(done), [this, resp] {
     *resp = counters_;
+    resp->set_log_lines_stored_total(logs_.lines_stored_total());
     resp->set_api_calls_authenticated_total(users_.authenticated());
     resp->set_api_calls_rejected_total(users_.rejected());
     resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
-    for (const auto& a : agents_.List()) {
-      resp->set_agents(resp->agents() + 1);
-      if (!a.connected()) continue;
-      resp->set_agents_connected(resp->agents_connected() + 1);
-      if (a.enabled()) resp->set_agents_enabled(resp->agents_enabled() + 1);
-      for (const auto& slot : a.slots()) {
-        resp->set_slots(resp->slots() + 1);
-        if (!slot.allocation_id().empty()) {
-          resp->set_slots_used(resp->slots_used() + 1);
-        } else if (a.enabled() && slot.enabled()) {
-          resp->set_slots_free(resp->slots_free() + 1);
-        }
-      }
-    }
-    for (const auto& [id, es] : experiments_) {
-      if (Terminal(es.experiment.state())) continue;
-      resp->set_experiments_active(resp->experiments_active() + 1);
-      bool queued = false;
-      for (int64_t tid : es.trial_ids) {
-        const v1::Trial& t = trials_.at(tid).trial;
-        if (t.state() == v1::STATE_QUEUED) {
-          resp->set_trials_queued(resp->trials_queued() + 1);
-          queued = true;
-        } else if (!t.allocation().id().empty()) {
-          resp->set_trials_running(resp->trials_running() + 1);
-        }
-      }
-      if (queued) resp->set_jobs_queued(resp->jobs_queued() + 1);
-    }
+    views::CountCluster(agents_.List(), ExperimentRows(), resp);
     return absl::OkStatus();
   });
 }
@@ -464,7 +498,7 @@ void Master::CreateExperiment(const Caller& caller, const v1::CreateExperimentRe
 
 void Master::ListExperiments(const Caller&, const v1::ListExperimentsRequest& req,
                              v1::ListExperimentsResponse* resp, Done done) {
-  OnLoopUrgent(std::move(done), [this, &req, resp] {
+  OnLoop(std::move(done), [this, &req, resp] {
     const std::set<int> states(req.states().begin(), req.states().end());
     int matched = 0;
     for (const auto& [id, es] : experiments_) {
@@ -483,7 +517,7 @@ void Master::ListExperiments(const Caller&, const v1::ListExperimentsRequest& re
 
 void Master::GetExperiment(const Caller&, const v1::GetExperimentRequest& req,
                            v1::GetExperimentResponse* resp, Done done) {
-  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     auto it = experiments_.find(req.id());
     if (it == experiments_.end()) {
       return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
@@ -505,8 +539,7 @@ void Master::KillExperiment(const Caller&, const v1::KillExperimentRequest& req,
     if (Terminal(es.experiment.state())) return absl::OkStatus();
     v1::Experiment updated = es.experiment;
     updated.set_state(v1::STATE_STOPPING);
-    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-    es.experiment = updated;
+    RETURN_IF_ERROR(PersistExperiment(es, updated));
     Logger("master")->info("experiment {}: kill requested", req.id());
     for (int64_t tid : es.trial_ids) {
       TrialState& t = trials_.at(tid);
@@ -536,8 +569,7 @@ absl::StatusOr<Master::ExperimentState*> Master::MoveExperiment(int64_t id, v1::
   }
   v1::Experiment updated = es.experiment;
   updated.set_state(to);
-  RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-  es.experiment = std::move(updated);
+  RETURN_IF_ERROR(PersistExperiment(es, std::move(updated)));
   Logger("master")->info("experiment {}: {}", id, StateName(to));
   return &es;
 }
@@ -552,9 +584,10 @@ void Master::PauseExperiment(const Caller&, const v1::PauseExperimentRequest& re
     for (int64_t tid : es.trial_ids) {
       TrialState& t = trials_.at(tid);
       if (t.trial.state() == v1::STATE_QUEUED) {
-        t.trial.set_state(v1::STATE_PAUSED);
-        waiting_reason_.erase(absl::StrCat(tid));
-        PersistTrial(t);
+        v1::Trial paused = t.trial;
+        paused.set_state(v1::STATE_PAUSED);
+        RETURN_IF_ERROR(PersistTrial(t, std::move(paused)));
+        waiting_reason_.erase(tid);
         TrialEvent(tid, "experiment paused");
       } else if (!t.trial.allocation().id().empty()) {
         KillAllocation(t, "experiment paused");  // Workers checkpoint on SIGTERM.
@@ -575,8 +608,9 @@ void Master::ActivateExperiment(const Caller&, const v1::ActivateExperimentReque
     for (int64_t tid : es.trial_ids) {
       TrialState& t = trials_.at(tid);
       if (t.trial.state() != v1::STATE_PAUSED) continue;
-      t.trial.set_state(v1::STATE_QUEUED);
-      PersistTrial(t);
+      v1::Trial queued = t.trial;
+      queued.set_state(v1::STATE_QUEUED);
+      RETURN_IF_ERROR(PersistTrial(t, std::move(queued)));
       TrialEvent(tid, absl::StrCat("experiment activated; queued on ",
                                    es.experiment.slots_per_trial(), " slot(s)"));
     }
@@ -638,8 +672,7 @@ void Master::SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsReque
     v1::Experiment updated = es.experiment;
     updated.set_config_yaml(parsed.effective_yaml);
     updated.set_slots_per_trial(slots);
-    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-    es.experiment = updated;
+    RETURN_IF_ERROR(PersistExperiment(es, updated));
     es.config = parsed.config;
     es.config_json = parsed.effective_json;
     for (int64_t tid : es.trial_ids) {
@@ -652,7 +685,7 @@ void Master::SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsReque
 
 void Master::GetTrial(const Caller&, const v1::GetTrialRequest& req, v1::GetTrialResponse* resp,
                       Done done) {
-  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     ASSIGN_OR_RETURN(TrialState * t, FindTrial(req.id()));
     *resp->mutable_trial() = TrialView(*t);
     std::set<std::string> agents;
@@ -706,59 +739,16 @@ void Master::ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest& re
   });
 }
 
-absl::Status Master::FillLogs(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp) {
-  ASSIGN_OR_RETURN(TrialState * t, FindTrial(req.trial_id()));
-  int limit = req.limit() > 0 ? std::min(req.limit(), 5000) : 1000;
-  std::optional<int> rank;
-  if (req.has_rank()) rank = req.rank();
-  ASSIGN_OR_RETURN(auto lines, store_->GetLogs(req.trial_id(), req.after_id(), limit, rank));
-  resp->clear_lines();
-  for (auto& l : lines) *resp->add_lines() = std::move(l);
-  bool events_pending = std::any_of(pending_events_.begin(), pending_events_.end(),
-                                    [&](const v1::LogLine& l) { return l.trial_id() == req.trial_id(); });
-  resp->set_done(Terminal(t->trial.state()) && resp->lines_size() < limit && !events_pending);
-  return absl::OkStatus();
-}
-
 void Master::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& req,
                           v1::GetTrialLogsResponse* resp, Done done) {
-  loop_.Post([this, &req, resp, done = std::move(done)]() mutable {
-    absl::Status st = FillLogs(req, resp);
-    if (!st.ok() || resp->lines_size() > 0 || resp->done() || req.wait_ms() <= 0 ||
-        shutting_down_) {
-      done(st);
-      return;
-    }
-    int64_t trial_id = req.trial_id();
-    auto wait = std::min(absl::Milliseconds(req.wait_ms()), kMaxPollWait);
-    auto timer = loop_.PostAfter(wait, [this, trial_id, resp] {
-      auto& waiters = log_waiters_[trial_id];
-      for (auto it = waiters.begin(); it != waiters.end(); ++it) {
-        if (it->response != resp) continue;
-        Done d = std::move(it->done);
-        waiters.erase(it);
-        d(absl::OkStatus());
-        return;
-      }
-    });
-    log_waiters_[trial_id].push_back({&req, resp, std::move(done), timer});
+  Post([this, &req, resp, done = std::move(done)]() mutable {
+    logs_.Read(req, resp, std::move(done), /*no_wait=*/shutting_down_);
   });
-}
-
-void Master::AnswerLogWaiters(int64_t trial_id) {
-  auto it = log_waiters_.find(trial_id);
-  if (it == log_waiters_.end()) return;
-  std::vector<LogWaiter> waiters = std::move(it->second);
-  log_waiters_.erase(it);
-  for (auto& w : waiters) {
-    loop_.Cancel(w.timer);
-    w.done(FillLogs(*w.request, w.response));
-  }
 }
 
 void Master::ListAgents(const Caller&, const v1::ListAgentsRequest&, v1::ListAgentsResponse* resp,
                         Done done) {
-  OnLoopUrgent(std::move(done), [this, resp] {
+  OnLoop(std::move(done), [this, resp] {
     for (auto& a : agents_.List()) *resp->add_agents() = std::move(a);
     return absl::OkStatus();
   });
@@ -792,43 +782,11 @@ void Master::DisableAgent(const Caller&, const v1::DisableAgentRequest& req,
 
 void Master::ListJobs(const Caller&, const v1::ListJobsRequest& req, v1::ListJobsResponse* resp,
                       Done done) {
-  OnLoopUrgent(std::move(done), [this, &req, resp]() -> absl::Status {
+  OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
     if (!req.resource_pool().empty() && !FindPool(req.resource_pool())) {
       return absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found"));
     }
-    std::vector<v1::Job> jobs;
-    for (const auto& [id, es] : experiments_) {
-      const v1::Experiment& e = es.experiment;
-      if (Terminal(e.state())) continue;
-      if (!req.resource_pool().empty() && e.resource_pool() != req.resource_pool()) continue;
-      v1::Job j;
-      j.set_experiment_id(id);
-      j.set_name(e.name());
-      j.set_priority(e.priority());
-      j.set_resource_pool(e.resource_pool());
-      j.set_slots_per_trial(e.slots_per_trial());
-      j.set_submitted_ms(e.start_time_ms());
-      for (int64_t tid : es.trial_ids) {
-        const TrialState& t = trials_.at(tid);
-        if (t.trial.state() == v1::STATE_QUEUED) {
-          j.set_queued_trials(j.queued_trials() + 1);
-          auto w = waiting_reason_.find(absl::StrCat(tid));
-          if (j.reason().empty() && w != waiting_reason_.end()) j.set_reason(w->second);
-        } else if (!t.trial.allocation().id().empty()) {
-          j.set_running_trials(j.running_trials() + 1);
-          j.set_slots_acquired(j.slots_acquired() + t.trial.allocation().slots());
-        }
-      }
-      if (j.queued_trials() == 0 && j.running_trials() == 0) continue;
-      j.set_state(j.running_trials() == 0 ? "QUEUED" : j.queued_trials() > 0 ? "SCHEDULED" : "RUNNING");
-      jobs.push_back(std::move(j));
-    }
-    // The order the scheduler considers them: priority, then submission.
-    std::stable_sort(jobs.begin(), jobs.end(), [](const v1::Job& a, const v1::Job& b) {
-      return a.priority() != b.priority() ? a.priority() < b.priority()
-                                          : a.experiment_id() < b.experiment_id();
-    });
-    for (auto& j : jobs) *resp->add_jobs() = std::move(j);
+    for (auto& j : views::Jobs(ExperimentRows(), req.resource_pool())) *resp->add_jobs() = std::move(j);
     return absl::OkStatus();
   });
 }
@@ -846,8 +804,7 @@ void Master::UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest
     }
     v1::Experiment updated = it->second.experiment;
     updated.set_priority(req.priority());
-    RETURN_IF_ERROR(store_->UpdateExperiment(updated));
-    it->second.experiment = std::move(updated);
+    RETURN_IF_ERROR(PersistExperiment(it->second, std::move(updated)));
     Logger("master")->info("experiment {}: priority set to {}", req.experiment_id(), req.priority());
     RequestSchedule();
     return absl::OkStatus();
@@ -856,30 +813,21 @@ void Master::UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest
 
 void Master::ListTasks(const Caller&, const v1::ListTasksRequest&, v1::ListTasksResponse* resp,
                        Done done) {
-  OnLoopUrgent(std::move(done), [this, resp] {
-    for (const auto& [tid, t] : trials_) {
-      const v1::Allocation& a = t.trial.allocation();
-      if (a.id().empty()) continue;
-      v1::Task* task = resp->add_tasks();
-      task->set_allocation_id(a.id());
-      task->set_type("TRIAL");
-      task->set_experiment_id(t.trial.experiment_id());
-      task->set_trial_id(tid);
-      task->set_state(t.killing ? v1::STATE_STOPPING : a.state());
-      task->set_slots(a.slots());
-      *task->mutable_ranks() = a.ranks();
-      task->set_start_time_ms(a.start_time_ms());
-      task->set_resource_pool(experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
-      std::set<std::string> agents;
-      for (const auto& r : a.ranks()) {
-        if (agents.insert(r.agent_id()).second) task->add_agents(r.agent_id());
+  OnLoop(std::move(done), [this, resp] {
+    for (const views::ExperimentRow& row : ExperimentRows()) {
+      for (const views::TrialRow& t : row.trials) {
+        if (t.trial->allocation().id().empty()) continue;
+        *resp->add_tasks() = views::TrialTask(t, row.experiment->resource_pool());
       }
     }
+    // Tasks in trial-id order, as before the views were split out.
+    std::stable_sort(resp->mutable_tasks()->begin(), resp->mutable_tasks()->end(),
+                     [](const v1::Task& a, const v1::Task& b) { return a.trial_id() < b.trial_id(); });
     int ended = 0;
     for (const auto& [id, g] : gc_tasks_) ended += Terminal(g.task.state());
     for (const auto& [id, g] : gc_tasks_) {
       if (Terminal(g.task.state()) && ended-- > kEndedGcTasksListed) continue;
-      *resp->add_tasks() = GcTaskView(g);
+      *resp->add_tasks() = views::GcTask(g.task, g.pending_reason);
     }
     return absl::OkStatus();
   });
@@ -887,35 +835,27 @@ void Master::ListTasks(const Caller&, const v1::ListTasksRequest&, v1::ListTasks
 
 void Master::ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
                                v1::ListResourcePoolsResponse* resp, Done done) {
-  OnLoopUrgent(std::move(done), [this, resp] {
-    std::vector<v1::Agent> agents = agents_.List();
-    for (const auto& cfg : config_.resource_pools) {
-      v1::ResourcePool* p = resp->add_pools();
-      p->set_name(cfg.name);
-      p->set_description(cfg.description);
-      p->set_preemption(cfg.preemption);
-      std::set<int> sizes;
-      for (const auto& a : agents) {
-        if (a.resource_pool() != cfg.name) continue;
-        p->set_agents(p->agents() + 1);
-        if (!a.connected()) continue;
-        p->set_connected_agents(p->connected_agents() + 1);
-        sizes.insert(a.slots_size());
-        for (const auto& s : a.slots()) {
-          p->set_slots(p->slots() + 1);
-          if (!s.allocation_id().empty()) p->set_slots_used(p->slots_used() + 1);
-        }
-      }
-      for (int s : sizes) p->add_agent_sizes(s);
-      for (const auto& [tid, t] : trials_) {
-        if (t.trial.state() == v1::STATE_QUEUED &&
-            experiments_.at(t.trial.experiment_id()).experiment.resource_pool() == cfg.name) {
-          p->set_queued_trials(p->queued_trials() + 1);
-        }
-      }
+  OnLoop(std::move(done), [this, resp] {
+    for (auto& p : views::ResourcePools(config_.resource_pools, agents_.List(), ExperimentRows())) {
+      *resp->add_pools() = std::move(p);
     }
     return absl::OkStatus();
   });
+}
+
+std::vector<views::ExperimentRow> Master::ExperimentRows() const {
+  std::vector<views::ExperimentRow> rows;
+  rows.reserve(experiments_.size());
+  for (const auto& [id, es] : experiments_) {
+    views::ExperimentRow& row = rows.emplace_back();
+    row.experiment = &es.experiment;
+    for (int64_t tid : es.trial_ids) {
+      const TrialState& t = trials_.at(tid);
+      auto w = waiting_reason_.find(tid);
+      row.trials.push_back({&t.trial, t.killing, w == waiting_reason_.end() ? nullptr : &w->second});
+    }
+  }
+  return rows;
 }
 
 void Master::SetTemplate(const Caller&, const v1::SetTemplateRequest& req,
@@ -1042,7 +982,7 @@ void Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*, 
 
 void Master::PollCommands(const v1::PollCommandsRequest& req, v1::PollCommandsResponse* resp,
                           Done done) {
-  loop_.Post([this, &req, resp, done = std::move(done)]() mutable {
+  Post([this, &req, resp, done = std::move(done)]() mutable {
     if (shutting_down_) {
       done(absl::UnavailableError("master is shutting down"));
       return;
@@ -1064,11 +1004,11 @@ void Master::ReportLaunched(const v1::ReportLaunchedRequest& req, v1::ReportLaun
     if (at == allocation_trial_.end()) return absl::OkStatus();
     TrialState& t = trials_.at(at->second);
     if (t.trial.state() == v1::STATE_STARTING) {
-      t.trial.set_state(v1::STATE_RUNNING);
-      v1::Allocation* a = t.trial.mutable_allocation();
-      a->set_state(v1::STATE_RUNNING);
-      PersistAllocation(t);
-      PersistTrial(t);
+      v1::Trial running = t.trial;
+      running.set_state(v1::STATE_RUNNING);
+      running.mutable_allocation()->set_state(v1::STATE_RUNNING);
+      RETURN_IF_ERROR(PersistAllocation(running.allocation(), t.token));
+      RETURN_IF_ERROR(PersistTrial(t, std::move(running)));
       UpdateExperiment(experiments_.at(t.trial.experiment_id()));
     }
     TrialEvent(t.trial.id(), absl::StrCat("agent ", req.agent_id(), " started rank(s) ",
@@ -1138,11 +1078,7 @@ void Master::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsResponse*, Don
       note.set_message(absl::StrCat("[", req.dropped(), " log lines dropped while the master was unreachable]"));
       lines.insert(lines.begin(), note);
     }
-    RETURN_IF_ERROR(store_->AddLogs(&lines));
-    counters_.set_log_lines_stored_total(counters_.log_lines_stored_total() +
-                                         static_cast<int64_t>(lines.size()));
-    for (int64_t tid : touched) AnswerLogWaiters(tid);
-    return absl::OkStatus();
+    return logs_.AddLines(&lines, {touched.begin(), touched.end()});
   });
 }
 
@@ -1164,7 +1100,7 @@ absl::StatusOr<Master::TrialState*> Master::AuthorizeWorker(const v1::WorkerAuth
 
 void Master::ReportMetrics(const v1::ReportMetricsRequest& req, v1::ReportMetricsResponse*,
                            Done done) {
-  loop_.Post([this, &req, done = std::move(done)]() mutable {
+  Post([this, &req, done = std::move(done)]() mutable {
     absl::Status st = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(TrialState * t, AuthorizeWorker(req.auth()));
       if (req.trial_id() != t->trial.id()) {
@@ -1191,12 +1127,13 @@ void Master::ReportMetrics(const v1::ReportMetricsRequest& req, v1::ReportMetric
     pending_metrics_.ack_rows.push_back(static_cast<size_t>(req.metrics_size()));
     if (!pending_metrics_.flush_posted) {
       pending_metrics_.flush_posted = true;
-      loop_.Post([this] { FlushMetrics(); });
+      Post([this] { FlushMetrics(); });
     }
   });
 }
 
 void Master::FlushMetrics() {
+  DET_CHECK_ON_LOOP(loop_);
   PendingMetrics batch = std::move(pending_metrics_);
   pending_metrics_ = PendingMetrics();
   if (batch.rows.size() > kMaxRowsPerFlush) {
@@ -1215,7 +1152,7 @@ void Master::FlushMetrics() {
     batch.ack_rows.resize(keep_acks);
     if (!pending_metrics_.acks.empty()) {
       pending_metrics_.flush_posted = true;
-      loop_.Post([this] { FlushMetrics(); });
+      Post([this] { FlushMetrics(); });
     }
   }
   // The trials' summaries as they will be once the rows are stored.
@@ -1263,14 +1200,36 @@ void Master::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
     nlohmann::json config = nlohmann::json::parse(es.config_json, nullptr, /*allow_exceptions=*/false);
     ASSIGN_OR_RETURN(std::string directory, CheckpointDirectory(config));
     RETURN_IF_ERROR(CheckReportedCheckpoint(c, directory));
+    if (!c.metadata_json().empty()) {
+      nlohmann::json metadata =
+          nlohmann::json::parse(c.metadata_json(), nullptr, /*allow_exceptions=*/false);
+      if (!metadata.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint.metadata_json: expected a JSON object (or nothing), got '",
+            c.metadata_json().substr(0, 80), c.metadata_json().size() > 80 ? "...'" : "'"));
+      }
+    }
     c.set_trial_id(t->trial.id());
     c.set_experiment_id(t->trial.experiment_id());
     c.set_state(v1::STATE_COMPLETED);
     if (c.report_time_ms() == 0) c.set_report_time_ms(clock_.NowMs());
-    RETURN_IF_ERROR(store_->AddCheckpoint(c));
-    counters_.set_checkpoints_stored_total(counters_.checkpoints_stored_total() + 1);
-    t->trial.set_latest_checkpoint(c.storage_path());
-    PersistTrial(*t);
+    // A retry of a report whose checkpoint row was stored but whose trial update was
+    // refused registers nothing twice.
+    ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> stored, store_->GetCheckpoints(t->trial.id()));
+    const bool retry = std::any_of(stored.begin(), stored.end(), [&](const v1::Checkpoint& s) {
+      return s.uuid() == c.uuid() && s.storage_path() == c.storage_path();
+    });
+    if (!retry) {
+      if (absl::Status st = store_->AddCheckpoint(c); !st.ok()) {
+        Logger("master")->error("trial {}: cannot store checkpoint {}: {}", t->trial.id(),
+                                c.uuid(), st.ToString());
+        return st;
+      }
+      counters_.set_checkpoints_stored_total(counters_.checkpoints_stored_total() + 1);
+    }
+    v1::Trial updated = t->trial;
+    updated.set_latest_checkpoint(c.storage_path());
+    RETURN_IF_ERROR(PersistTrial(*t, std::move(updated)));
     TrialEvent(t->trial.id(), absl::StrCat("checkpoint ", c.uuid(), " at batch ", c.total_batches()));
     return absl::OkStatus();
   });
@@ -1278,7 +1237,7 @@ void Master::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
 
 void Master::Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse* resp,
                         Done done) {
-  loop_.Post([this, &req, resp, done = std::move(done)]() mutable {
+  Post([this, &req, resp, done = std::move(done)]() mutable {
     auto t_or = AuthorizeWorker(req.auth());
     if (!t_or.ok()) {
       done(t_or.status());
@@ -1315,28 +1274,82 @@ void Master::Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse
   });
 }
 
+void Master::ShouldPreempt(const v1::ShouldPreemptRequest& req, v1::ShouldPreemptResponse* resp,
+                           Done done) {
+  Post([this, &req, resp, done = std::move(done)]() mutable {
+    const v1::WorkerAuth& auth = req.auth();
+    if (auto ended = ended_allocations_.find(auth.allocation_id());
+        ended != ended_allocations_.end() && !auth.token().empty() &&
+        ended->second == auth.token()) {
+      done(absl::FailedPreconditionError(
+          absl::StrCat("allocation ", auth.allocation_id(), " has ended")));
+      return;
+    }
+    auto t_or = AuthorizeWorker(auth);
+    if (!t_or.ok()) {
+      done(t_or.status());
+      return;
+    }
+    TrialState& t = **t_or;
+    if (t.killing || req.wait_ms() <= 0 || shutting_down_) {
+      resp->set_preempt(t.killing);
+      resp->set_reason(t.kill_reason);
+      done(absl::OkStatus());
+      return;
+    }
+    const int64_t trial_id = t.trial.id();
+    auto wait = std::min(absl::Milliseconds(req.wait_ms()), kMaxPollWait);
+    auto timer = PostAfter(wait, [this, trial_id, resp] {
+      auto& waiters = trials_.at(trial_id).preempt_waiters;
+      for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+        if (it->response != resp) continue;
+        Done d = std::move(it->done);
+        waiters.erase(it);
+        d(absl::OkStatus());  // Not asked to stop within the wait.
+        return;
+      }
+    });
+    t.preempt_waiters.push_back({resp, std::move(done), timer});
+  });
+}
+
+void Master::AnswerPreemptWaiters(TrialState& t, const absl::Status& status) {
+  std::vector<TrialState::PreemptWaiter> waiters = std::move(t.preempt_waiters);
+  t.preempt_waiters.clear();
+  for (auto& w : waiters) {
+    loop_.Cancel(w.timer);
+    w.response->set_preempt(t.killing);
+    w.response->set_reason(t.kill_reason);
+    w.done(status);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Scheduling and the life of a trial.
 
 void Master::RequestSchedule() {
-  if (schedule_requested_) return;
+  DET_CHECK_ON_LOOP(loop_);
   schedule_requested_ = true;
-  loop_.Post([this] {
-    schedule_requested_ = false;
-    SchedulePass();
-  });
+  // The pass runs at the end of the current turn (EndTurn); this posted turn only serves
+  // a request made outside one.
+  if (schedule_posted_) return;
+  schedule_posted_ = true;
+  Post([this] { schedule_posted_ = false; });
 }
 
 void Master::SchedulePass() {
+  DET_CHECK_ON_LOOP(loop_);
+  RequestIds ids;
   std::vector<scheduler::Request> queue;
   std::vector<scheduler::Running> running;
   for (const auto& [id, t] : trials_) {
     const ExperimentState& es = experiments_.at(t.trial.experiment_id());
     const v1::Experiment& e = es.experiment;
     if (t.trial.state() == v1::STATE_QUEUED) {
-      queue.push_back({absl::StrCat(id), e.slots_per_trial(), e.priority(), id, e.resource_pool()});
+      queue.push_back({ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
+                       e.resource_pool()});
     } else if (!t.trial.allocation().id().empty() && !t.killing) {
-      scheduler::Running r{absl::StrCat(id), e.priority(), id, e.resource_pool(), {}};
+      scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
       std::map<std::string, std::vector<std::string>> shares;
       for (const auto& rank : t.trial.allocation().ranks()) {
         auto& slots = shares[rank.agent_id()];
@@ -1351,7 +1364,7 @@ void Master::SchedulePass() {
     if (g.task.state() != v1::STATE_QUEUED) continue;
     auto es = experiments_.find(g.task.experiment_id());
     int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
-    queue.push_back({GcRequestId(id), 0, priority, id, g.task.resource_pool()});
+    queue.push_back({ids.Add(RequestId::Gc(id)), 0, priority, id, g.task.resource_pool()});
   }
   if (queue.empty()) return;
   auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
@@ -1366,7 +1379,7 @@ void Master::SchedulePass() {
   if (!preemptible.empty()) {
     for (const auto& [victim, beneficiary] :
          scheduler::SelectPreemptions(view, queue, running, d, fit, preemptible)) {
-      TrialState& t = trials_.at(std::stoll(victim));
+      TrialState& t = trials_.at(ids.At(victim).id);
       t.preempting = true;
       ++stopping_for[beneficiary];
       const auto* pool = FindPool(experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
@@ -1375,31 +1388,50 @@ void Master::SchedulePass() {
     }
   }
   for (auto [request, why] : d.waiting) {
-    if (absl::StartsWith(request, kGcPrefix)) {
-      gc_tasks_.at(std::stoll(request.substr(sizeof(kGcPrefix) - 1))).pending_reason = why;
+    const RequestId& rid = ids.At(request);
+    if (rid.kind == RequestId::Kind::kGc) {
+      gc_tasks_.at(rid.id).pending_reason = why;
       continue;
     }
-    int64_t tid = std::stoll(request);
     if (stopping_for.count(request)) {
       why = absl::StrCat("waiting for ", stopping_for[request],
                          " less important trial(s) to stop (preempted)");
     }
-    if (waiting_reason_[request] != why) {
-      waiting_reason_[request] = why;
-      TrialEvent(tid, "waiting: " + why, /*verbose=*/true);
-    }
+    SetWaitingReason(rid.id, why, /*verbose=*/true);
   }
   for (const auto& p : d.placements) {
-    if (absl::StartsWith(p.request_id, kGcPrefix)) {
-      StartCheckpointGc(gc_tasks_.at(std::stoll(p.request_id.substr(sizeof(kGcPrefix) - 1))),
-                        p.agents.at(0).agent_id);
+    const RequestId& rid = ids.At(p.request_id);
+    if (rid.kind == RequestId::Kind::kGc) {
+      StartCheckpointGc(gc_tasks_.at(rid.id), p.agents.at(0).agent_id);
       continue;
     }
-    waiting_reason_.erase(p.request_id);
-    std::vector<std::pair<std::string, std::vector<std::string>>> agents;
+    std::vector<AgentShare> agents;
     for (const auto& a : p.agents) agents.push_back({a.agent_id, a.slots});
-    StartAllocation(trials_.at(std::stoll(p.request_id)), agents);
+    // torchrun's MASTER_PORT: a port of rank 0's agent no other open allocation holds.
+    const std::string& chief_agent = agents.at(0).agent_id;
+    auto chief = agents_.Chief(chief_agent);
+    std::optional<int> port;
+    if (chief.ok()) port = chief_ports_.Lowest(chief_agent, chief->port_first, chief->port_last);
+    if (!port) {
+      SetWaitingReason(
+          rid.id, chief.ok() ? absl::StrCat("waiting for a chief port on agent ", chief_agent,
+                                            ": all ", chief->port_last - chief->port_first + 1,
+                                            " ports of its chief_port_range ", chief->port_first,
+                                            "..", chief->port_last,
+                                            " are held by running allocations")
+                             : std::string(chief.status().message()));
+      continue;
+    }
+    waiting_reason_.erase(rid.id);
+    StartAllocation(trials_.at(rid.id), agents, chief->address, *port);
   }
+}
+
+void Master::SetWaitingReason(int64_t trial_id, const std::string& why, bool verbose) {
+  std::string& reason = waiting_reason_[trial_id];
+  if (reason == why) return;
+  reason = why;
+  TrialEvent(trial_id, "waiting: " + why, verbose);
 }
 
 const config::ResourcePoolConfig* Master::FindPool(const std::string& name) const {
@@ -1434,8 +1466,9 @@ std::string Master::NeverFits(const std::string& pool, int slots) const {
                       "; a multi-agent trial must use a multiple of one agent size");
 }
 
-void Master::StartAllocation(
-    TrialState& t, const std::vector<std::pair<std::string, std::vector<std::string>>>& agents) {
+bool Master::StartAllocation(TrialState& t, const std::vector<AgentShare>& agents,
+                             const std::string& chief_address, int chief_port) {
+  DET_CHECK_ON_LOOP(loop_);
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
   if (t.trial.run_id() > 0) {
     // This run starts from the latest checkpoint (or from scratch): what earlier runs
@@ -1466,81 +1499,72 @@ void Master::StartAllocation(
   a.set_slots(es.config.resources.slots_per_trial);
   a.set_state(v1::STATE_STARTING);
   a.set_start_time_ms(clock_.NowMs());
-  // Ranks are contiguous per agent; the first agent hosts rank 0.
-  int rank = 0;
-  for (const auto& [agent_id, slots] : agents) {
-    int processes = std::max<int>(1, static_cast<int>(slots.size()));
-    for (int local = 0; local < processes; ++local) {
-      v1::RankPlacement* r = a.add_ranks();
-      r->set_rank(rank++);
-      r->set_agent_id(agent_id);
-      r->set_local_rank(local);
-      if (!slots.empty()) r->add_slot_ids(slots[local]);
-    }
+  a.set_chief_address(chief_address);
+  a.set_chief_port(chief_port);
+  for (auto& r : PlaceRanks(agents)) *a.add_ranks() = std::move(r);
+  // Stored before anything is launched: a run the store does not know is never started.
+  const std::string token = RandomHex(24);
+  v1::Trial started = t.trial;
+  *started.mutable_allocation() = a;
+  started.set_state(v1::STATE_STARTING);
+  if (started.start_time_ms() == 0) started.set_start_time_ms(clock_.NowMs());
+  absl::Status stored = PersistAllocation(a, token);
+  if (stored.ok()) stored = PersistTrial(t, std::move(started));
+  if (!stored.ok()) {
+    waiting_reason_[t.trial.id()] =
+        absl::StrCat("cannot store its allocation: ", stored.message());
+    return false;
   }
-  t.token = RandomHex(24);
+  t.token = token;
   t.exits.clear();
   t.unattached.clear();
   t.killing = t.lost = t.preempting = false;
+  t.kill_reason.clear();
   t.failure.clear();
   t.rendezvous.clear();
-  *t.trial.mutable_allocation() = a;
-  t.trial.set_state(v1::STATE_STARTING);
-  if (t.trial.start_time_ms() == 0) t.trial.set_start_time_ms(clock_.NowMs());
-  PersistAllocation(t);
-  PersistTrial(t);
   allocation_trial_[a.id()] = t.trial.id();
+  chief_ports_.Hold(agents.at(0).agent_id, chief_port, a.id());
   counters_.set_allocations_started_total(counters_.allocations_started_total() + 1);
 
-  v1::Experiment& e = es.experiment;
-  std::map<std::string, std::string> env = {
-      {"DET_EXPERIMENT_ID", absl::StrCat(e.id())},
-      {"DET_TRIAL_ID", absl::StrCat(t.trial.id())},
-      {"DET_TRIAL_RUN_ID", absl::StrCat(t.trial.run_id())},
-      {"DET_TRIAL_SEED", absl::StrCat(t.trial.seed())},
-      {"DET_HPARAMS", t.trial.hparams_json()},
-      {"DET_EXPERIMENT_CONFIG", es.config_json},
-      {"DET_TRIAL_TARGET_BATCHES", absl::StrCat(t.trial.target_batches())},
-      {"DET_LATEST_CHECKPOINT", t.trial.latest_checkpoint()},
-      {"DET_ALLOCATION_ID", a.id()},
-      {"DET_ALLOCATION_TOKEN", t.token},
-  };
-  for (const auto& [k, v] : es.config.environment_variables) env.emplace(k, v);
   v1::ModelContext context;
-  auto blob = store_->GetExperimentContext(e.id());
+  auto blob = store_->GetExperimentContext(es.experiment.id());
   if (blob.ok()) context.ParseFromString(*blob);
-
-  int agent_rank = 0;
-  for (const auto& [agent_id, slots] : agents) {
-    agents_.SetSlotsUsed(agent_id, slots, a.id());
-    v1::AgentCommand cmd;
-    v1::LaunchCommand* l = cmd.mutable_launch();
-    l->set_allocation_id(a.id());
-    l->set_trial_id(t.trial.id());
-    l->set_experiment_id(e.id());
-    for (const auto& arg : es.config.entrypoint) l->add_argv(arg);
-    l->mutable_env()->insert(env.begin(), env.end());
-    for (const auto& r : a.ranks()) {
-      if (r.agent_id() == agent_id) *l->add_ranks() = r;
+  LaunchInputs in;
+  in.experiment_id = es.experiment.id();
+  in.trial = t.trial;
+  in.config_json = es.config_json;
+  in.entrypoint = es.config.entrypoint;
+  in.environment.insert(es.config.environment_variables.begin(),
+                        es.config.environment_variables.end());
+  in.max_restarts = es.config.max_restarts;
+  in.token = t.token;
+  in.context = &context;
+  in.chief_address = chief_address;
+  in.chief_port = chief_port;
+  for (auto& [agent_id, launch] : BuildLaunchCommands(in, a, agents)) {
+    for (const AgentShare& share : agents) {
+      if (share.agent_id == agent_id) agents_.SetSlotsUsed(agent_id, share.slots, a.id());
     }
-    l->set_world_size(a.ranks_size());
-    l->set_num_agents(static_cast<int32_t>(agents.size()));
-    l->set_agent_rank(agent_rank++);
-    *l->mutable_context() = context.files();
+    v1::AgentCommand cmd;
+    *cmd.mutable_launch() = std::move(launch);
     agents_.Send(agent_id, std::move(cmd));
   }
   std::vector<std::string> where;
-  for (const auto& [agent_id, slots] : agents) {
-    where.push_back(absl::StrCat(agent_id, slots.empty() ? "" : absl::StrCat(" (slots ", absl::StrJoin(slots, ","), ")")));
+  for (const AgentShare& share : agents) {
+    where.push_back(absl::StrCat(share.agent_id, share.slots.empty() ? "" : absl::StrCat(" (slots ", absl::StrJoin(share.slots, ","), ")")));
   }
   TrialEvent(t.trial.id(), absl::StrCat("allocation ", a.id(), " scheduled on ",
-                                        absl::StrJoin(where, ", ")));
+                                        absl::StrJoin(where, ", "), "; chief ", chief_address, ":",
+                                        chief_port));
   UpdateExperiment(es);
+  return true;
 }
 
 void Master::KillAllocation(TrialState& t, const std::string& reason, absl::Duration grace) {
   if (t.killing) return;
   t.killing = true;
+  t.kill_reason = reason;
+  AnswerPreemptWaiters(t, absl::OkStatus());
   std::set<std::string> agents;
   for (const auto& r : t.trial.allocation().ranks()) agents.insert(r.agent_id());
   for (const auto& agent_id : agents) {
@@ -1569,6 +1593,7 @@ void Master::OnRankExit(TrialState& t, int rank, const std::string& how, bool ab
 }
 
 void Master::EndAllocation(TrialState& t) {
+  DET_CHECK_ON_LOOP(loop_);
   v1::Allocation* a = t.trial.mutable_allocation();
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
   bool stopping = es.experiment.state() == v1::STATE_STOPPING;
@@ -1598,9 +1623,13 @@ void Master::EndAllocation(TrialState& t) {
   a->set_exit_reason(stopped_early ? "stopped early by the searcher"
                      : t.failure.empty() ? "all ranks exited normally"
                                          : t.failure);
-  PersistAllocation(t);
+  (void)PersistAllocation(*a, t.token);  // Logged; the runs have ended either way.
   agents_.ReleaseSlots(a->id());
+  chief_ports_.Release(a->id());
   allocation_trial_.erase(a->id());
+  ended_allocations_[a->id()] = t.token;
+  AnswerPreemptWaiters(t, absl::FailedPreconditionError(
+                              absl::StrCat("allocation ", a->id(), " has ended")));
   for (auto& d : t.rendezvous_waiters) d(absl::AbortedError("allocation ended"));
   t.rendezvous_waiters.clear();
   t.rendezvous_responses.clear();
@@ -1612,7 +1641,7 @@ void Master::EndAllocation(TrialState& t) {
     t.trial.set_run_id(t.trial.run_id() + 1);
     t.trial.set_state(v1::STATE_PAUSED);
     TrialEvent(t.trial.id(), absl::StrCat("allocation ", alloc_id, " stopped: experiment paused"));
-    PersistTrial(t);
+    RecordTrial(t);
   } else if (outcome == v1::STATE_QUEUED) {
     t.trial.set_run_id(t.trial.run_id() + 1);
     t.trial.set_state(v1::STATE_QUEUED);
@@ -1621,7 +1650,7 @@ void Master::EndAllocation(TrialState& t) {
                : t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
                       : absl::StrCat("allocation ", alloc_id, " failed: ", t.failure, "; restart ",
                                      t.trial.restarts(), " of ", es.config.max_restarts));
-    PersistTrial(t);
+    RecordTrial(t);
     RequestSchedule();
   } else {
     FinishTrial(t, outcome, error);
@@ -1634,11 +1663,18 @@ void Master::FinishTrial(TrialState& t, v1::State state, const std::string& erro
   t.trial.set_state(state);
   t.trial.set_end_time_ms(clock_.NowMs());
   t.trial.set_error(error);
-  waiting_reason_.erase(absl::StrCat(t.trial.id()));
-  PersistTrial(t);
+  waiting_reason_.erase(t.trial.id());
+  RecordTrial(t);
   TrialEvent(t.trial.id(), absl::StrCat("trial ", StateName(state),
                                         error.empty() ? "" : absl::StrCat(": ", error)));
-  AnswerLogWaiters(t.trial.id());
+  if (state == v1::STATE_COMPLETED && t.trial.total_batches() == 0 &&
+      t.trial.training_summary().empty() && t.trial.validation_summary().empty()) {
+    TrialEvent(t.trial.id(),
+               absl::StrCat("trial ", t.trial.id(), " reported no metrics and no progress: its "
+                            "workers exited normally without reporting a batch (does the "
+                            "entrypoint report through det's harness?)"));
+  }
+  logs_.AnswerWaiters(t.trial.id());
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
   if (es.searcher) {
     es.searcher->OnTrialEnded(TrialIndex(es, t.trial.id()));
@@ -1705,22 +1741,27 @@ void Master::CollectCheckpoints(ExperimentState& es, int64_t ended_trial) {
   GcTaskState& g = gc_tasks_[*id];
   g.task = std::move(task);
   TrialEvent(ended_trial,
-             absl::StrCat("checkpoint garbage collection ", GcRequestId(*id), " queued: ",
+             absl::StrCat("checkpoint garbage collection ", RequestId::Gc(*id).Key(), " queued: ",
                           doomed.size(), " checkpoint(s) to delete on an agent of resource pool '",
                           g.task.resource_pool(), "'"));
   RequestSchedule();
 }
 
 void Master::StartCheckpointGc(GcTaskState& g, const std::string& agent_id) {
+  v1::CheckpointGcTask running = g.task;
+  running.set_state(v1::STATE_RUNNING);
+  running.set_agent_id(agent_id);
+  running.set_start_time_ms(clock_.NowMs());
+  running.clear_error();
+  // Stored before it is launched; else it stays queued and says why.
+  if (absl::Status st = PersistGcTask(g, std::move(running)); !st.ok()) {
+    g.pending_reason = absl::StrCat("cannot store its start: ", st.message());
+    return;
+  }
   v1::CheckpointGcTask& t = g.task;
-  t.set_state(v1::STATE_RUNNING);
-  t.set_agent_id(agent_id);
-  t.set_start_time_ms(clock_.NowMs());
-  t.clear_error();
   g.unattached = false;
   g.pending_reason.clear();
   g.last_error_line.clear();
-  PersistGcTask(g);
   const std::string alloc_id = GcAllocationId(t);
   gc_allocations_[alloc_id] = t.id();
 
@@ -1758,7 +1799,7 @@ void Master::EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::strin
     t.set_attempt(t.attempt() + 1);
     t.clear_agent_id();
     t.clear_start_time_ms();
-    PersistGcTask(g);
+    (void)PersistGcTask(g, t);  // Logged; the attempt is gone either way.
     TrialEvent(t.trial_id(),
                absl::StrCat("checkpoint garbage collection ", alloc_id, " ", why, "; requeued"));
     RequestSchedule();
@@ -1769,7 +1810,7 @@ void Master::EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::strin
   if (outcome == v1::STATE_ERROR) t.set_error(why);
   // With COMPLETED, its checkpoints become DELETED in the same write. Should it fail, the
   // stored task stays RUNNING and a restarted master runs it again.
-  PersistGcTask(g);
+  (void)PersistGcTask(g, t);
   if (outcome == v1::STATE_COMPLETED) {
     for (const v1::Checkpoint& c : t.checkpoints()) {
       TrialEvent(c.trial_id(), absl::StrCat("checkpoint ", c.uuid(), " (batch ", c.total_batches(),
@@ -1784,35 +1825,10 @@ void Master::EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::strin
   }
 }
 
-void Master::PersistGcTask(const GcTaskState& g) {
-  absl::Status st = store_->UpdateCheckpointGcTask(g.task);
-  if (!st.ok()) {
-    Logger("master")->error("checkpoint GC task {}: cannot persist: {}", g.task.id(), st.ToString());
-  }
-}
-
-v1::Task Master::GcTaskView(const GcTaskState& g) const {
-  const v1::CheckpointGcTask& t = g.task;
-  v1::Task task;
-  task.set_allocation_id(GcAllocationId(t));
-  task.set_type("CHECKPOINT_GC");
-  task.set_experiment_id(t.experiment_id());
-  task.set_trial_id(t.trial_id());
-  task.set_state(t.state());
-  task.set_slots(0);
-  if (!t.agent_id().empty()) {
-    v1::RankPlacement* r = task.add_ranks();
-    r->set_rank(0);
-    r->set_agent_id(t.agent_id());
-    task.add_agents(t.agent_id());
-  }
-  task.set_start_time_ms(t.start_time_ms());
-  task.set_end_time_ms(t.end_time_ms());
-  task.set_resource_pool(t.resource_pool());
-  if (t.state() == v1::STATE_QUEUED) task.set_pending_reason(g.pending_reason);
-  task.set_error(t.error());
-  for (const auto& c : t.checkpoints()) task.add_checkpoint_uuids(c.uuid());
-  return task;
+absl::Status Master::PersistGcTask(GcTaskState& g, v1::CheckpointGcTask updated) {
+  absl::Status written = store_->UpdateCheckpointGcTask(updated);
+  std::string what = absl::StrCat("checkpoint GC task ", updated.id());
+  return WriteThenKeep(std::move(written), what, &g.task, std::move(updated));
 }
 
 int Master::TrialIndex(const ExperimentState& es, int64_t trial_id) {
@@ -1902,7 +1918,7 @@ void Master::SearcherValidation(const v1::Metrics& m) {
     s->set_stopped_early(true);
     s->set_stop_reason(d.reason);
   }
-  PersistTrial(t);
+  RecordTrial(t);
   if (!d.stop) return;
   TrialEvent(t.trial.id(), d.reason);
   if (!t.trial.allocation().id().empty()) {
@@ -1982,7 +1998,7 @@ void Master::AgentDisconnected(const std::string& agent_id) {
                             alloc_id, ": waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
   }
   if (allocations.empty() && gc_allocations.empty()) return;
-  loop_.PostAfter(config_.agent_reconnect_wait, [this, agent_id, generation, allocations,
+  PostAfter(config_.agent_reconnect_wait, [this, agent_id, generation, allocations,
                                                  gc_allocations, wait] {
     if (agent_disconnects_[agent_id] != generation) return;  // Lost again since: a later timer.
     for (const auto& id : gc_allocations) {
@@ -2020,49 +2036,33 @@ void Master::ExitRanksOn(TrialState& t, const std::function<bool(const std::stri
 void Master::CheckAgents() {
   if (shutting_down_) return;
   for (const auto& id : agents_.ExpireSilent()) AgentDisconnected(id);
-  loop_.PostAfter(kAgentCheckPeriod, [this] { CheckAgents(); });
+  PostAfter(kAgentCheckPeriod, [this] { CheckAgents(); });
 }
 
 void Master::TrialEvent(int64_t trial_id, const std::string& message, bool verbose) {
-  if (verbose) {
-    Logger("master")->debug("trial {}: {}", trial_id, message);
-  } else {
-    Logger("master")->info("trial {}: {}", trial_id, message);
-  }
-  v1::LogLine& line = pending_events_.emplace_back();
-  line.set_trial_id(trial_id);
-  line.set_rank(-1);
-  line.set_stream("master");
-  line.set_time_ms(clock_.NowMs());
-  line.set_message(message);
-  if (!events_flush_posted_) {
-    events_flush_posted_ = true;
-    loop_.Post([this] { FlushEvents(); });
-  }
+  logs_.Event(trial_id, message, verbose);
 }
 
-void Master::FlushEvents() {
-  events_flush_posted_ = false;
-  std::vector<v1::LogLine> lines = std::move(pending_events_);
-  pending_events_.clear();
-  absl::Status st = store_->AddLogs(&lines);
-  if (!st.ok()) Logger("master")->error("cannot store {} trial events: {}", lines.size(), st.ToString());
-  std::set<int64_t> trials;
-  for (const auto& l : lines) trials.insert(l.trial_id());
-  for (int64_t t : trials) AnswerLogWaiters(t);
+absl::Status Master::PersistExperiment(ExperimentState& es, v1::Experiment updated) {
+  absl::Status written = store_->UpdateExperiment(updated);
+  std::string what = absl::StrCat("experiment ", updated.id());
+  return WriteThenKeep(std::move(written), what, &es.experiment, std::move(updated));
 }
 
-void Master::PersistTrial(const TrialState& t) {
-  absl::Status st = store_->UpdateTrial(t.trial);
-  if (!st.ok()) Logger("master")->error("trial {}: cannot persist: {}", t.trial.id(), st.ToString());
+absl::Status Master::PersistTrial(TrialState& t, v1::Trial updated) {
+  absl::Status written = store_->UpdateTrial(updated);
+  std::string what = absl::StrCat("trial ", updated.id());
+  return WriteThenKeep(std::move(written), what, &t.trial, std::move(updated));
 }
 
-void Master::PersistAllocation(const TrialState& t) {
-  absl::Status st = store_->UpsertAllocation(t.trial.allocation(), t.token);
+void Master::RecordTrial(TrialState& t) { (void)PersistTrial(t, t.trial); }
+
+absl::Status Master::PersistAllocation(const v1::Allocation& allocation, const std::string& token) {
+  absl::Status st = store_->UpsertAllocation(allocation, token);
   if (!st.ok()) {
-    Logger("master")->error("allocation {}: cannot persist: {}", t.trial.allocation().id(),
-                            st.ToString());
+    Logger("master")->error("allocation {}: cannot persist: {}", allocation.id(), st.ToString());
   }
+  return st;
 }
 
 absl::StatusOr<Master::TrialState*> Master::FindTrial(int64_t id) {
@@ -2076,7 +2076,7 @@ v1::Trial Master::TrialView(const TrialState& t) const {
   if (view.allocation().id().empty() && !t.last_allocation.id().empty()) {
     *view.mutable_allocation() = t.last_allocation;
   }
-  auto w = waiting_reason_.find(absl::StrCat(t.trial.id()));
+  auto w = waiting_reason_.find(t.trial.id());
   if (t.trial.state() == v1::STATE_QUEUED && w != waiting_reason_.end()) {
     view.set_pending_reason(w->second);
   }

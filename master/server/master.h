@@ -15,11 +15,15 @@
 #include "common/config/daemon_config.h"
 #include "common/config/experiment_config.h"
 #include "common/event_loop/event_loop.h"
+#include "master/allocations/chief_ports.h"
+#include "master/allocations/launch_command.h"
 #include "master/api/handlers.h"
 #include "master/auth/user_service.h"
 #include "master/cluster/agent_manager.h"
+#include "master/logs/log_manager.h"
 #include "master/searcher/searcher.h"
 #include "master/templates/templates.h"
+#include "master/views/views.h"
 #include "master/store/store.h"
 
 namespace grpc {
@@ -39,6 +43,10 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   // and serves gRPC on config.grpc_listen. `clock` must outlive the master.
   static absl::StatusOr<std::unique_ptr<Master>> Start(const config::MasterConfig& config,
                                                        Clock& clock);
+  // The same on `store` (already open and migrated): rebuilds state from it and serves.
+  static absl::StatusOr<std::unique_ptr<Master>> Create(const config::MasterConfig& config,
+                                                        Clock& clock,
+                                                        std::unique_ptr<Store> store);
   ~Master() override;
 
   // host:port the gRPC server is bound to.
@@ -109,6 +117,7 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void ReportCheckpoint(const v1::ReportCheckpointRequest&, v1::ReportCheckpointResponse*,
                         Done) override;
   void Rendezvous(const v1::RendezvousRequest&, v1::RendezvousResponse*, Done) override;
+  void ShouldPreempt(const v1::ShouldPreemptRequest&, v1::ShouldPreemptResponse*, Done) override;
 
  private:
   struct ExperimentState {
@@ -138,6 +147,15 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
     std::vector<Done> rendezvous_waiters;
     std::vector<v1::RendezvousResponse*> rendezvous_responses;
     std::vector<std::string> rendezvous_keys;  // parallel to rendezvous_waiters
+    // Why the master asked the current run to stop (set with `killing`).
+    std::string kill_reason;
+    // ShouldPreempt long polls of the current run, answered when it is asked to stop.
+    struct PreemptWaiter {
+      v1::ShouldPreemptResponse* response;
+      Done done;
+      EventLoop::TimerId timer;
+    };
+    std::vector<PreemptWaiter> preempt_waiters;
   };
   // Metric rows accepted on the loop but not yet stored; one transaction stores them all
   // (group commit) before any of their reports is acknowledged.
@@ -159,27 +177,38 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
     // The latest line the running attempt wrote to stderr (names a failing checkpoint).
     std::string last_error_line;
   };
-  struct LogWaiter {
-    const v1::GetTrialLogsRequest* request;
-    v1::GetTrialLogsResponse* response;
-    Done done;
-    EventLoop::TimerId timer;
-  };
-
   Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr<Store> store);
   absl::Status Restore();
   absl::Status Serve();
 
-  // Runs `fn` on the loop; its status goes to `done`.
+  // Every closure the master runs on its loop is one turn: the closure, then EndTurn.
+  // Runs `fn` on the loop (a turn).
+  void Post(std::function<void()> fn);
+  // Runs `fn` on the loop once `delay` has passed on the clock (a turn).
+  EventLoop::TimerId PostAfter(absl::Duration delay, std::function<void()> fn);
+  // Runs `fn` on the loop; its status goes to `done` once the turn has ended.
   void OnLoop(Done done, std::function<absl::Status()> fn);
-  // The same, ahead of queued work: for cheap reads and heartbeats.
+  // The same, ahead of queued work: for heartbeats only (liveness must not wait behind a
+  // backlog). Never for reads: a read must not overtake the writes queued before it.
   void OnLoopUrgent(Done done, std::function<absl::Status()> fn);
+  // Completes the turn: the scheduling pass the turn requested, then the trial events it
+  // recorded. So no reader ever sees a change without the derived state it implies
+  // (waiting reasons, placements, events).
+  void EndTurn();
 
   // Stores the pending metric rows and the trials' summaries, then acknowledges them.
   void FlushMetrics();
   void RequestSchedule();
   void SchedulePass();
-  void StartAllocation(TrialState& t, const std::vector<std::pair<std::string, std::vector<std::string>>>& agents);
+  // Records why queued trial `trial_id` waits (an event in its log when it changes).
+  void SetWaitingReason(int64_t trial_id, const std::string& why, bool verbose = false);
+  // Starts t's next run on `agents`; rank 0's agent is agents[0], reached by the other
+  // ranks at chief_address:chief_port (a port of its range the allocation holds).
+  // False (and t unchanged, its waiting reason saying why) when the store refused it.
+  bool StartAllocation(TrialState& t, const std::vector<AgentShare>& agents,
+                       const std::string& chief_address, int chief_port);
+  // Answers t's ShouldPreempt long polls with `status` (OK: the current kill state).
+  void AnswerPreemptWaiters(TrialState& t, const absl::Status& status);
   void OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal);
   void EndAllocation(TrialState& t);
   // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
@@ -211,8 +240,11 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   // Ends the running attempt of `g`: STATE_QUEUED requeues it (a lost agent; attempt + 1),
   // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
   void EndCheckpointGc(GcTaskState& g, v1::State outcome, const std::string& why);
-  void PersistGcTask(const GcTaskState& g);
-  v1::Task GcTaskView(const GcTaskState& g) const;
+  // Persist*: writes `updated` and only then puts it in memory; a refused write is
+  // logged once and returned, memory unchanged.
+  absl::Status PersistGcTask(GcTaskState& g, v1::CheckpointGcTask updated);
+  // The experiments and their trials as the read views (master/views) see them.
+  std::vector<views::ExperimentRow> ExperimentRows() const;
   void UpdateExperiment(ExperimentState& e);
   // An agent stopped heartbeating: its runs wait agent_reconnect_wait for it to register
   // again (reattach) before their ranks on it count as lost.
@@ -222,14 +254,15 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   void ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
                    const std::string& how);
   void CheckAgents();
-  // Records a line about the trial in its logs (stream "master"). Lines are stored together
-  // once the current work is done; `verbose` ones go to the master's log at debug level.
+  // A line about the trial in its logs (LogManager::Event).
   void TrialEvent(int64_t trial_id, const std::string& message, bool verbose = false);
-  void FlushEvents();
-  void PersistTrial(const TrialState& t);
-  void PersistAllocation(const TrialState& t);
-  void AnswerLogWaiters(int64_t trial_id);
-  absl::Status FillLogs(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp);
+  absl::Status PersistExperiment(ExperimentState& es, v1::Experiment updated);
+  absl::Status PersistTrial(TrialState& t, v1::Trial updated);
+  absl::Status PersistAllocation(const v1::Allocation& allocation, const std::string& token);
+  // Writes t.trial after a change that already happened outside the master (ranks
+  // exited, an agent was lost): memory follows reality; a refused write is logged, and a
+  // restarted master recovers from what is stored (docs/architecture.md).
+  void RecordTrial(TrialState& t);
   absl::StatusOr<TrialState*> AuthorizeWorker(const v1::WorkerAuth& auth);
   absl::StatusOr<TrialState*> FindTrial(int64_t id);
   v1::Trial TrialView(const TrialState& t) const;
@@ -242,6 +275,8 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   Templates templates_;
   // Users and sessions; every user API call (gRPC and REST) but Login is checked by it.
   UserService users_;
+  // Trial logs and events, GetTrialLogs long polls.
+  LogManager logs_;
   std::string cluster_id_;
   int64_t start_time_ms_;
   std::string address_;
@@ -254,17 +289,20 @@ class Master : public ApiHandler, public AgentHandler, public WorkerHandler {
   std::map<int64_t, ExperimentState> experiments_;
   std::map<int64_t, TrialState> trials_;
   std::map<std::string, int64_t> allocation_trial_;  // open allocation id -> trial id
+  // Allocations ended since the master started -> their tokens (ShouldPreempt tells their
+  // workers they ended).
+  std::map<std::string, std::string> ended_allocations_;
+  // torchrun MASTER_PORTs held by open allocations, per chief agent.
+  ChiefPorts chief_ports_;
   std::map<int64_t, GcTaskState> gc_tasks_;           // every checkpoint GC task, by id
   std::map<std::string, int64_t> gc_allocations_;     // running GC allocation id -> task id
-  std::map<int64_t, std::vector<LogWaiter>> log_waiters_;
   PendingMetrics pending_metrics_;
-  std::vector<v1::LogLine> pending_events_;
-  bool events_flush_posted_ = false;
-  bool schedule_requested_ = false;
+  bool schedule_requested_ = false;  // a pass is due at the end of this turn
+  bool schedule_posted_ = false;     // a turn is posted that will run it
   // Counters since start, for GetMasterStats (loop thread).
   v1::GetMasterStatsResponse counters_;
   bool shutting_down_ = false;
-  std::map<std::string, std::string> waiting_reason_;  // trial id -> reason
+  std::map<int64_t, std::string> waiting_reason_;  // queued trial id -> why it waits
   std::map<std::string, int> agent_disconnects_;  // agent id -> times it stopped answering
 };
 

@@ -1,0 +1,60 @@
+// The launch contract of a trial's allocation: what each agent of the allocation is told
+// to run (master -> agent LaunchCommand), as a pure function of the trial, its experiment
+// and the placement. No I/O, no clock: table-tested in launch_command_test.cc.
+#ifndef DET_MASTER_ALLOCATIONS_LAUNCH_COMMAND_H_
+#define DET_MASTER_ALLOCATIONS_LAUNCH_COMMAND_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "proto/agent.pb.h"
+#include "proto/types.pb.h"
+
+namespace det::master {
+
+// One agent's share of a placement: its id and the slots it lends (empty: one rank, no
+// slot).
+struct AgentShare {
+  std::string agent_id;
+  std::vector<std::string> slots;
+};
+
+// Everything a launch depends on besides the allocation itself.
+struct LaunchInputs {
+  int64_t experiment_id = 0;
+  // The trial as it starts this run (id, run_id, seed, hparams, target, checkpoint,
+  // restarts).
+  v1::Trial trial;
+  // The experiment's effective config (JSON) for DET_EXPERIMENT_CONFIG.
+  std::string config_json;
+  std::vector<std::string> entrypoint;
+  // The config's environment_variables; DET_* variables take precedence.
+  std::map<std::string, std::string> environment;
+  int max_restarts = 0;
+  // The worker token of this run.
+  std::string token;
+  // The model context (not owned; null: none).
+  const v1::ModelContext* context = nullptr;
+  // MASTER_ADDR / MASTER_PORT: rank 0's agent and the port reserved for this allocation.
+  std::string chief_address;
+  int chief_port = 0;
+};
+
+// The ranks of an allocation over `agents`: contiguous per agent, the first agent hosts
+// rank 0, one rank per slot (one rank without slots).
+std::vector<v1::RankPlacement> PlaceRanks(const std::vector<AgentShare>& agents);
+
+// The run id torchrun sees (TORCHELASTIC_RUN_ID): stable across the trial's runs.
+std::string TorchRunId(int64_t trial_id);
+
+// The launch command for each agent of `allocation` (in the order of `agents`), with
+// allocation.ranks() as PlaceRanks(agents) gave them.
+std::vector<std::pair<std::string, v1::LaunchCommand>> BuildLaunchCommands(
+    const LaunchInputs& in, const v1::Allocation& allocation,
+    const std::vector<AgentShare>& agents);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_ALLOCATIONS_LAUNCH_COMMAND_H_

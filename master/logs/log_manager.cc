@@ -1,0 +1,132 @@
+#include "master/logs/log_manager.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "master/loop/on_loop.h"
+
+namespace det::master {
+namespace {
+constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
+}  // namespace
+
+LogManager::LogManager(Clock& clock, EventLoop& loop, Store& store, TrialEnded trial_ended)
+    : clock_(clock), loop_(loop), store_(store), trial_ended_(std::move(trial_ended)) {}
+
+void LogManager::Event(int64_t trial_id, const std::string& message, bool verbose) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (verbose) {
+    Logger("master")->debug("trial {}: {}", trial_id, message);
+  } else {
+    Logger("master")->info("trial {}: {}", trial_id, message);
+  }
+  v1::LogLine& line = pending_events_.emplace_back();
+  line.set_trial_id(trial_id);
+  line.set_rank(-1);
+  line.set_stream("master");
+  line.set_time_ms(clock_.NowMs());
+  line.set_message(message);
+  // The master flushes at the end of its turn; this posted flush only serves an event
+  // recorded outside one.
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    loop_.Post([this] {
+      flush_posted_ = false;
+      if (HasPendingEvents()) FlushEvents();
+    });
+  }
+}
+
+bool LogManager::HasPendingEvents() const { return !pending_events_.empty(); }
+
+void LogManager::FlushEvents() {
+  DET_CHECK_ON_LOOP(loop_);
+  std::vector<v1::LogLine> lines = std::move(pending_events_);
+  pending_events_.clear();
+  absl::Status st = store_.AddLogs(&lines);
+  if (!st.ok()) {
+    Logger("master")->error("cannot store {} trial events: {}", lines.size(), st.ToString());
+  }
+  std::set<int64_t> trials;
+  for (const auto& l : lines) trials.insert(l.trial_id());
+  for (int64_t t : trials) AnswerWaiters(t);
+}
+
+absl::Status LogManager::AddLines(std::vector<v1::LogLine>* lines,
+                                  const std::vector<int64_t>& trials) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (absl::Status st = store_.AddLogs(lines); !st.ok()) {
+    Logger("master")->error("cannot store {} log lines: {}", lines->size(), st.ToString());
+    return st;
+  }
+  lines_stored_total_ += static_cast<int64_t>(lines->size());
+  for (int64_t t : trials) AnswerWaiters(t);
+  return absl::OkStatus();
+}
+
+absl::Status LogManager::Fill(const v1::GetTrialLogsRequest& req,
+                              v1::GetTrialLogsResponse* resp) {
+  ASSIGN_OR_RETURN(bool ended, trial_ended_(req.trial_id()));
+  int limit = req.limit() > 0 ? std::min(req.limit(), 5000) : 1000;
+  std::optional<int> rank;
+  if (req.has_rank()) rank = req.rank();
+  ASSIGN_OR_RETURN(auto lines, store_.GetLogs(req.trial_id(), req.after_id(), limit, rank));
+  resp->clear_lines();
+  for (auto& l : lines) *resp->add_lines() = std::move(l);
+  bool events_pending =
+      std::any_of(pending_events_.begin(), pending_events_.end(),
+                  [&](const v1::LogLine& l) { return l.trial_id() == req.trial_id(); });
+  resp->set_done(ended && resp->lines_size() < limit && !events_pending);
+  return absl::OkStatus();
+}
+
+void LogManager::Read(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp,
+                      Done done, bool no_wait) {
+  DET_CHECK_ON_LOOP(loop_);
+  absl::Status st = Fill(req, resp);
+  if (!st.ok() || resp->lines_size() > 0 || resp->done() || req.wait_ms() <= 0 || no_wait) {
+    done(st);
+    return;
+  }
+  int64_t trial_id = req.trial_id();
+  auto wait = std::min(absl::Milliseconds(req.wait_ms()), kMaxPollWait);
+  auto timer = loop_.PostAfter(wait, [this, trial_id, resp] {
+    auto& waiters = waiters_[trial_id];
+    for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+      if (it->response != resp) continue;
+      Done d = std::move(it->done);
+      waiters.erase(it);
+      d(absl::OkStatus());
+      return;
+    }
+  });
+  waiters_[trial_id].push_back({&req, resp, std::move(done), timer});
+}
+
+void LogManager::AnswerWaiters(int64_t trial_id) {
+  DET_CHECK_ON_LOOP(loop_);
+  auto it = waiters_.find(trial_id);
+  if (it == waiters_.end()) return;
+  std::vector<Waiter> waiters = std::move(it->second);
+  waiters_.erase(it);
+  for (auto& w : waiters) {
+    loop_.Cancel(w.timer);
+    w.done(Fill(*w.request, w.response));
+  }
+}
+
+void LogManager::AnswerAll() {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto& [id, waiters] : waiters_) {
+    for (auto& w : waiters) {
+      loop_.Cancel(w.timer);
+      w.done(absl::OkStatus());
+    }
+  }
+  waiters_.clear();
+}
+
+}  // namespace det::master

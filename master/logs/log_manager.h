@@ -1,0 +1,80 @@
+// Trial logs: the lines agents ship (worker output), the master's own lines about a trial
+// ("trial events": scheduling, exits, checkpoints), and the GetTrialLogs long polls.
+//
+// Owns the events not yet stored and the waiting long polls. Events are stored together
+// (one transaction) by FlushEvents, which the master calls at the end of every loop turn;
+// every waiter of a trial that got lines is then answered.
+//
+// Loop-thread only: every method must be called on `loop` (checked).
+#ifndef DET_MASTER_LOGS_LOG_MANAGER_H_
+#define DET_MASTER_LOGS_LOG_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock/clock.h"
+#include "common/event_loop/event_loop.h"
+#include "master/api/handlers.h"
+#include "master/store/store.h"
+#include "proto/api.pb.h"
+
+namespace det::master {
+
+class LogManager {
+ public:
+  // Whether trial `id` has ended (a terminal state); NotFound for an unknown trial.
+  using TrialEnded = std::function<absl::StatusOr<bool>(int64_t trial_id)>;
+
+  // `clock`, `loop` and `store` must outlive the manager.
+  LogManager(Clock& clock, EventLoop& loop, Store& store, TrialEnded trial_ended);
+
+  // Records a line about the trial in its logs (stream "master", rank -1), stored by the
+  // next FlushEvents; also logged by the master (`verbose` ones at debug level).
+  void Event(int64_t trial_id, const std::string& message, bool verbose = false);
+  bool HasPendingEvents() const;
+  // Stores the pending events (a refused write is logged; they are dropped) and answers
+  // the waiters of their trials.
+  void FlushEvents();
+
+  // Stores lines shipped by an agent (ids assigned in place) and answers the waiters of
+  // `trials`. The store's error, if it refuses them (the agent sends them again).
+  absl::Status AddLines(std::vector<v1::LogLine>* lines, const std::vector<int64_t>& trials);
+
+  // GetTrialLogs: answers at once when there are lines, the trial has ended, the request
+  // does not wait or `no_wait`; else waits up to req.wait_ms (at most 60 s) for lines.
+  // `req` and `resp` stay valid until `done`.
+  void Read(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp, Done done,
+            bool no_wait);
+  // Answers the long polls of `trial_id` with what there is now.
+  void AnswerWaiters(int64_t trial_id);
+  // Answers every long poll (shutdown).
+  void AnswerAll();
+
+  int64_t lines_stored_total() const { return lines_stored_total_; }
+
+ private:
+  struct Waiter {
+    const v1::GetTrialLogsRequest* request;
+    v1::GetTrialLogsResponse* response;
+    Done done;
+    EventLoop::TimerId timer;
+  };
+  absl::Status Fill(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp);
+
+  Clock& clock_;
+  EventLoop& loop_;
+  Store& store_;
+  TrialEnded trial_ended_;
+  std::vector<v1::LogLine> pending_events_;
+  bool flush_posted_ = false;
+  std::map<int64_t, std::vector<Waiter>> waiters_;
+  int64_t lines_stored_total_ = 0;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_LOGS_LOG_MANAGER_H_

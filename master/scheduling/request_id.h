@@ -1,0 +1,54 @@
+// What a scheduler request stands for: a trial's next run or a checkpoint GC task's next
+// attempt. The scheduler (master/scheduler) knows requests by an opaque string key; the
+// scheduling pass keeps the typed id beside each key it hands out, so nothing is parsed
+// back from strings.
+#ifndef DET_MASTER_SCHEDULING_REQUEST_ID_H_
+#define DET_MASTER_SCHEDULING_REQUEST_ID_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::master {
+
+struct RequestId {
+  enum class Kind { kTrial, kGc };
+  Kind kind = Kind::kTrial;
+  int64_t id = 0;
+
+  static RequestId Trial(int64_t trial_id) { return {Kind::kTrial, trial_id}; }
+  static RequestId Gc(int64_t task_id) { return {Kind::kGc, task_id}; }
+
+  // The scheduler's key, also what users read in waiting reasons ("preempted by trial 7"):
+  // "7" for trial 7, "gc-7" for checkpoint GC task 7.
+  std::string Key() const {
+    return kind == Kind::kTrial ? absl::StrCat(id) : absl::StrCat("gc-", id);
+  }
+  bool operator<(const RequestId& o) const {
+    return std::tie(kind, id) < std::tie(o.kind, o.id);
+  }
+  bool operator==(const RequestId& o) const { return kind == o.kind && id == o.id; }
+};
+
+// The typed ids of the keys handed to the scheduler in one pass.
+class RequestIds {
+ public:
+  // The key of `id`, remembered for At().
+  std::string Add(RequestId id) {
+    std::string key = id.Key();
+    by_key_[key] = id;
+    return key;
+  }
+  // REQUIRES: `key` came from Add() on this object.
+  const RequestId& At(const std::string& key) const { return by_key_.at(key); }
+
+ private:
+  std::map<std::string, RequestId> by_key_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_SCHEDULING_REQUEST_ID_H_

@@ -1,0 +1,20 @@
+#include "master/scheduling/request_id.h"
+
+#include "gtest/gtest.h"
+
+namespace det::master {
+namespace {
+
+TEST(RequestIdTest, KeysAreDistinctPerKindAndMapBackWithoutParsing) {
+  RequestIds ids;
+  std::string trial = ids.Add(RequestId::Trial(7));
+  std::string gc = ids.Add(RequestId::Gc(7));
+  EXPECT_EQ(trial, "7");
+  EXPECT_EQ(gc, "gc-7");
+  EXPECT_EQ(ids.At(trial), RequestId::Trial(7));
+  EXPECT_EQ(ids.At(gc), RequestId::Gc(7));
+  EXPECT_TRUE(RequestId::Trial(7) < RequestId::Gc(1));
+}
+
+}  // namespace
+}  // namespace det::master
