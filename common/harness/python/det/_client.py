@@ -21,6 +21,10 @@ class AllocationEndedError(MasterError):
     """The allocation this process belongs to has ended: nothing more can be reported."""
 
 
+class UnimplementedError(MasterError):
+    """The master does not offer the call (a master older than this package)."""
+
+
 class WorkerClient:
     """The calls of WorkerService. Thread-safe."""
 
@@ -86,6 +90,10 @@ class GrpcWorkerClient(WorkerClient):
                     raise AllocationEndedError(
                         f"{name} to master {self._master}: {details}; this process's allocation "
                         "is over, so nothing more can be reported") from None
+                if code == grpc.StatusCode.UNIMPLEMENTED:
+                    raise UnimplementedError(
+                        f"{name} to master {self._master}: the master does not offer it "
+                        f"({details})") from None
                 if code not in transient or time.monotonic() + backoff > give_up:
                     raise MasterError(
                         f"{name} to master {self._master} failed: {code.name}: {details}") from None

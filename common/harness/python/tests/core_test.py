@@ -186,6 +186,17 @@ class CoreTest(unittest.TestCase):
                     core.preempt.should_preempt()
                     threading.Event().wait(0.05)
 
+    def test_a_master_without_should_preempt_leaves_sigterm(self):
+        self.service.set_preempt_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.env(), \
+                det.core.init() as core:
+            self.assertTrue(self.service.wait_for(lambda: self.service.preempt_requests))
+            core.preempt._thread.join(30)
+            self.assertFalse(core.preempt.should_preempt())
+            self.assertIn("does not offer it", err.getvalue())
+            os.kill(os.getpid(), signal.SIGTERM)
+            self.assertTrue(core.preempt.should_preempt())
+
     def test_sigterm_is_a_preemption_once_the_script_asks(self):
         with self.env(), det.core.init() as core:
             self.assertFalse(core.preempt.should_preempt())

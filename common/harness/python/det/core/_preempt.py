@@ -90,6 +90,11 @@ class PreemptContext:
                     return
             try:
                 preempt, reason = self._client.should_preempt(self._POLL_MS)
+            except _client.UnimplementedError as e:
+                # An older master: only SIGTERM says stop.
+                print(f"det: {e}; should_preempt() answers from SIGTERM alone",
+                      file=sys.stderr, flush=True)
+                return
             except BaseException as e:  # noqa: B902 (handed to the training thread)
                 with self._lock:
                     if not self._closed:

@@ -54,6 +54,8 @@ class Trainer:
                                       rank=self.dist.rank, world_size=self.dist.size)
         self.indices = iter(self.sampler)
         self.steps = 0
+        self.saved_at = -1
+        self.last_validation = None
         self.batches_per_epoch = len(self.train_y) // self.global_batch
 
     # -- data --------------------------------------------------------------------------
@@ -72,8 +74,9 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------
 
     def save(self) -> None:
-        if self.dist.rank != 0:
+        if self.dist.rank != 0 or self.saved_at == self.steps:
             return
+        self.saved_at = self.steps
         meta = {"steps_completed": self.steps, "epoch": self.sampler.epoch}
         with self.core.checkpoint.store_path(meta) as (path, storage_id):
             torch.save({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(),
@@ -92,6 +95,7 @@ class Trainer:
                 self.sampler.load_state_dict(json.load(f))
             self.indices = iter(self.sampler)
             self.steps = self.core.checkpoint.get_metadata(storage_id)["steps_completed"]
+            self.saved_at = self.steps
         print(f"resumed from checkpoint {storage_id} at batch {self.steps}", flush=True)
 
     # -- training ----------------------------------------------------------------------
@@ -189,6 +193,8 @@ def main() -> None:
             total = info.trial.to_batches(op.length) if info else op.length
             if not trainer.train(total, validation_period):
                 return  # Stopped at a step boundary, checkpointed: det resumes it later.
+            if trainer.last_validation is None:  # Resumed from a checkpoint at the end.
+                trainer.last_validation = trainer.validate()
             if core.distributed.rank == 0:
                 op.report_completed(trainer.last_validation["validation_loss"])
     if world > 1:
