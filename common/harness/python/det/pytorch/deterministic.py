@@ -40,8 +40,8 @@ def fixed_point_bound(micro_batches):
 def pin_determinism(num_threads=1):
     """Pins what makes a CPU kernel's bits vary between runs: deterministic algorithms on,
     num_threads intra-op threads (how a reduction is split over threads changes its bits;
-    every run to be compared must use the same count), one inter-op thread where it can
-    still be set, and on CUDA no TF32 and cuDNN's deterministic algorithms (GPU runs are
+    every run to be compared must use the same count) and as many OpenBLAS threads when
+    the system BLAS is OpenBLAS, one inter-op thread where it can still be set, and on CUDA no TF32 and cuDNN's deterministic algorithms (GPU runs are
     untested). Call it first, before any computation."""
     if not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"pin_determinism: num_threads must be an integer >= 1, got {num_threads!r}")
@@ -116,9 +116,10 @@ class DeterministicDDP(torch.nn.Module):
         self._params = [p for p in module.parameters() if p.requires_grad]
         if not self._params:
             raise ValueError("DeterministicDDP: the module has no parameter that requires grad")
-        for p in self._params:
-            if not p.dtype.is_floating_point:
-                raise ValueError(f"DeterministicDDP: parameter of dtype {p.dtype} is not floating point")
+        for name, p in module.named_parameters():
+            if p.requires_grad and p.dtype not in (torch.float32, torch.float64):
+                raise ValueError(f"DeterministicDDP: parameter {name} is {p.dtype}; the exact "
+                                 f"fixed-point conversion needs float32 or float64")
         self._numel = sum(p.numel() for p in self._params)
         self._micro_batches = global_batch_size // micro_batch_size
         self._bound = fixed_point_bound(self._micro_batches)

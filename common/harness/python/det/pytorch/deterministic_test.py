@@ -88,6 +88,8 @@ class SingleProcessTest(unittest.TestCase):
             DDP(self.model, 2048, 1)
         with self.assertRaisesRegex(ValueError, "1 is a BatchNorm1d"):
             DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)), 32, 4)
+        with self.assertRaisesRegex(ValueError, "parameter 0.weight is torch.float16"):
+            DDP(torch.nn.Sequential(torch.nn.Linear(8, 8).half()), 32, 4)
         ddp = DDP(self.model, 32, 4)
         with self.assertRaisesRegex(ValueError, "has 16 samples; this rank's slice of global batch 32 has 32"):
             ddp.backward(torch.randn(16, 8), lambda a: ddp(a).sum())
