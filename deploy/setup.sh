@@ -14,6 +14,7 @@ PACKAGES=(
   dataset-fashion-mnist
   chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
   openssl  # makes a test certificate for the master's HTTPS test
+  dpkg-dev  # dpkg-shlibdeps for the Debian packages (deploy/package.sh, //deploy/debian:debs)
   # PyTorch workers (the Python package det in common/harness/python): Debian's torch runs
   # under /usr/bin/python3; OpenBLAS makes its CPU math about 10x faster than the
   # reference BLAS.
