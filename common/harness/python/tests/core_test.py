@@ -203,6 +203,13 @@ class CoreTest(unittest.TestCase):
             os.kill(os.getpid(), signal.SIGTERM)
             self.assertTrue(core.preempt.should_preempt())
             self.assertEqual(core.preempt.reason, "SIGTERM received")
+        # Told to stop: a later SIGTERM while exiting is ignored.
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def test_the_handler_is_restored_when_not_stopping(self):
+        with self.env(), det.core.init() as core:
+            self.assertFalse(core.preempt.should_preempt())
         self.assertEqual(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
 
     def test_searcher_operation_in_epochs(self):

@@ -70,7 +70,13 @@ class PreemptContext:
             self._closed = True
             self._cond.notify_all()
         if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
+            with self._lock:
+                stopping = self._preempt
+            # Once told to stop, the script is exiting: the agent's SIGTERM that may still
+            # come must not turn a clean exit into a death by signal (its SIGKILL after
+            # kill_grace still applies).
+            signal.signal(signal.SIGTERM, (lambda signum, frame: None) if stopping
+                          else self._previous_handler)
             self._previous_handler = None
 
     def _on_sigterm(self, signum, frame) -> None:
