@@ -267,8 +267,7 @@ data: {dir: /usr/share/datasets/fashion-mnist}
       EXPECT_THAT(logs, HasSubstr(absl::StrCat("validation at batch ", kMaxLength)));
     }
   }
-  EXPECT_FALSE(d["trials"][0]["search"].value("stopped_early", false));
-  EXPECT_TRUE(d["trials"][1]["search"].value("stopped_early", false));
+  // Asynchronous: which trials a rung stops depends on the order they reach it.
   EXPECT_GE(stopped, 1);
 }
 

@@ -75,8 +75,9 @@ class PreemptContext:
             # Once told to stop, the script is exiting: the agent's SIGTERM that may still
             # come must not turn a clean exit into a death by signal (its SIGKILL after
             # kill_grace still applies).
-            signal.signal(signal.SIGTERM, (lambda signum, frame: None) if stopping
-                          else self._previous_handler)
+            # SIG_IGN, not a Python handler: Python resets its own handlers to SIG_DFL
+            # when the interpreter finalizes.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if stopping else self._previous_handler)
             self._previous_handler = None
 
     def _on_sigterm(self, signum, frame) -> None:
