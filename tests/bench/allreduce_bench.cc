@@ -9,8 +9,6 @@
 //
 //   allreduce_bench [--ranks 2,4] [--max-mib 64]
 // (the same binary runs each rank: allreduce_bench --worker RANK SIZE DIR MAX_MIB)
-#include <gloo/allreduce.h>
-#include <gloo/math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,59 +23,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/collective/file_rendezvous.h"
-#include "common/collective/gloo_collective.h"
 #include "tests/bench/allreduce_table.h"
+#include "tests/bench/gloo_allreduce_worker.h"
 
 namespace det::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 // One rank: prints "size det_seconds raw_seconds" lines (rank 0 only).
 int Worker(const WorkerArgs& args) {
-  const int rank = args.rank, size = args.size, max_mib = args.max_mib;
-  const std::string& dir = args.dir;
-  collective::FileRendezvous rendezvous(dir, rank, size);
-  auto c = collective::GlooCollective::Create(rank, size, rendezvous, "bench");
-  if (!c.ok()) {
-    std::cerr << "rank " << rank << ": " << c.status() << std::endl;
-    return 1;
-  }
-  collective::GlooCollective& det = **c;
-  const auto& context = det.gloo_context();
-  uint32_t raw_tag = 1u << 30;  // Apart from the tags det's collective uses.
-  for (int64_t bytes = 4 << 10; bytes <= (int64_t{max_mib} << 20); bytes *= 4) {
-    std::vector<float> buf(bytes / sizeof(float), 0.0f);
-    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / bytes, 10, 200));
-    std::vector<double> det_s, raw_s;
-    for (int it = -2; it < iters; ++it) {  // Two warm-up rounds.
-      if (!det.Barrier().ok()) return 1;
-      auto t0 = Clock::now();
-      if (absl::Status st = det.AllReduceSum(absl::MakeSpan(buf)); !st.ok()) {
-        std::cerr << st << std::endl;
-        return 1;
-      }
-      auto t1 = Clock::now();
-      if (!det.Barrier().ok()) return 1;
-      auto t2 = Clock::now();
-      {
-        gloo::AllreduceOptions opts(context);
-        opts.setOutput(buf.data(), buf.size());
-        opts.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
-        opts.setTag(raw_tag++);
-        gloo::allreduce(opts);
-      }
-      auto t3 = Clock::now();
-      if (it < 0) continue;
-      det_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-      raw_s.push_back(std::chrono::duration<double>(t3 - t2).count());
-    }
-    if (rank == 0) PrintWorkerLine(bytes, Median(det_s), Median(raw_s));
-  }
-  std::fflush(stdout);
-  return 0;
+  return GlooAllReduceWorker(args.rank, args.size, args.dir, args.max_mib);
 }
 
 int Main(int argc, char** argv) {

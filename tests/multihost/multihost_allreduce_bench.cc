@@ -11,8 +11,6 @@
 //   (or tests/bench/multihost_allreduce.sh)
 // Needs root and iproute2; says why and exits 0 otherwise. Each rank is this binary with
 // --worker RANK HOST_ADDRESS DIR MAX_MIB, started with `ip netns exec` in its host.
-#include <gloo/allreduce.h>
-#include <gloo/math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,69 +25,22 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/collective/file_rendezvous.h"
-#include "common/collective/gloo_collective.h"
 #include "common/process/subprocess.h"
+#include "common/collective/gloo_collective.h"
+#include "tests/bench/gloo_allreduce_worker.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/multihost/virtual_network.h"
 
 namespace det::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 constexpr int kRanks = 2;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// One rank of two, listening on `host`: prints "bytes det_seconds raw_seconds" lines (rank 0).
-// TODO(tests/bench owners): allreduce_bench's Worker and allreduce_table with the listening
-// address as a parameter, visible to //tests/multihost; then run those and delete this copy.
+// One rank of two, listening on `host` (prints allreduce_bench's worker lines on rank 0).
 int Worker(int rank, const std::string& host, const std::string& dir, int max_mib) {
-  collective::FileRendezvous rendezvous(dir, rank, kRanks);
   collective::GlooOptions options;
   options.hostname = host;
-  auto c = collective::GlooCollective::Create(rank, kRanks, rendezvous, "bench", options);
-  if (!c.ok()) {
-    std::cerr << "rank " << rank << ": " << c.status() << std::endl;
-    return 1;
-  }
-  collective::GlooCollective& det = **c;
-  const auto& context = det.gloo_context();
-  uint32_t raw_tag = 1u << 30;  // Apart from the tags det's collective uses.
-  for (int64_t bytes = 4 << 10; bytes <= (int64_t{max_mib} << 20); bytes *= 4) {
-    std::vector<float> buf(bytes / sizeof(float), 0.0f);
-    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / bytes, 10, 200));
-    std::vector<double> det_s, raw_s;
-    for (int it = -2; it < iters; ++it) {  // Two warm-up rounds.
-      if (!det.Barrier().ok()) return 1;
-      auto t0 = Clock::now();
-      if (absl::Status st = det.AllReduceSum(absl::MakeSpan(buf)); !st.ok()) {
-        std::cerr << st << std::endl;
-        return 1;
-      }
-      auto t1 = Clock::now();
-      if (!det.Barrier().ok()) return 1;
-      auto t2 = Clock::now();
-      {
-        gloo::AllreduceOptions opts(context);
-        opts.setOutput(buf.data(), buf.size());
-        opts.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
-        opts.setTag(raw_tag++);
-        gloo::allreduce(opts);
-      }
-      auto t3 = Clock::now();
-      if (it < 0) continue;
-      det_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-      raw_s.push_back(std::chrono::duration<double>(t3 - t2).count());
-    }
-    if (rank == 0) std::printf("%ld %.9f %.9f\n", static_cast<long>(bytes), Median(det_s), Median(raw_s));
-  }
-  std::fflush(stdout);
-  return 0;
+  return GlooAllReduceWorker(rank, kRanks, dir, max_mib, options);
 }
 
 std::string Self() {
