@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "cli/cli_context.h"
+#include "cli/command_words.h"
 #include "cli/commands.h"
 
 namespace det::cli {
@@ -32,6 +33,16 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
+    // A mistyped or missing command word: name it and the commands there are.
+    const bool help = dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr ||
+                      dynamic_cast<const CLI::CallForAllHelp*>(&e) != nullptr ||
+                      dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
+    if (!help) {
+      if (std::optional<std::string> why = DiagnoseCommandWords(app, args)) {
+        err << "det: " << *why << '\n';
+        return e.get_exit_code();
+      }
+    }
     return app.exit(e, out, err);
   }
   if (!ctx.action) return 0;

@@ -1,6 +1,7 @@
 // Runs the det CLI in-process against a fake master: a real gRPC server on 127.0.0.1
 // with canned replies.
 #include "cli/det_cli.h"
+#include "cli/command_words.h"
 
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -28,6 +30,7 @@ namespace det::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kConfigYaml[] =
@@ -75,6 +78,7 @@ class FakeApi final : public v1::Api::Service {
       line.set_rank(std::stoi(lines[i][0]));
       line.set_stream(lines[i][1]);
       line.set_message(lines[i][2]);
+      line.set_time_ms(1700000000000 + 1500 * i);
     }
   }
 
@@ -217,6 +221,46 @@ class FakeApi final : public v1::Api::Service {
     return grpc::Status::OK;
   }
 
+  // Experiment 7 becomes an adaptive search: a searcher metric, hyperparameters, one
+  // trial stopped early, and checkpoints with metrics.
+  void MakeSearch() {
+    absl::MutexLock lock(&mu_);
+    experiment_.set_config_yaml(
+        "name: mnist\nsearcher:\n  name: adaptive_asha\n  metric: validation_loss\n"
+        "  smaller_is_better: true\n");
+    trials_[0].set_hparams_json(R"({"lr": 0.1000000000000000055511151231257827, "layers": 2,
+                                   "optimizer": {"name": "sgd"}})");
+    (*trials_[0].mutable_validation_summary())["validation_loss"].set_min(0.125);
+    (*trials_[0].mutable_validation_summary())["validation_loss"].set_count(3);
+    (*trials_[0].mutable_validation_summary())["diag/params_hash"].set_last(4.2e12);
+    trials_[1].set_state(v1::STATE_COMPLETED);
+    trials_[1].clear_pending_reason();
+    trials_[1].set_hparams_json(R"({"lr": 0.01, "layers": 4, "optimizer": {"name": "adam"}})");
+    (*trials_[1].mutable_validation_summary())["validation_loss"].set_min(0.5);
+    (*trials_[1].mutable_validation_summary())["validation_loss"].set_last(0.5);
+    (*trials_[1].mutable_validation_summary())["validation_loss"].set_count(1);
+    trials_[1].mutable_search()->set_stopped_early(true);
+    trials_[1].mutable_search()->set_stop_reason("rung 0: not in the top 1/4");
+    const double losses[] = {0.5, 0.125, 0.25};
+    for (int i = 0; i < 3; ++i) {
+      v1::Checkpoint& c = checkpoints_.emplace_back();
+      c.set_uuid(absl::StrCat("ckpt-", i));
+      c.set_trial_id(1);
+      c.set_total_batches(100 * (i + 1));
+      (*c.mutable_metrics())["validation_loss"] = losses[i];
+      (*c.mutable_metrics())["diag/params_hash"] = 4.2e12;
+    }
+    checkpoints_.emplace_back().set_uuid("ckpt-no-metric");
+  }
+
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
+                               v1::ListCheckpointsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    for (const v1::Checkpoint& c : checkpoints_) *response->add_checkpoints() = c;
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListAgents(grpc::ServerContext*, const v1::ListAgentsRequest*,
                           v1::ListAgentsResponse* response) override {
     absl::MutexLock lock(&mu_);
@@ -237,6 +281,7 @@ class FakeApi final : public v1::Api::Service {
   v1::Experiment experiment_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::Trial> trials_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Checkpoint> checkpoints_ ABSL_GUARDED_BY(mu_);
   v1::State final_state_ ABSL_GUARDED_BY(mu_) = v1::STATE_COMPLETED;
   // > 0: GetExperiment calls until the final state; -1: never.
   int ticks_to_end_ ABSL_GUARDED_BY(mu_) = -1;
@@ -384,9 +429,13 @@ TEST_F(DetCliTest, ExperimentDescribe) {
 TEST_F(DetCliTest, ExperimentDescribeJson) {
   ASSERT_EQ(Det({"e", "describe", "7", "--json"}), 0) << err_;
   v1::GetExperimentResponse parsed;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_, &parsed).ok()) << out_;
+  // The message's fields, and per trial "hparams" (an object) beside hparams_json.
+  google::protobuf::util::JsonParseOptions lenient;
+  lenient.ignore_unknown_fields = true;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_, &parsed, lenient).ok()) << out_;
   EXPECT_EQ(parsed.experiment().id(), 7);
   EXPECT_EQ(parsed.trials_size(), 2);
+  EXPECT_THAT(out_, HasSubstr("\"hparams\": {}"));
 }
 
 TEST_F(DetCliTest, ExperimentDescribeUnknownKeepsMastersMessage) {
@@ -533,6 +582,132 @@ TEST_F(DetCliTest, BadCommandLinesGetCli11Messages) {
   EXPECT_NE(Det({"experiment", "describe", "not-a-number"}), 0);
   EXPECT_NE(err_, "");
   EXPECT_EQ(fake_.calls(), 0);
+}
+
+TEST_F(DetCliTest, UnknownCommandWordIsNamedWithTheNearestOne) {
+  EXPECT_NE(Det({"experiment", "lsit"}), 0);
+  EXPECT_THAT(err_, StartsWith("det: unknown command 'lsit' for 'det experiment'; did you "
+                               "mean 'list'?\ncommands: create, list (ls), "));
+  EXPECT_NE(Det({"expriment", "list"}), 0);
+  EXPECT_THAT(err_, StartsWith("det: unknown command 'expriment' for 'det'; did you mean "
+                               "'experiment'?"));
+  // Nothing close: no guess, but the list of commands.
+  EXPECT_NE(Det({"trial", "zzzzzz", "1"}), 0);
+  EXPECT_THAT(err_, StartsWith("det: unknown command 'zzzzzz' for 'det trial'\ncommands: "));
+  EXPECT_THAT(err_, HasSubstr("describe"));
+  // An option's value is not a command word.
+  EXPECT_NE(Det({"--master", address_, "e", "frob"}), 0);
+  EXPECT_THAT(err_, HasSubstr("unknown command 'frob' for 'det experiment'"));
+  // A group without its command names what it takes.
+  EXPECT_NE(Det({"e"}), 0);
+  EXPECT_THAT(err_, StartsWith("det: 'det experiment' needs a command: create, list (ls)"));
+  EXPECT_EQ(fake_.calls(), 0);
+}
+
+TEST_F(DetCliTest, NearestWord) {
+  EXPECT_EQ(NearestWord("lsit", {"list", "logs", "kill"}), "list");
+  EXPECT_EQ(NearestWord("describ", {"describe", "delete"}), "describe");
+  EXPECT_EQ(NearestWord("act", {"activate", "archive"}), "activate");
+  EXPECT_EQ(NearestWord("zz", {"ls", "lt"}), "");
+  EXPECT_EQ(NearestWord("KILL", {"kill"}), "kill");
+}
+
+// Every Determined command det offers resolves, its aliases included (what a user's
+// muscle memory types).
+TEST_F(DetCliTest, DeterminedCommandsAndAliasesResolve) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"experiment", "create"}, {"e", "list"}, {"e", "ls"}, {"e", "describe"},
+      {"e", "config"}, {"e", "kill"}, {"e", "pause"}, {"e", "activate"},
+      {"e", "list-trials"}, {"e", "lt"}, {"e", "list-checkpoints"}, {"e", "lc"},
+      {"e", "logs"}, {"e", "wait"}, {"e", "set", "slots"}, {"trial", "describe"},
+      {"t", "logs"}, {"agent", "list"}, {"agent", "enable"}, {"agent", "disable"},
+      {"slot", "list"}, {"task", "list"}, {"job", "list"}, {"job", "update"},
+      {"master", "info"}, {"user", "login"}, {"user", "logout"}, {"user", "whoami"},
+      {"user", "create"}, {"user", "list"}, {"template", "list"}, {"tpl", "set"},
+      {"tpl", "describe"}, {"tpl", "remove"}, {"resource-pool", "list"},
+      {"deploy", "local", "cluster-up"}, {"deploy", "local", "cluster-down"}};
+  for (std::vector<std::string> words : commands) {
+    words.push_back("--help");
+    EXPECT_EQ(DetRaw(words), 0) << absl::StrJoin(words, " ") << ": " << err_;
+    EXPECT_THAT(out_, HasSubstr("Usage")) << absl::StrJoin(words, " ");
+  }
+}
+
+TEST_F(DetCliTest, ListTrialsOfASearchShowsHyperparametersBestAndEarlyStops) {
+  fake_.MakeSearch();
+  ASSERT_EQ(Det({"e", "lt", "7"}), 0) << err_;
+  std::vector<std::string> lines = Lines(out_);
+  ASSERT_EQ(lines.size(), 4u) << out_;
+  EXPECT_EQ(lines[0],
+            " Trial ID | Best | State     | Restarts | Batches | layers | lr   | optimizer.name |"
+            " Best validation_loss | Stopped Early              | accuracy");
+  EXPECT_EQ(lines[2],
+            " 1        | *    | RUNNING   | 1        | 200     | 2      | 0.1  | sgd            |"
+            " 0.125                |                            | 0.9");
+  EXPECT_EQ(lines[3],
+            " 2        |      | COMPLETED | 0        | 0       | 4      | 0.01 | adam           |"
+            " 0.5                  | rung 0: not in the top 1/4 |");
+  EXPECT_THAT(out_, Not(HasSubstr("diag/")));
+  ASSERT_EQ(Det({"e", "list-trials", "7", "--diagnostics"}), 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("diag/params_hash"));
+
+  ASSERT_EQ(Det({"e", "describe", "7"}), 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("Best trial: 1 (validation_loss 0.125, smaller is better)\n"));
+  ASSERT_EQ(Det({"e", "describe", "7", "--json"}), 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("\"hparams\": {"));
+  EXPECT_THAT(out_, HasSubstr("\"name\": \"sgd\""));
+}
+
+TEST_F(DetCliTest, ListCheckpointsBestRanksBySearcherMetric) {
+  fake_.MakeSearch();
+  ASSERT_EQ(Det({"e", "lc", "7", "--best", "2"}), 0) << err_;
+  std::vector<std::string> lines = Lines(out_);
+  ASSERT_EQ(lines.size(), 4u) << out_;
+  EXPECT_THAT(lines[2], StartsWith(" ckpt-1 "));
+  EXPECT_THAT(lines[3], StartsWith(" ckpt-2 "));
+  EXPECT_THAT(out_, Not(HasSubstr("diag/")));
+  ASSERT_EQ(Det({"e", "list-checkpoints", "7"}), 0) << err_;
+  EXPECT_EQ(Lines(out_).size(), 6u) << out_;  // all four, unranked
+  EXPECT_NE(Det({"e", "lc", "7", "--best", "0"}), 0);
+}
+
+TEST_F(DetCliTest, ListCheckpointsBestNeedsASearcherMetric) {
+  EXPECT_EQ(Det({"e", "lc", "7", "--best", "1"}), 1);
+  EXPECT_EQ(err_, "det: --best: experiment 7's config names no searcher.metric to rank by\n");
+}
+
+TEST_F(DetCliTest, ExperimentWaitEndsWithTheFinalState) {
+  fake_.set_final_state(v1::STATE_COMPLETED, 2);
+  ASSERT_EQ(Det({"e", "wait", "7", "--interval", "0.1"}), 0) << err_;
+  EXPECT_EQ(out_, "Experiment 7 ended: COMPLETED\n");
+}
+
+TEST_F(DetCliTest, ExperimentWaitFailsWhenItErrored) {
+  fake_.set_final_state(v1::STATE_ERROR, 1);
+  EXPECT_EQ(Det({"e", "wait", "7", "--interval", "0.1"}), 1);
+  EXPECT_EQ(out_, "Experiment 7 ended: ERROR\n");
+  EXPECT_EQ(err_, "det: experiment 7 ended in ERROR: trial 1 failed\n");
+}
+
+TEST_F(DetCliTest, ExperimentLogsPrintsEveryTrialsLines) {
+  ASSERT_EQ(Det({"e", "logs", "7"}), 0) << err_;
+  EXPECT_EQ(out_,
+            "[trial 1] [rank 0] epoch 1\n"
+            "[trial 1] [rank 1] [stderr] warning: slow\n"
+            "[trial 1] [rank 0] epoch 2\n");
+}
+
+TEST_F(DetCliTest, TrialLogsHeadTailAndTimestamps) {
+  ASSERT_EQ(Det({"t", "logs", "1", "--head", "2"}), 0) << err_;
+  EXPECT_EQ(out_, "[rank 0] epoch 1\n[rank 1] [stderr] warning: slow\n");
+  ASSERT_EQ(Det({"t", "logs", "1", "--tail", "1"}), 0) << err_;
+  EXPECT_EQ(out_, "[rank 0] epoch 2\n");
+  ASSERT_EQ(Det({"t", "logs", "1", "--tail", "2", "--timestamps"}), 0) << err_;
+  EXPECT_EQ(out_,
+            "2023-11-14T22:13:21.500Z [rank 1] [stderr] warning: slow\n"
+            "2023-11-14T22:13:23.000Z [rank 0] epoch 2\n");
+  EXPECT_NE(Det({"t", "logs", "1", "--head", "1", "-f"}), 0);
+  EXPECT_THAT(err_, HasSubstr("excludes"));
 }
 
 TEST_F(DetCliTest, HelpGoesToOut) {

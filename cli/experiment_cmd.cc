@@ -1,4 +1,5 @@
-// det experiment|e create|list|describe|config|kill
+// det experiment|e create|list|describe|config|kill|pause|activate|set|list-trials|
+// list-checkpoints|logs|wait
 #include <CLI/CLI.hpp>
 
 #include <map>
@@ -10,6 +11,7 @@
 #include "cli/experiment_files.h"
 #include "cli/format.h"
 #include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace det::cli {
 namespace {
@@ -21,6 +23,8 @@ constexpr int kListPage = 200;
 constexpr int kFollowWaitMs = 2000;
 // Pause between polls while an experiment has no unfinished trial to wait on.
 constexpr absl::Duration kFollowIdle = absl::Seconds(1);
+constexpr char kDiagnosticsHelp[] =
+    "also show diagnostic metrics (named diag/...: parameter hashes, checksums)";
 
 struct CreateOptions {
   std::string config;
@@ -38,9 +42,10 @@ std::function<void(const v1::LogLine&)> PrintTrialLine(CliContext& ctx, int64_t 
   };
 }
 
-// Prints the experiment's trials' log lines as they appear until the experiment ends,
-// then a summary. Error when it ended in ERROR or CANCELED.
-absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id) {
+// Prints the experiment's trials' log lines as they appear until the experiment ends
+// (`follow`; else the lines there are now), then, when following, a summary. Error when
+// it ended in ERROR or CANCELED.
+absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id, bool follow = true) {
   std::map<int64_t, TrialLogCursor> cursors;
   v1::GetExperimentResponse latest;
   while (true) {
@@ -60,6 +65,7 @@ absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id) {
       if (!cursor.done && unfinished == nullptr) unfinished = &cursor;
     }
     ctx.out.flush();
+    if (!follow) return absl::OkStatus();
     if (ended) break;
     if (printed > 0) continue;
     if (unfinished != nullptr) {
@@ -73,7 +79,9 @@ absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id) {
 
   const v1::Experiment& experiment = latest.experiment();
   ctx.out << "\nExperiment " << id << " ended: " << StateName(experiment.state()) << '\n';
-  if (latest.trials_size() > 0) TrialsTable(latest.trials()).Render(ctx.out);
+  if (latest.trials_size() > 0) {
+    TrialsTable(latest.trials(), ParseSearcherMetric(experiment.config_yaml())).Render(ctx.out);
+  }
   if (experiment.state() == v1::STATE_COMPLETED) return absl::OkStatus();
   std::string reason = absl::StrCat("experiment ", id, " ended in ",
                                     StateName(experiment.state()));
@@ -132,13 +140,55 @@ absl::Status List(CliContext& ctx, const std::string& user) {
   return absl::OkStatus();
 }
 
-absl::Status Describe(CliContext& ctx, int64_t id) {
+// The response as JSON, each trial also with "hparams": its hyperparameters as an
+// object (hparams_json stays, as the string the master stores).
+absl::Status WriteExperimentJson(const v1::GetExperimentResponse& response, std::ostream& out) {
+  ASSIGN_OR_RETURN(std::string text, ToJson(response));
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::InternalError("describe: the reply is not JSON");
+  if (json.contains("trials")) {
+    for (nlohmann::json& trial : json["trials"]) {
+      nlohmann::json hparams = nlohmann::json::parse(trial.value("hparams_json", ""), nullptr,
+                                                     /*allow_exceptions=*/false);
+      trial["hparams"] = hparams.is_object() ? hparams : nlohmann::json::object();
+    }
+  }
+  out << json.dump(2) << '\n';
+  return absl::OkStatus();
+}
+
+struct TrialsOptions {
+  int64_t id = 0;
+  bool diagnostics = false;
+};
+
+// The experiment's fields (unless `trials_only`) and its trials: for a search, each
+// trial's hyperparameters, best searcher metric and early stop, the best marked.
+absl::Status DescribeOrListTrials(CliContext& ctx, const TrialsOptions& options,
+                                  bool trials_only) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
-  ASSIGN_OR_RETURN(v1::GetExperimentResponse response, api->GetExperiment(id));
-  if (ctx.json) return WriteJson(response, ctx.out);
-  RenderKeyValues(ExperimentFields(response.experiment()), ctx.out);
-  ctx.out << "\nTrials:\n";
-  TrialsTable(response.trials()).Render(ctx.out);
+  ASSIGN_OR_RETURN(v1::GetExperimentResponse response, api->GetExperiment(options.id));
+  if (ctx.json) return WriteExperimentJson(response, ctx.out);
+  std::optional<SearcherMetric> metric =
+      ParseSearcherMetric(response.experiment().config_yaml());
+  if (!trials_only) {
+    RenderKeyValues(ExperimentFields(response.experiment()), ctx.out);
+    if (metric.has_value()) {
+      int best = BestTrialIndex(response.trials(), *metric);
+      if (best >= 0) {
+        const v1::Trial& t = response.trials(best);
+        ctx.out << "Best trial: " << t.id() << " (" << metric->name << " "
+                << FormatMetric(*BestValue(t, *metric)) << ", "
+                << (metric->smaller_is_better ? "smaller" : "larger") << " is better)\n";
+      }
+    }
+    ctx.out << "\nTrials:\n";
+  }
+  if (response.trials_size() == 0) {
+    ctx.out << "Experiment " << options.id << " has no trials yet.\n";
+    return absl::OkStatus();
+  }
+  TrialsTable(response.trials(), metric, options.diagnostics).Render(ctx.out);
   return absl::OkStatus();
 }
 
@@ -172,18 +222,72 @@ absl::Status Activate(CliContext& ctx, int64_t id) {
   return absl::OkStatus();
 }
 
-absl::Status ListCheckpoints(CliContext& ctx, int64_t id) {
+struct CheckpointsOptions {
+  int64_t id = 0;
+  // > 0: only the best N by the searcher's metric.
+  int best = 0;
+  bool diagnostics = false;
+};
+
+absl::Status ListCheckpoints(CliContext& ctx, const CheckpointsOptions& options) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   v1::ListCheckpointsRequest request;
-  request.set_experiment_id(id);
+  request.set_experiment_id(options.id);
   ASSIGN_OR_RETURN(v1::ListCheckpointsResponse response, api->ListCheckpoints(request));
+  if (options.best > 0) {
+    ASSIGN_OR_RETURN(v1::GetExperimentResponse experiment, api->GetExperiment(options.id));
+    std::optional<SearcherMetric> metric =
+        ParseSearcherMetric(experiment.experiment().config_yaml());
+    if (!metric.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--best: experiment ", options.id, "'s config names no searcher.metric to rank by"));
+    }
+    // Checkpoints with the metric, best first; those without it cannot be ranked.
+    std::vector<v1::Checkpoint> ranked;
+    for (const v1::Checkpoint& c : response.checkpoints()) {
+      if (c.metrics().count(metric->name) > 0 && c.state() != v1::STATE_DELETED) {
+        ranked.push_back(c);
+      }
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [&](const v1::Checkpoint& a, const v1::Checkpoint& b) {
+                       double x = a.metrics().at(metric->name), y = b.metrics().at(metric->name);
+                       return metric->smaller_is_better ? x < y : x > y;
+                     });
+    if (ranked.size() > static_cast<size_t>(options.best)) ranked.resize(options.best);
+    response.clear_checkpoints();
+    for (v1::Checkpoint& c : ranked) *response.add_checkpoints() = std::move(c);
+  }
   if (ctx.json) return WriteJson(response, ctx.out);
   if (response.checkpoints_size() == 0) {
-    ctx.out << "Experiment " << id << " has no checkpoints.\n";
+    ctx.out << "Experiment " << options.id << " has no checkpoints"
+            << (options.best > 0 ? " with its searcher metric" : "") << ".\n";
     return absl::OkStatus();
   }
-  CheckpointsTable(response.checkpoints()).Render(ctx.out);
+  CheckpointsTable(response.checkpoints(), options.diagnostics).Render(ctx.out);
   return absl::OkStatus();
+}
+
+struct WaitOptions {
+  int64_t id = 0;
+  double interval_seconds = 5;
+};
+
+// Polls until the experiment ends; error unless it COMPLETED (so scripts can chain).
+absl::Status Wait(CliContext& ctx, const WaitOptions& options) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  while (true) {
+    ASSIGN_OR_RETURN(v1::GetExperimentResponse response, api->GetExperiment(options.id));
+    const v1::Experiment& e = response.experiment();
+    if (IsTerminal(e.state())) {
+      ctx.out << "Experiment " << options.id << " ended: " << StateName(e.state()) << '\n';
+      if (e.state() == v1::STATE_COMPLETED) return absl::OkStatus();
+      return absl::AbortedError(absl::StrCat("experiment ", options.id, " ended in ",
+                                             StateName(e.state()),
+                                             e.error().empty() ? "" : ": ", e.error()));
+    }
+    ctx.sleep(absl::Seconds(options.interval_seconds));
+  }
 }
 
 // Adds subcommand `name` taking a required experiment ID; `run` becomes the action.
@@ -226,15 +330,30 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   });
 
   auto list_user = std::make_shared<std::string>();
-  CLI::App* list = group->add_subcommand("list", "list experiments");
+  CLI::App* list = group->add_subcommand("list", "list experiments")->alias("ls");
   list->add_flag("--json", ctx.json, kJsonHelp);
-  list->add_option("--user", *list_user, "only the experiments of this user (username)");
+  list->add_option("-u,--user", *list_user, "only the experiments of this user (username)");
   list->callback([&ctx, list_user] {
     ctx.action = [&ctx, list_user] { return List(ctx, *list_user); };
   });
 
-  AddIdCommand(*group, ctx, "describe", "describe an experiment and its trials", Describe)
-      ->add_flag("--json", ctx.json, kJsonHelp);
+  for (bool trials_only : {false, true}) {
+    auto options = std::make_shared<TrialsOptions>();
+    CLI::App* cmd =
+        trials_only
+            ? group->add_subcommand("list-trials", "list an experiment's trials: "
+                                                   "hyperparameters, best metric, early stops")
+                  ->alias("lt")
+            : group->add_subcommand("describe", "describe an experiment and its trials");
+    cmd->add_option("ID", options->id, "experiment ID")->required();
+    cmd->add_flag("--json", ctx.json, kJsonHelp);
+    cmd->add_flag("--diagnostics", options->diagnostics, kDiagnosticsHelp);
+    cmd->callback([&ctx, options, trials_only] {
+      ctx.action = [&ctx, options, trials_only] {
+        return DescribeOrListTrials(ctx, *options, trials_only);
+      };
+    });
+  }
   AddIdCommand(*group, ctx, "config", "print an experiment's effective config", Config);
   AddIdCommand(*group, ctx, "kill", "kill an experiment", Kill);
   AddIdCommand(*group, ctx, "pause", "pause an experiment: its trials checkpoint and stop", Pause);
@@ -264,9 +383,45 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
       return absl::OkStatus();
     };
   });
-  AddIdCommand(*group, ctx, "list-checkpoints",
-               "list an experiment's checkpoints (deleted ones included, as DELETED)", ListCheckpoints)
-      ->add_flag("--json", ctx.json, kJsonHelp);
+  auto checkpoints = std::make_shared<CheckpointsOptions>();
+  CLI::App* lc = group->add_subcommand(
+      "list-checkpoints", "list an experiment's checkpoints (deleted ones included, as DELETED)")
+      ->alias("lc");
+  lc->add_option("ID", checkpoints->id, "experiment ID")->required();
+  lc->add_option("--best", checkpoints->best,
+                 "only the N best by the searcher's metric, best first")
+      ->check(CLI::PositiveNumber);
+  lc->add_flag("--json", ctx.json, kJsonHelp);
+  lc->add_flag("--diagnostics", checkpoints->diagnostics, kDiagnosticsHelp);
+  lc->callback([&ctx, checkpoints] {
+    ctx.action = [&ctx, checkpoints] { return ListCheckpoints(ctx, *checkpoints); };
+  });
+
+  struct LogsOptions {
+    int64_t id = 0;
+    bool follow = false;
+  };
+  auto logs_options = std::make_shared<LogsOptions>();
+  CLI::App* logs = group->add_subcommand(
+      "logs", "print the logs of all of an experiment's trials, each line with its trial");
+  logs->add_option("ID", logs_options->id, "experiment ID")->required();
+  logs->add_flag("-f,--follow", logs_options->follow,
+                 "wait for new lines until the experiment ends, then print a summary");
+  logs->callback([&ctx, logs_options] {
+    ctx.action = [&ctx, logs_options]() -> absl::Status {
+      ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+      return FollowExperiment(ctx, *api, logs_options->id, logs_options->follow);
+    };
+  });
+
+  auto wait = std::make_shared<WaitOptions>();
+  CLI::App* wait_cmd = group->add_subcommand(
+      "wait", "wait until an experiment ends; fails unless it COMPLETED");
+  wait_cmd->add_option("ID", wait->id, "experiment ID")->required();
+  wait_cmd->add_option("--interval", wait->interval_seconds, "seconds between polls")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  wait_cmd->callback([&ctx, wait] { ctx.action = [&ctx, wait] { return Wait(ctx, *wait); }; });
 }
 
 }  // namespace det::cli

@@ -4,11 +4,14 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+#include "yaml-cpp/yaml.h"
 
 namespace det::cli {
 namespace {
@@ -124,6 +127,20 @@ std::string FormatPercent(double fraction) {
   return absl::StrFormat("%.1f%%", fraction * 100.0);
 }
 
+std::string FormatDurationMs(double ms) {
+  if (!(ms == ms)) return "nan";
+  const double abs = ms < 0 ? -ms : ms;
+  if (abs >= 1000.0 * 1000.0) return absl::StrFormat("%.0f s", ms / 1000.0);
+  if (abs >= 1000.0) return absl::StrFormat("%.3g s", ms / 1000.0);
+  if (abs >= 1.0 || abs == 0.0) return absl::StrFormat("%.3g ms", ms);
+  if (abs >= 1e-3) return absl::StrFormat("%.3g µs", ms * 1e3);
+  return absl::StrFormat("%.3g ns", ms * 1e6);
+}
+
+std::string FormatRate(double per_second, const std::string& unit) {
+  return absl::StrFormat("%.3g %s", per_second, unit);
+}
+
 std::string FormatBytes(uint64_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);
@@ -180,22 +197,129 @@ KeyValues ExperimentFields(const v1::Experiment& e) {
   return fields;
 }
 
-Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials) {
+std::optional<SearcherMetric> ParseSearcherMetric(const std::string& config_yaml) {
+  try {
+    YAML::Node root = YAML::Load(config_yaml);
+    YAML::Node searcher = root.IsMap() ? root["searcher"] : YAML::Node();
+    if (!searcher.IsMap() || !searcher["metric"] || !searcher["metric"].IsScalar()) {
+      return std::nullopt;
+    }
+    SearcherMetric metric;
+    metric.name = searcher["metric"].as<std::string>();
+    if (searcher["smaller_is_better"] && searcher["smaller_is_better"].IsScalar()) {
+      metric.smaller_is_better = searcher["smaller_is_better"].as<bool>();
+    }
+    if (metric.name.empty()) return std::nullopt;
+    return metric;
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+bool IsDiagnosticMetric(std::string_view name) { return name.substr(0, 5) == "diag/"; }
+
+namespace {
+
+void Flatten(const nlohmann::json& value, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      Flatten(item, prefix.empty() ? key : absl::StrCat(prefix, ".", key), out);
+    }
+  } else if (value.is_string()) {
+    out.emplace_back(prefix, value.get<std::string>());
+  } else if (value.is_number_float()) {
+    out.emplace_back(prefix, FormatMetric(value.get<double>()));
+  } else {
+    out.emplace_back(prefix, value.dump());
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> FlattenHparams(const std::string& hparams_json) {
+  std::vector<std::pair<std::string, std::string>> out;
+  nlohmann::json parsed = nlohmann::json::parse(hparams_json, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) return out;
+  Flatten(parsed, "", out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<double> BestValue(const v1::Trial& trial, const SearcherMetric& metric) {
+  auto it = trial.validation_summary().find(metric.name);
+  if (it == trial.validation_summary().end() || it->second.count() == 0) return std::nullopt;
+  return metric.smaller_is_better ? it->second.min() : it->second.max();
+}
+
+int BestTrialIndex(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
+                   const SearcherMetric& metric) {
+  int best = -1;
+  std::optional<double> best_value;
+  for (int i = 0; i < trials.size(); ++i) {
+    std::optional<double> value = BestValue(trials[i], metric);
+    if (!value.has_value() || *value != *value) continue;
+    if (!best_value.has_value() ||
+        (metric.smaller_is_better ? *value < *best_value : *value > *best_value)) {
+      best = i;
+      best_value = value;
+    }
+  }
+  return best;
+}
+
+Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
+                  const std::optional<SearcherMetric>& metric, bool diagnostics) {
   bool any_pending = false;
+  bool any_stopped = false;
   std::set<std::string> metric_names;
+  std::set<std::string> hparam_names;
   for (const v1::Trial& t : trials) {
     if (!t.pending_reason().empty()) any_pending = true;
-    for (const auto& [name, summary] : t.validation_summary()) metric_names.insert(name);
+    if (t.search().stopped_early()) any_stopped = true;
+    for (const auto& [name, summary] : t.validation_summary()) {
+      if (!diagnostics && IsDiagnosticMetric(name)) continue;
+      if (metric.has_value() && name == metric->name) continue;  // in its own column
+      metric_names.insert(name);
+    }
+    if (metric.has_value()) {
+      for (const auto& [name, value] : FlattenHparams(t.hparams_json())) hparam_names.insert(name);
+    }
   }
-  std::vector<std::string> headers = {"Trial ID", "State", "Restarts", "Batches"};
+  const bool mark_best = metric.has_value() && trials.size() > 1;
+  const int best = metric.has_value() ? BestTrialIndex(trials, *metric) : -1;
+  std::vector<std::string> headers = {"Trial ID"};
+  if (mark_best) headers.push_back("Best");
+  headers.insert(headers.end(), {"State", "Restarts", "Batches"});
   if (any_pending) headers.push_back("Pending Reason");
+  headers.insert(headers.end(), hparam_names.begin(), hparam_names.end());
+  if (metric.has_value()) {
+    headers.push_back(absl::StrCat("Best ", metric->name));
+    if (any_stopped) headers.push_back("Stopped Early");
+  }
   headers.insert(headers.end(), metric_names.begin(), metric_names.end());
   Table table(std::move(headers));
-  for (const v1::Trial& t : trials) {
-    std::vector<std::string> row = {absl::StrCat(t.id()), StateName(t.state()),
-                                    absl::StrCat(t.restarts()),
-                                    absl::StrCat(t.total_batches())};
+  for (int i = 0; i < trials.size(); ++i) {
+    const v1::Trial& t = trials[i];
+    std::vector<std::string> row = {absl::StrCat(t.id())};
+    if (mark_best) row.push_back(i == best ? "*" : "");
+    row.insert(row.end(), {StateName(t.state()), absl::StrCat(t.restarts()),
+                           absl::StrCat(t.total_batches())});
     if (any_pending) row.push_back(t.pending_reason());
+    if (!hparam_names.empty()) {
+      std::map<std::string, std::string> hparams;
+      for (auto& [name, value] : FlattenHparams(t.hparams_json())) hparams[name] = value;
+      for (const std::string& name : hparam_names) row.push_back(hparams[name]);
+    }
+    if (metric.has_value()) {
+      std::optional<double> value = BestValue(t, *metric);
+      row.push_back(value.has_value() ? FormatMetric(*value) : "");
+      if (any_stopped) {
+        row.push_back(t.search().stopped_early()
+                          ? (t.search().stop_reason().empty() ? "yes" : t.search().stop_reason())
+                          : "");
+      }
+    }
     for (const std::string& name : metric_names) {
       auto it = t.validation_summary().find(name);
       row.push_back(it == t.validation_summary().end() ? ""
@@ -236,12 +360,13 @@ KeyValues TrialFields(const v1::Trial& t) {
   return fields;
 }
 
-Table TrialMetricsTable(const v1::Trial& t) {
+Table TrialMetricsTable(const v1::Trial& t, bool diagnostics) {
   Table table({"Group", "Metric", "Min", "Max", "Last", "Count"});
   auto add_group = [&](const std::string& group,
                        const google::protobuf::Map<std::string, v1::MetricSummary>& map) {
     std::map<std::string, v1::MetricSummary> sorted(map.begin(), map.end());
     for (const auto& [name, s] : sorted) {
+      if (!diagnostics && IsDiagnosticMetric(name)) continue;
       table.AddRow({group, name, FormatMetric(s.min()), FormatMetric(s.max()),
                     FormatMetric(s.last()), absl::StrCat(s.count())});
     }
@@ -252,7 +377,7 @@ Table TrialMetricsTable(const v1::Trial& t) {
 }
 
 Table TrialTimingsTable(const v1::Trial& t) {
-  Table table({"Phase", "Mean (ms)", "p50", "p90", "p99", "Max"});
+  Table table({"Phase", "Mean", "p50", "p90", "p99", "Max"});
   const auto& s = t.timings_summary();
   std::vector<std::string> phases = {"dataloader_next", "to_device",    "train_batch",
                                      "step_lr_schedulers", "from_device", "reduce_metrics"};
@@ -267,7 +392,7 @@ Table TrialTimingsTable(const v1::Trial& t) {
   for (const auto& phase : phases) {
     auto cell = [&](const std::string& stat) {
       auto it = s.find(absl::StrCat(phase, "_", stat, "_ms"));
-      return it == s.end() ? std::string("-") : FormatMetric(it->second.last());
+      return it == s.end() ? std::string("-") : FormatDurationMs(it->second.last());
     };
     if (!s.count(absl::StrCat(phase, "_mean_ms"))) continue;
     table.AddRow({phase, cell("mean"), cell("p50"), cell("p90"), cell("p99"), cell("max")});
@@ -275,14 +400,18 @@ Table TrialTimingsTable(const v1::Trial& t) {
   return table;
 }
 
-Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints) {
+Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints,
+                       bool diagnostics) {
   Table table({"UUID", "Trial", "Batches", "State", "Size", "Metrics", "Reported", "Path"});
   for (const v1::Checkpoint& c : checkpoints) {
     int64_t bytes = 0;
     for (const auto& [file, size] : c.resources()) bytes += size;
     std::map<std::string, double> metrics(c.metrics().begin(), c.metrics().end());
     std::vector<std::string> parts;
-    for (const auto& [name, value] : metrics) parts.push_back(absl::StrCat(name, "=", FormatMetric(value)));
+    for (const auto& [name, value] : metrics) {
+      if (!diagnostics && IsDiagnosticMetric(name)) continue;
+      parts.push_back(absl::StrCat(name, "=", FormatMetric(value)));
+    }
     table.AddRow({c.uuid(), absl::StrCat(c.trial_id()), absl::StrCat(c.total_batches()),
                   c.state() == v1::STATE_UNSPECIFIED ? "COMPLETED" : StateName(c.state()),
                   FormatBytes(static_cast<uint64_t>(bytes)), absl::StrJoin(parts, " "),

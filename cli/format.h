@@ -5,8 +5,10 @@
 #define DET_CLI_FORMAT_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,6 +68,11 @@ std::string FormatTimeMs(int64_t ms);
 std::string FormatMetric(double value);
 // A 0..1 fraction as "42.5%".
 std::string FormatPercent(double fraction);
+// A duration given in milliseconds, for people: 3 significant digits in ns, µs, ms or s
+// ("812 µs", "4.21 ms", "1.5 s").
+std::string FormatDurationMs(double ms);
+// A rate with 3 significant digits and its unit: FormatRate(2.78181, "IOPS") = "2.78 IOPS".
+std::string FormatRate(double per_second, const std::string& unit);
 // A byte count as "1.5 MiB".
 std::string FormatBytes(uint64_t bytes);
 
@@ -73,25 +80,59 @@ std::string FormatBytes(uint64_t bytes);
 // the master wrote about the trial "[agent] message", "[master] message". No newline.
 std::string FormatLogLine(const v1::LogLine& line);
 
+// What an experiment's searcher optimises, read from its stored (effective) config.
+struct SearcherMetric {
+  std::string name;
+  bool smaller_is_better = true;
+};
+// searcher.metric and searcher.smaller_is_better (default true) of `config_yaml`;
+// std::nullopt when it has no searcher.metric or is not YAML.
+std::optional<SearcherMetric> ParseSearcherMetric(const std::string& config_yaml);
+
+// Diagnostic metrics (parameter hashes, sample checksums) are named "diag/...": tables
+// leave them out unless asked, so that they never crowd out or rescale what people read.
+bool IsDiagnosticMetric(std::string_view name);
+
+// A trial's hyperparameters (its hparams_json object) flattened to dotted names in
+// sorted order, each value printed for people: numbers with up to 6 significant digits,
+// strings as they are, lists as JSON. Empty for "" or a non-object.
+std::vector<std::pair<std::string, std::string>> FlattenHparams(const std::string& hparams_json);
+
+// The trial's best validation value of `metric` (its min or max, as the searcher
+// wants); std::nullopt when it reported none.
+std::optional<double> BestValue(const v1::Trial& trial, const SearcherMetric& metric);
+// The index in `trials` of the trial with the best value of `metric`; -1 when none has one.
+int BestTrialIndex(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
+                   const SearcherMetric& metric);
+
 // ID, Owner, Name, State, Progress, Trials, Start Time, End Time.
 Table ExperimentsTable(
     const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments);
 KeyValues ExperimentFields(const v1::Experiment& experiment);
 
 // Trial ID, State, Restarts, Batches, Pending Reason (only when some trial has one),
-// then one column per validation metric with its latest value.
-Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials);
+// then one column per validation metric with its latest value (diagnostic metrics only
+// when `diagnostics`). With the experiment's searcher `metric` (a search): a "Best"
+// column marking the best trial with "*" (when there are several trials), one column per
+// hyperparameter, "Best <metric>" (each trial's best value) and, when a trial was
+// stopped early, "Stopped Early" with the searcher's reason.
+Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
+                  const std::optional<SearcherMetric>& metric = std::nullopt,
+                  bool diagnostics = false);
 KeyValues TrialFields(const v1::Trial& trial);
 // Group, Metric, Min, Max, Last, Count of the trial's training and validation
 // summaries.
-Table TrialMetricsTable(const v1::Trial& trial);
+// Diagnostic metrics only when `diagnostics`.
+Table TrialMetricsTable(const v1::Trial& trial, bool diagnostics = false);
 // Phase, Mean, p50, p90, p99, Max (milliseconds) of the trial's latest timings report,
 // phases in the order training runs them (dataloader_next, to_device, train_batch,
 // step_lr_schedulers, from_device, reduce_metrics), then any others.
 Table TrialTimingsTable(const v1::Trial& trial);
 
-// UUID, Trial, Batches, State, Size, Metrics, Reported, Path.
-Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints);
+// UUID, Trial, Batches, State, Size, Metrics (diagnostic ones only when `diagnostics`),
+// Reported, Path.
+Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints,
+                       bool diagnostics = false);
 
 // ID, Hostname, Slots, Used, Connected, Enabled, Pool.
 Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents);

@@ -13,6 +13,7 @@ namespace det::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
@@ -206,10 +207,54 @@ TEST(FormatTest, TimingsTableListsPhasesInTrainingOrderWithTheLatestValues) {
   auto lines = Lines(out.str());
   ASSERT_EQ(lines.size(), 5u) << out.str();
   EXPECT_THAT(lines[0], HasSubstr("Phase"));
-  EXPECT_THAT(lines[2], HasSubstr("dataloader_next | 0.5"));
+  EXPECT_THAT(lines[2], HasSubstr("dataloader_next | 500 µs"));
   EXPECT_THAT(lines[3], HasSubstr("train_batch"));
   EXPECT_THAT(lines[4], HasSubstr("gradient_sync"));  // Not a standard phase: last.
   EXPECT_EQ(TrialTimingsTable(v1::Trial()).num_rows(), 0u);
+}
+
+TEST(FormatTest, DurationsAndRatesForPeople) {
+  EXPECT_EQ(FormatDurationMs(4.21216e-05), "42.1 ns");
+  EXPECT_EQ(FormatDurationMs(0.5), "500 µs");
+  EXPECT_EQ(FormatDurationMs(4.21216), "4.21 ms");
+  EXPECT_EQ(FormatDurationMs(0), "0 ms");
+  EXPECT_EQ(FormatDurationMs(1534), "1.53 s");
+  EXPECT_EQ(FormatDurationMs(3.6e6), "3600 s");
+  EXPECT_EQ(FormatRate(2.78181, "IOPS"), "2.78 IOPS");
+}
+
+TEST(FormatTest, HyperparametersFlattenedForPeople) {
+  auto flat = FlattenHparams(R"({"lr": 0.1000000000000000055511151231257827, "b": 32,
+                                 "opt": {"name": "sgd", "m": 0.9}, "l": [1, 2]})");
+  std::vector<std::pair<std::string, std::string>> expected = {
+      {"b", "32"}, {"l", "[1,2]"}, {"lr", "0.1"}, {"opt.m", "0.9"}, {"opt.name", "sgd"}};
+  EXPECT_EQ(flat, expected);
+  EXPECT_TRUE(FlattenHparams("").empty());
+  EXPECT_TRUE(FlattenHparams("[1]").empty());
+}
+
+TEST(FormatTest, SearcherMetricFromConfig) {
+  auto m = ParseSearcherMetric("searcher:\n  metric: accuracy\n  smaller_is_better: false\n");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->name, "accuracy");
+  EXPECT_FALSE(m->smaller_is_better);
+  EXPECT_TRUE(ParseSearcherMetric("searcher:\n  metric: loss\n")->smaller_is_better);
+  EXPECT_FALSE(ParseSearcherMetric("searcher:\n  name: single\n").has_value());
+  EXPECT_FALSE(ParseSearcherMetric(": : [").has_value());
+}
+
+TEST(FormatTest, DiagnosticMetricsLeftOutUnlessAsked) {
+  v1::Trial t;
+  (*t.mutable_validation_summary())["accuracy"].set_last(0.9);
+  (*t.mutable_validation_summary())["diag/params_hash"].set_last(4.2e12);
+  std::ostringstream out;
+  TrialMetricsTable(t).Render(out);
+  EXPECT_THAT(out.str(), Not(HasSubstr("diag/")));
+  std::ostringstream all;
+  TrialMetricsTable(t, /*diagnostics=*/true).Render(all);
+  EXPECT_THAT(all.str(), HasSubstr("diag/params_hash"));
+  EXPECT_TRUE(IsDiagnosticMetric("diag/sample_checksum"));
+  EXPECT_FALSE(IsDiagnosticMetric("diagnosis"));
 }
 
 TEST(FormatTest, CheckpointsTable) {
