@@ -101,10 +101,10 @@ class Elastic : public ::testing::Test {
       if (!v.is_object()) continue;
       if (f[1] == "training") {
         EXPECT_EQ(r.steps.count(batches), 0u) << "two training rows at batch " << batches;
-        r.steps[batches] = {v.value("loss", -1.0), v.value("sample_checksum", -1.0)};
-      } else if (v.contains("params_hash_hi")) {
-        r.hash_hi = v["params_hash_hi"].get<double>();
-        r.hash_lo = v["params_hash_lo"].get<double>();
+        r.steps[batches] = {v.value("loss", -1.0), v.value("diag/sample_checksum", -1.0)};
+      } else if (v.contains("diag/params_hash_hi")) {
+        r.hash_hi = v["diag/params_hash_hi"].get<double>();
+        r.hash_lo = v["diag/params_hash_lo"].get<double>();
       }
     }
     EXPECT_EQ(r.steps.size(), static_cast<size_t>(kSteps / 5)) << out;

@@ -20,9 +20,9 @@
 // (hyperparameter, default 1) samples whatever the rank count, each micro-batch's
 // gradient and loss are converted to int64 fixed point (kFixedScale) and summed exactly
 // (docs/determinism.md). The loader's state is in every checkpoint; a resumed run
-// continues at the exact next sample. Training metrics include sample_checksum (an
+// continues at the exact next sample. Training metrics include diag/sample_checksum (an
 // order-independent checksum of the sample ids trained); the last validation includes
-// params_hash_hi/params_hash_lo (FNV-1a of the final parameters' bytes), also printed.
+// diag/params_hash_hi and _lo (FNV-1a of the final parameters' bytes), also printed.
 //
 // Hyperparameters: global_batch_size (64), learning_rate (0.05, falling linearly to 0 over
 // the run), momentum (0.9), hidden_size (128), lr_warmup_epochs (0 = off: with N slots
@@ -421,7 +421,7 @@ absl::Status Trainer::ReportTraining(int64_t done) {
       ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*host_collective_, training, /*average=*/true));
     }
   }
-  training["sample_checksum"] = checksum_sum_;  // the same on every rank
+  training["diag/sample_checksum"] = checksum_sum_;  // the same on every rank
   checksum_sum_ = 0;
   double seconds = std::max(1e-9, absl::ToDoubleSeconds(clock_.Now() - group_start_));
   std::map<std::string, double> timings = timings_.Summarize();
@@ -473,8 +473,8 @@ absl::Status Trainer::Validate(int64_t done) {
     ASSIGN_OR_RETURN(nn::Mlp final_model, model_->ToHost());
     absl::Span<const float> params = final_model.params();
     uint64_t h = Fnv1a(params.data(), params.size() * sizeof(float));
-    validation_["params_hash_hi"] = static_cast<double>(h >> 32);
-    validation_["params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
+    validation_["diag/params_hash_hi"] = static_cast<double>(h >> 32);
+    validation_["diag/params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
     if (ctx_.is_chief()) std::cout << absl::StrFormat("final parameters hash %016x", h) << std::endl;
   }
   validated_at_ = done;
