@@ -93,7 +93,10 @@ class SchemaReader {
     YAML::Node free_form;
     r.Any("data", &free_form);
     r.Any("profiling", &free_form);
-    if (!partial_) CrossChecks(r);
+    if (!partial_) {
+      CrossChecks(r);
+      ContainerWarnings();
+    }
   }
 
   std::vector<std::string> warnings;
@@ -353,9 +356,35 @@ class SchemaReader {
     c_.checkpoint_storage = s;
   }
 
+  // Keys that Determined applies to a container. det runs workers as processes on the
+  // agent's host, so it accepts them (configs move over unchanged) and says at submit
+  // that they do nothing, instead of silently ignoring them.
+  void ContainerWarnings() {
+    const char* kNoContainer = "det runs workers as processes on the agent's host, not in "
+                               "containers";
+    if (has_image_) {
+      warnings.push_back(absl::StrCat("environment.image is not applied: ", kNoContainer,
+                                      "; the worker uses the agent's environment and its "
+                                      "worker_python"));
+    }
+    if (!c_.bind_mounts.empty()) {
+      warnings.push_back(absl::StrCat(
+          "bind_mounts is not applied (", c_.bind_mounts.size(), " mount",
+          c_.bind_mounts.size() == 1 ? "" : "s", "): ", kNoContainer,
+          "; host paths are visible to the worker at their host path"));
+    }
+    if (!c_.resources.devices.empty()) {
+      warnings.push_back(absl::StrCat("resources.devices is not applied (",
+                                      c_.resources.devices.size(), " device",
+                                      c_.resources.devices.size() == 1 ? "" : "s", "): ",
+                                      kNoContainer));
+    }
+  }
+
   void ReadEnvironment(ObjectReader& env) {
     YAML::Node image;
     env.Any("image", &image);  // Accepted for Determined configs; det runs no containers.
+    has_image_ = image && !image.IsNull();
     env.Known("environment_variables");
     YAML::Node vars = env.node()["environment_variables"];
     if (!vars || vars.IsNull()) return;
@@ -462,6 +491,8 @@ class SchemaReader {
 
   ExperimentConfig& c_;
   bool partial_;
+  // environment.image was given (see ContainerWarnings).
+  bool has_image_ = false;
 };
 
 // Writes the defaults of `c` into `root`, the effective config.

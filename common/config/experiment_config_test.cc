@@ -232,9 +232,14 @@ labels: [x]
   EXPECT_EQ(opt->fields[0].name, "lr");
   EXPECT_EQ(opt->fields[0].type, Hyperparameter::Type::kLog);
   EXPECT_EQ(opt->fields[1].value_json, "0.9");
-  // 64 on 3 slots: 21 each, 1 dropped.
-  ASSERT_EQ(parsed->warnings.size(), 1u);
+  // 64 on 3 slots: 21 each, 1 dropped. Container-only keys are accepted and named as
+  // doing nothing.
+  ASSERT_EQ(parsed->warnings.size(), 4u);
   EXPECT_THAT(parsed->warnings[0], HasSubstr("21 records per batch (63 per global batch; 1 dropped)"));
+  EXPECT_THAT(parsed->warnings[1], HasSubstr("environment.image is not applied: det runs workers "
+                                             "as processes on the agent's host"));
+  EXPECT_THAT(parsed->warnings[2], HasSubstr("bind_mounts is not applied (1 mount)"));
+  EXPECT_THAT(parsed->warnings[3], HasSubstr("resources.devices is not applied (1 device)"));
   for (const char* line :
        {"max_concurrent_trials: 16", "divisor: 4", "max_rungs: 5", "mode: standard",
         "stop_once: true", "mode: mrw", "propagation: rprivate", "save_experiment_best: 0",
