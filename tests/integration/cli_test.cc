@@ -1,0 +1,168 @@
+// The det CLI's Determined-style commands against a real cluster (master, agent, example
+// workers): a grid search read with list-trials, describe, list-checkpoints --best, logs,
+// wait, trial logs --head/--tail/--timestamps, and diagnostic metrics kept out of tables.
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/test_cluster.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
+    ASSERT_TRUE(cluster_.StartAgent("agent-a", 2).ok()) << cluster_.LogTail("agent-a");
+  }
+  TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
+};
+
+TEST_F(Cli, DeterminedCommandsOnAGridSearch) {
+  // Two trials side by side (one slot each), validated and checkpointed every 10 batches.
+  const std::string storage = cluster_.dir() + "/checkpoints";
+  std::string config = cluster_.WriteFile("grid.yaml", absl::StrCat(R"(name: grid
+entrypoint: det-fashion-mnist
+hyperparameters:
+  global_batch_size: 32
+  hidden_size: 16
+  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
+records_per_epoch: 60000
+searcher:
+  name: grid
+  metric: validation_loss
+  smaller_is_better: true
+  max_length: {batches: 30}
+min_validation_period: {batches: 10}
+min_checkpoint_period: {batches: 10}
+checkpoint_storage: {type: shared_fs, host_path: ')", storage, R"(', save_trial_latest: 3}
+data: {dir: /usr/share/datasets/fashion-mnist}
+)"));
+  CommandResult create = cluster_.Det({"e", "create", config});
+  ASSERT_TRUE(create.exit.ok()) << create.err;
+  ASSERT_THAT(create.out, StartsWith("Created experiment 1\n"));
+
+  CommandResult wait = cluster_.Det({"e", "wait", "1", "--interval", "0.2"}, absl::Seconds(240));
+  ASSERT_TRUE(wait.exit.ok()) << wait.out << wait.err << cluster_.LogTail("master");
+  EXPECT_EQ(wait.out, "Experiment 1 ended: COMPLETED\n");
+
+  // list-trials (lt): the hyperparameter as a column, the best value of the searcher's
+  // metric, the best trial marked; no hashes.
+  nlohmann::json d = cluster_.DetJson({"e", "describe", "1"});
+  ASSERT_TRUE(d.is_object());
+  ASSERT_EQ(d["trials"].size(), 2u);
+  std::map<int64_t, double> lr;  // trial id -> learning rate
+  std::map<int64_t, double> best_loss;
+  for (const auto& t : d["trials"]) {
+    ASSERT_TRUE(t["hparams"].is_object()) << t.dump();  // --json: an object
+    lr[Int(t["id"])] = t["hparams"]["learning_rate"].get<double>();
+    best_loss[Int(t["id"])] = t["validation_summary"]["validation_loss"]["min"].get<double>();
+  }
+  int64_t best = best_loss.begin()->first;
+  for (const auto& [id, loss] : best_loss) {
+    if (loss < best_loss[best]) best = id;
+  }
+  CommandResult lt = cluster_.Det({"e", "lt", "1"});
+  ASSERT_TRUE(lt.exit.ok()) << lt.err;
+  std::vector<std::string> rows = Lines(lt.out);
+  ASSERT_EQ(rows.size(), 4u) << lt.out;
+  EXPECT_THAT(rows[0], HasSubstr("| Best |"));
+  EXPECT_THAT(rows[0], HasSubstr("| learning_rate |"));
+  EXPECT_THAT(rows[0], HasSubstr("| Best validation_loss |"));
+  EXPECT_THAT(lt.out, Not(HasSubstr("diag/")));
+  EXPECT_THAT(lt.out, Not(HasSubstr("e-0")));  // no raw float noise
+  for (size_t i = 2; i < rows.size(); ++i) {
+    int64_t id = std::stoll(rows[i]);
+    EXPECT_EQ(rows[i].find(" * ") != std::string::npos, id == best) << rows[i];
+    EXPECT_THAT(rows[i], HasSubstr(lr[id] == 0.05 ? "| 0.05 " : "| 0.0001 ")) << rows[i];
+  }
+  CommandResult diag = cluster_.Det({"e", "list-trials", "1", "--diagnostics"});
+  EXPECT_THAT(diag.out, HasSubstr("diag/params_hash_hi"));
+
+  CommandResult describe = cluster_.Det({"e", "describe", "1"});
+  EXPECT_THAT(describe.out, HasSubstr(absl::StrCat("Best trial: ", best, " (validation_loss ")));
+
+  // list-checkpoints (lc) --best 1: the checkpoint with the lowest validation_loss.
+  nlohmann::json all = cluster_.DetJson({"e", "lc", "1"});
+  ASSERT_TRUE(all.is_object());
+  std::string best_uuid;
+  double best_value = 1e300;
+  for (const auto& c : all["checkpoints"]) {
+    if (!c["metrics"].contains("validation_loss") || c["state"] == "STATE_DELETED") continue;
+    double v = c["metrics"]["validation_loss"].get<double>();
+    if (v < best_value) {
+      best_value = v;
+      best_uuid = c["uuid"];
+    }
+  }
+  ASSERT_FALSE(best_uuid.empty()) << all.dump(2);
+  CommandResult lc = cluster_.Det({"e", "lc", "1", "--best", "1"});
+  ASSERT_TRUE(lc.exit.ok()) << lc.err;
+  ASSERT_EQ(Lines(lc.out).size(), 3u) << lc.out;
+  EXPECT_THAT(Lines(lc.out)[2], StartsWith(" " + best_uuid + " "));
+  EXPECT_THAT(lc.out, Not(HasSubstr("diag/")));
+
+  // e logs: every trial's lines, each with its trial.
+  CommandResult logs = cluster_.Det({"e", "logs", "1"});
+  ASSERT_TRUE(logs.exit.ok()) << logs.err;
+  for (const auto& [id, loss] : best_loss) {
+    EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("[trial ", id, "] [rank 0] "))) << logs.out;
+  }
+
+  // t logs --head/--tail/--timestamps against the whole log.
+  const std::string trial = absl::StrCat(best);
+  std::vector<std::string> whole = Lines(cluster_.Det({"t", "logs", trial}).out);
+  ASSERT_GE(whole.size(), 3u);
+  EXPECT_EQ(Lines(cluster_.Det({"t", "logs", trial, "--head", "2"}).out),
+            std::vector<std::string>(whole.begin(), whole.begin() + 2));
+  EXPECT_EQ(Lines(cluster_.Det({"t", "logs", trial, "--tail", "1"}).out),
+            std::vector<std::string>{whole.back()});
+  std::vector<std::string> stamped = Lines(cluster_.Det({"t", "logs", trial, "-t"}).out);
+  ASSERT_EQ(stamped.size(), whole.size());
+  const std::regex stamp(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z )");
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_TRUE(std::regex_search(stamped[i], stamp)) << stamped[i];
+    EXPECT_EQ(stamped[i].substr(25), whole[i]);
+  }
+
+  // A trial's timings print with units, never as raw exponents.
+  CommandResult t = cluster_.Det({"t", "describe", trial});
+  ASSERT_TRUE(t.exit.ok()) << t.err;
+  EXPECT_THAT(t.out, HasSubstr("train_batch"));
+  EXPECT_THAT(t.out, Not(HasSubstr("e-0")));
+  EXPECT_THAT(t.out, Not(HasSubstr("diag/")));
+
+  // A mistyped command word is named with the nearest command.
+  CommandResult typo = cluster_.Det({"e", "lsit"});
+  EXPECT_FALSE(typo.exit.ok());
+  EXPECT_THAT(typo.err, HasSubstr("unknown command 'lsit' for 'det experiment'; did you mean "
+                                  "'list'?"));
+}
+
+TEST_F(Cli, WaitFailsForAKilledExperiment) {
+  std::string config = cluster_.WriteFile("long.yaml", ExampleExperiment{.batches = 100000}.Yaml());
+  ASSERT_TRUE(cluster_.Det({"e", "create", config}).exit.ok());
+  ASSERT_TRUE(cluster_.Det({"e", "kill", "1"}).exit.ok());
+  CommandResult wait = cluster_.Det({"e", "wait", "1", "--interval", "0.2"}, absl::Seconds(120));
+  EXPECT_FALSE(wait.exit.ok());
+  EXPECT_EQ(wait.out, "Experiment 1 ended: CANCELED\n");
+  EXPECT_THAT(wait.err, HasSubstr("experiment 1 ended in CANCELED"));
+}
+
+}  // namespace
+}  // namespace det::testing
