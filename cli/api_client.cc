@@ -7,6 +7,7 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -106,6 +107,21 @@ struct ApiClient::Rpc {
 
 namespace {
 
+// What a person should do about an UNAVAILABLE whose gRPC detail shows a known mistake.
+std::string UnavailableHint(const std::string& detail) {
+  const std::string lower = absl::AsciiStrToLower(detail);
+  if (absl::StrContains(lower, "http1")) {
+    return "\n(that port speaks HTTP/1: it is the master's web and REST port; det talks "
+           "gRPC to the master's grpc_listen port, 8080 by default)";
+  }
+  if (absl::StrContains(lower, "handshake")) {
+    return "\n(no TLS session with the master: it serves plaintext gRPC on that port, or "
+           "its certificate is not signed by a CA this machine trusts; DET_MASTER_CERT_FILE "
+           "names the CA to trust)";
+  }
+  return "";
+}
+
 // Calls `method` of the stub with a deadline `timeout` from now and turns a failure into
 // a Status for the user.
 template <typename Request, typename Response>
@@ -123,7 +139,8 @@ absl::StatusOr<Response> Call(
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       return absl::UnavailableError(
-          absl::StrCat("cannot reach the master at ", address, ": ", detail));
+          absl::StrCat("cannot reach the master at ", address, ": ", detail,
+                       UnavailableHint(detail)));
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return absl::DeadlineExceededError(
           absl::StrCat("the master at ", address, " did not answer ", method_name,
@@ -156,16 +173,23 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
     // The global subchannel pool would share backoff state with other channels.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }
+  // https:// always means TLS: with DET_MASTER_CERT_FILE's CA when it is set, else the
+  // system's CAs; never a fallback to plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials = rpc::MasterChannelCredentials();
+  if (absl::StartsWith(absl::StripAsciiWhitespace(master), "https://") &&
+      std::getenv(rpc::kMasterCertFileEnv) == nullptr) {
+    credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+  }
   auto rpc = std::make_unique<Rpc>();
   rpc->channel =
       options.token.empty()
-          ? grpc::CreateCustomChannel(*address, rpc::MasterChannelCredentials(), args)
+          ? grpc::CreateCustomChannel(*address, credentials, args)
           : [&] {
               std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
                   interceptors;
               interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
               return grpc::experimental::CreateCustomChannelWithInterceptors(
-                  *address, rpc::MasterChannelCredentials(), args, std::move(interceptors));
+                  *address, credentials, args, std::move(interceptors));
             }();
   rpc->stub = v1::Api::NewStub(rpc->channel);
   return std::unique_ptr<ApiClient>(

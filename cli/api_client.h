@@ -14,8 +14,8 @@
 
 namespace det::cli {
 
-// "host:port" for a master given as "http://host:port", "host:port" or "host" (port
-// 8080); a trailing '/' is ignored. InvalidArgument when it names no host or a bad
+// "host:port" for a master given as "http://host:port", "https://host:port", "host:port"
+// or "host" (port 8080); a trailing '/' is ignored. (https:// makes ApiClient use TLS.) InvalidArgument when it names no host or a bad
 // port.
 absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master);
 
@@ -32,8 +32,10 @@ struct ApiClientOptions {
   std::string token;
 };
 
-// Thread-compatible (one caller at a time). Errors: UNAVAILABLE reads "cannot reach
-// the master at HOST:PORT: <detail>", DEADLINE_EXCEEDED names the address and the
+// Thread-compatible (one caller at a time). TLS when DET_MASTER_CERT_FILE names the
+// master's CA, or for an https:// master (the system's CAs then); never plaintext for
+// https://. Errors: UNAVAILABLE reads "cannot reach the master at HOST:PORT: <detail>"
+// (with a hint when the port speaks HTTP/1 or no TLS session could be made), DEADLINE_EXCEEDED names the address and the
 // deadline; any other code keeps the master's message.
 class ApiClient {
  public:

@@ -4,6 +4,7 @@
 #include "cli/command_words.h"
 
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -567,6 +569,31 @@ TEST_F(DetCliTest, UnreachableMasterNamesTheAddress) {
   EXPECT_THAT(err_, StartsWith("det: cannot reach the master at " + address + ": "));
   EXPECT_EQ(Lines(err_).size(), 1u) << err_;
   EXPECT_EQ(out_, "");
+}
+
+TEST_F(DetCliTest, WebPortIsRecognisedAndTheGrpcPortSuggested) {
+  httplib::Server web;
+  web.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("hi", "text/plain"); });
+  int port = web.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  // Bound and listening already: connections queue until the accept loop runs.
+  std::thread serve([&] { web.listen_after_bind(); });
+  int code = DetRaw({"-m", absl::StrCat("127.0.0.1:", port), "master", "info"});
+  web.stop();
+  serve.join();
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(err_, HasSubstr("that port speaks HTTP/1: it is the master's web and REST port; "
+                              "det talks gRPC to the master's grpc_listen port"))
+      << err_;
+}
+
+TEST_F(DetCliTest, HttpsMeansTlsNeverPlaintext) {
+  // The fake master serves plaintext gRPC: an https:// address must not reach it.
+  EXPECT_EQ(DetRaw({"-m", "https://" + address_, "master", "info"}), 1);
+  EXPECT_THAT(err_, HasSubstr("no TLS session with the master")) << err_;
+  EXPECT_EQ(fake_.calls(), 0);
+  // http:// (or no scheme) stays plaintext.
+  EXPECT_EQ(DetRaw({"-m", "http://" + address_, "master", "info"}), 0) << err_;
 }
 
 TEST_F(DetCliTest, BadMasterAddress) {
