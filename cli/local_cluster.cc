@@ -198,8 +198,49 @@ std::string Describe(const Daemon& d) {
   return d.name == "master" ? std::string("master") : absl::StrCat("agent local-", d.name);
 }
 
-// Daemons whose pid files in `dir`/run name live processes started with their config,
-// agents first (by name), the master last. Removes stale pid files.
+// The daemon of `dir` that process `pid` runs, from its command line: a det-master or
+// det-agent program (or a script of that name) given `--config PATH` where PATH, resolved
+// against the process's working directory, is `dir`/master.yaml or `dir`/agent-*.yaml.
+// Finds daemons a person restarted by hand (with a relative config path, say), whose
+// pids no pid file holds.
+std::optional<Daemon> DaemonOfProcess(pid_t pid, const fs::path& dir) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream content;
+  content << in.rdbuf();
+  std::vector<std::string> args = absl::StrSplit(content.str(), '\0', absl::SkipEmpty());
+  bool is_daemon = false;
+  std::string config;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string program = fs::path(args[i]).filename().string();
+    if (program == "det-master" || program == "det-agent") is_daemon = true;
+    if (!is_daemon) continue;
+    if (args[i] == "--config" && i + 1 < args.size()) {
+      config = args[i + 1];
+    } else if (absl::StartsWith(args[i], "--config=")) {
+      config = args[i].substr(strlen("--config="));
+    }
+  }
+  if (config.empty()) return std::nullopt;
+  std::error_code ec;
+  fs::path path(config);
+  if (path.is_relative()) {
+    fs::path cwd = fs::read_symlink(absl::StrCat("/proc/", pid, "/cwd"), ec);
+    if (ec) return std::nullopt;
+    path = cwd / path;
+  }
+  path = fs::weakly_canonical(path, ec);
+  if (ec || path.parent_path() != dir || path.extension() != ".yaml") return std::nullopt;
+  const std::string name = path.stem().string();
+  if (name != "master" && !absl::StartsWith(name, "agent-")) return std::nullopt;
+  Daemon d = DaemonNamed(dir.string(), name);
+  d.pid = pid;
+  return d;
+}
+
+// Daemons of `dir`: those its pid files in `dir`/run name (live processes started with
+// their config; stale pid files are removed) and any other running det-master/det-agent
+// whose --config is one of `dir`'s configs. Agents first (by name), the master last.
 std::vector<Daemon> FindRunningDaemons(const std::string& dir, std::ostream& out) {
   std::vector<Daemon> running;
   std::error_code ec;
@@ -219,9 +260,22 @@ std::vector<Daemon> FindRunningDaemons(const std::string& dir, std::ostream& out
       ::unlink(d.pid_file.c_str());
     }
   }
+  const fs::path canonical_dir = fs::weakly_canonical(dir, ec);
+  fs::directory_iterator proc("/proc", ec);
+  for (; !ec && proc != fs::directory_iterator(); proc.increment(ec)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(proc->path().filename().string(), &pid) || pid == ::getpid()) continue;
+    if (std::any_of(running.begin(), running.end(),
+                    [pid](const Daemon& d) { return d.pid == pid; })) {
+      continue;
+    }
+    std::optional<Daemon> d = DaemonOfProcess(pid, canonical_dir);
+    if (d.has_value() && IsRunning(pid)) running.push_back(*std::move(d));
+  }
   std::sort(running.begin(), running.end(), [](const Daemon& a, const Daemon& b) {
     bool a_master = a.name == "master", b_master = b.name == "master";
-    return a_master != b_master ? b_master : a.name < b.name;
+    if (a_master != b_master) return b_master;
+    return a.name != b.name ? a.name < b.name : a.pid < b.pid;
   });
   return running;
 }

@@ -200,5 +200,38 @@ TEST_F(LocalClusterTest, RefusesToStartTwiceAndClusterDownStops) {
   EXPECT_EQ(exit->signal, SIGTERM);
 }
 
+// An agent a person restarted by hand from the data dir, with a relative config path and
+// no pid file, is still one of the cluster's daemons: cluster-down stops it.
+TEST_F(LocalClusterTest, ClusterDownStopsAnAgentRestartedByHand) {
+  const std::string data = dir_ + "/data";
+  std::filesystem::create_directories(data + "/run");
+  std::ofstream(data + "/agent-0.yaml") << "id: local-agent-0\n";
+  WriteScript("det-agent", "sleep 60\n");
+  SpawnOptions spawn;
+  spawn.argv = {dir_ + "/bin/det-agent", "--config", "agent-0.yaml"};
+  spawn.cwd = data;
+  spawn.env = CurrentEnvironment();
+  spawn.stdout_mode = spawn.stderr_mode = SpawnOptions::Output::kNull;
+  absl::StatusOr<std::unique_ptr<Subprocess>> agent = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  // Another data dir's agent with the same relative path is not this cluster's.
+  const std::string other = dir_ + "/other";
+  std::filesystem::create_directories(other);
+  std::ofstream(other + "/agent-0.yaml") << "id: local-agent-0\n";
+  spawn.cwd = other;
+  absl::StatusOr<std::unique_ptr<Subprocess>> foreign = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(foreign.ok()) << foreign.status();
+  const std::string pid = std::to_string((*agent)->pid());
+
+  ASSERT_TRUE(ClusterDown(ctx_, data).ok());
+  EXPECT_EQ(out_.str(), "Stopped agent local-agent-0 (pid " + pid + ")\n");
+  absl::StatusOr<ExitStatus> exit = (*agent)->WaitFor(absl::Seconds(5));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->signal, SIGTERM);
+  absl::StatusOr<ExitStatus> still = (*foreign)->WaitFor(absl::Milliseconds(1));
+  EXPECT_FALSE(still.ok()) << "the other data dir's agent was stopped too";
+  (void)(*foreign)->Terminate(absl::Seconds(5));
+}
+
 }  // namespace
 }  // namespace det::cli
