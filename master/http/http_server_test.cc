@@ -139,7 +139,7 @@ class RestTest : public ::testing::Test {
                             const std::vector<std::string>& running = {}) {
     v1::RegisterRequest req = testing::RegisterRequest(id, slots, running);
     v1::RegisterResponse resp;
-    absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::Register, req, &resp);
+    absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     return resp.session_id();
   }
@@ -151,7 +151,7 @@ class RestTest : public ::testing::Test {
     req.set_session_id(session);
     req.set_wait_ms(20000);
     v1::PollCommandsResponse resp;
-    absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::PollCommands, req, &resp);
+    absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::PollCommands, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     for (const auto& c : resp.commands()) {
       if (c.has_launch()) return c.launch();
@@ -167,7 +167,7 @@ class RestTest : public ::testing::Test {
     req.set_session_id(session);
     req.set_wait_ms(300);
     v1::PollCommandsResponse resp;
-    EXPECT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::PollCommands, req, &resp).ok());
+    EXPECT_TRUE(Sync<AgentHandler>(&master_->service(), &AgentHandler::PollCommands, req, &resp).ok());
     for (const auto& c : resp.commands()) {
       if (c.has_launch()) return true;
     }
@@ -186,7 +186,7 @@ class RestTest : public ::testing::Test {
     l->set_stream(stream);
     l->set_message(message);
     v1::ShipLogsResponse resp;
-    ASSERT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::ShipLogs, req, &resp).ok());
+    ASSERT_TRUE(Sync<AgentHandler>(&master_->service(), &AgentHandler::ShipLogs, req, &resp).ok());
   }
 
   // Rank 0 of `alloc` on `agent` exited with `exit_code`.
@@ -199,7 +199,7 @@ class RestTest : public ::testing::Test {
     req.set_rank(0);
     req.set_exit_code(exit_code);
     v1::ReportExitResponse resp;
-    ASSERT_TRUE(Sync<AgentHandler>(master_.get(), &AgentHandler::ReportExit, req, &resp).ok());
+    ASSERT_TRUE(Sync<AgentHandler>(&master_->service(), &AgentHandler::ReportExit, req, &resp).ok());
   }
 
   // The worker of `launch` reports checkpoint `uuid` at `batches` under /ckpt.

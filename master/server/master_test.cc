@@ -30,7 +30,7 @@ using testing::Pending;
 using testing::Sync;
 
 template <typename Req, typename Resp>
-absl::Status Api(Master* m, void (ApiHandler::*method)(const Caller&, const Req&, Resp*, Done),
+absl::Status Api(ApiHandler* m, void (ApiHandler::*method)(const Caller&, const Req&, Resp*, Done),
                  const Req& req, Resp* resp) {
   Pending p;
   Caller caller;
@@ -68,7 +68,7 @@ class MasterTest : public ::testing::Test {
     req.set_chief_port_first(first);
     req.set_chief_port_last(last);
     v1::RegisterResponse resp;
-    absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::Register, req, &resp);
+    absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     return resp.session_id();
   }
@@ -77,7 +77,7 @@ class MasterTest : public ::testing::Test {
     v1::CreateExperimentRequest req;
     req.set_config_yaml(ExperimentYaml(name, slots));
     v1::CreateExperimentResponse resp;
-    absl::Status st = Api(master_.get(), &ApiHandler::CreateExperiment, req, &resp);
+    absl::Status st = Api(&master_->service(), &ApiHandler::CreateExperiment, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     return resp.experiment().id();
   }
@@ -89,7 +89,7 @@ class MasterTest : public ::testing::Test {
     req.set_session_id(session);
     req.set_wait_ms(20000);
     v1::PollCommandsResponse resp;
-    absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::PollCommands, req, &resp);
+    absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::PollCommands, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     std::vector<v1::LaunchCommand> out;
     for (const auto& c : resp.commands()) {
@@ -115,7 +115,7 @@ class MasterTest : public ::testing::Test {
     req.set_rank(0);
     req.set_exit_code(exit_code);
     v1::ReportExitResponse resp;
-    return Sync<AgentHandler>(master_.get(), &AgentHandler::ReportExit, req, &resp);
+    return Sync<AgentHandler>(&master_->service(), &AgentHandler::ReportExit, req, &resp);
   }
 
   static v1::WorkerAuth Auth(const v1::LaunchCommand& launch) {
@@ -129,7 +129,7 @@ class MasterTest : public ::testing::Test {
     v1::GetTrialRequest req;
     req.set_id(id);
     v1::GetTrialResponse resp;
-    absl::Status st = Api(master_.get(), &ApiHandler::GetTrial, req, &resp);
+    absl::Status st = Api(&master_->service(), &ApiHandler::GetTrial, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
     return resp.trial();
   }
@@ -139,7 +139,7 @@ class MasterTest : public ::testing::Test {
     req.set_trial_id(trial);
     req.set_limit(5000);
     v1::GetTrialLogsResponse resp;
-    EXPECT_TRUE(Api(master_.get(), &ApiHandler::GetTrialLogs, req, &resp).ok());
+    EXPECT_TRUE(Api(&master_->service(), &ApiHandler::GetTrialLogs, req, &resp).ok());
     std::string out;
     for (const auto& l : resp.lines()) out += l.message() + "\n";
     return out;
@@ -228,7 +228,7 @@ TEST_F(MasterTest, ABadChiefPortRangeIsRefused) {
   req.set_chief_port_first(30000);
   req.set_chief_port_last(29000);
   v1::RegisterResponse resp;
-  absl::Status st = Sync<AgentHandler>(master_.get(), &AgentHandler::Register, req, &resp);
+  absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("chief_port_range"));
 }
@@ -244,12 +244,12 @@ TEST_F(MasterTest, ShouldPreemptLongPollsUntilTheMasterAsksTheRunToStop) {
   v1::ShouldPreemptRequest now;
   *now.mutable_auth() = Auth(launch);
   v1::ShouldPreemptResponse resp;
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ShouldPreempt, now, &resp).ok());
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ShouldPreempt, now, &resp).ok());
   EXPECT_FALSE(resp.preempt());
 
   v1::ShouldPreemptRequest bad = now;
   bad.mutable_auth()->set_token("not-the-token");
-  absl::Status st = Sync<WorkerHandler>(master_.get(), &WorkerHandler::ShouldPreempt, bad, &resp);
+  absl::Status st = Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ShouldPreempt, bad, &resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
 
   // A long poll that times out (on the master's clock) answers false.
@@ -257,7 +257,7 @@ TEST_F(MasterTest, ShouldPreemptLongPollsUntilTheMasterAsksTheRunToStop) {
   poll.set_wait_ms(5000);
   Pending timed_out;
   v1::ShouldPreemptResponse timed_out_resp;
-  master_->ShouldPreempt(poll, &timed_out_resp, timed_out.Callback());
+  master_->service().ShouldPreempt(poll, &timed_out_resp, timed_out.Callback());
   EXPECT_FALSE(timed_out.Wait(absl::Milliseconds(200)));
   clock_.Advance(absl::Seconds(6));
   ASSERT_TRUE(timed_out.Wait());
@@ -268,17 +268,17 @@ TEST_F(MasterTest, ShouldPreemptLongPollsUntilTheMasterAsksTheRunToStop) {
   poll.set_wait_ms(60000);
   Pending paused;
   v1::ShouldPreemptResponse paused_resp;
-  master_->ShouldPreempt(poll, &paused_resp, paused.Callback());
+  master_->service().ShouldPreempt(poll, &paused_resp, paused.Callback());
   // The loop runs work in order: once this call is answered, the poll waits on the master.
   v1::ListCheckpointsRequest barrier;
   barrier.set_experiment_id(1);
   v1::ListCheckpointsResponse barrier_resp;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::ListCheckpoints, barrier, &barrier_resp).ok());
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::ListCheckpoints, barrier, &barrier_resp).ok());
   EXPECT_FALSE(paused.done.HasBeenNotified());
   v1::PauseExperimentRequest pause;
   pause.set_id(1);
   v1::PauseExperimentResponse pause_resp;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::PauseExperiment, pause, &pause_resp).ok());
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::PauseExperiment, pause, &pause_resp).ok());
   ASSERT_TRUE(paused.Wait());
   ASSERT_TRUE(paused.status.ok()) << paused.status;
   EXPECT_TRUE(paused_resp.preempt());
@@ -294,11 +294,11 @@ TEST_F(MasterTest, ShouldPreemptLongPollsUntilTheMasterAsksTheRunToStop) {
   EXPECT_EQ(resp.reason(), "experiment paused");
 
   // Asked again: true at once.
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ShouldPreempt, poll, &resp).ok());
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ShouldPreempt, poll, &resp).ok());
   EXPECT_TRUE(resp.preempt());
 
   ASSERT_TRUE(ReportExit("a1", session, launch.allocation_id(), 0).ok());
-  st = Sync<WorkerHandler>(master_.get(), &WorkerHandler::ShouldPreempt, now, &resp);
+  st = Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ShouldPreempt, now, &resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(st.message(), HasSubstr("allocation 1.0 has ended"));
 }
@@ -316,22 +316,22 @@ TEST_F(MasterTest, CheckpointMetadataMustBeAJsonObjectAndIsListed) {
   for (const std::string bad : {"[1, 2]", "not json", "3"}) {
     req.mutable_checkpoint()->set_metadata_json(bad);
     absl::Status st =
-        Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportCheckpoint, req, &resp);
+        Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportCheckpoint, req, &resp);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(st.message(), HasSubstr("checkpoint.metadata_json")) << bad;
   }
   req.mutable_checkpoint()->set_metadata_json(R"({"epoch": 3, "note": "best"})");
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
   req.mutable_checkpoint()->set_uuid("c-2");
   req.mutable_checkpoint()->set_storage_path("/ckpt/c-2");
   req.mutable_checkpoint()->clear_metadata_json();
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
 
   RestartMaster();  // Stored, not only kept in memory.
   v1::ListCheckpointsRequest list;
   list.set_experiment_id(1);
   v1::ListCheckpointsResponse listed;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::ListCheckpoints, list, &listed).ok());
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::ListCheckpoints, list, &listed).ok());
   ASSERT_EQ(listed.checkpoints_size(), 2);
   EXPECT_EQ(listed.checkpoints(0).metadata_json(), R"({"epoch": 3, "note": "best"})");
   EXPECT_EQ(listed.checkpoints(1).metadata_json(), "");
@@ -358,7 +358,7 @@ TEST_F(MasterTest, ATrialThatReportedMetricsGetsNoSuchWarning) {
   m->set_total_batches(10);
   (*m->mutable_values())["loss"] = 0.5;
   v1::ReportMetricsResponse resp;
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportMetrics, req, &resp).ok());
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportMetrics, req, &resp).ok());
   ASSERT_TRUE(ReportExit("a1", session, launch.allocation_id(), 0).ok());
   ASSERT_TRUE(LogsEventually(1, "trial COMPLETED"));
   EXPECT_THAT(TrialLogs(1), Not(HasSubstr("reported no metrics")));
@@ -384,7 +384,7 @@ TEST_F(MasterTest, AReadQueuedWithTheRequeueSeesItsWaitingReason) {
     req.mutable_checkpoint()->set_total_batches(b);
     req.mutable_checkpoint()->set_storage_path(absl::StrCat("/ckpt/c-", b));
     v1::ReportCheckpointResponse resp;
-    ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
+    ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportCheckpoint, req, &resp).ok());
   }
   ASSERT_TRUE(ReportExit("a1", session, launch.allocation_id(), 0).ok());
   ASSERT_EQ(NextLaunch("a1", session).allocation_id(), "gc-1.0");
@@ -397,7 +397,7 @@ TEST_F(MasterTest, AReadQueuedWithTheRequeueSeesItsWaitingReason) {
   absl::Notification held, release;
   Pending info;
   v1::GetMasterInfoResponse info_resp;
-  master_->GetMasterInfo(Caller(), v1::GetMasterInfoRequest(), &info_resp,
+  master_->service().GetMasterInfo(Caller(), v1::GetMasterInfoRequest(), &info_resp,
                          [&](absl::Status st) {
                            held.Notify();
                            release.WaitForNotification();
@@ -407,7 +407,7 @@ TEST_F(MasterTest, AReadQueuedWithTheRequeueSeesItsWaitingReason) {
   clock_.Advance(absl::Seconds(2));
   Pending read;
   v1::ListTasksResponse tasks;
-  master_->ListTasks(Caller(), v1::ListTasksRequest(), &tasks, read.Callback());
+  master_->service().ListTasks(Caller(), v1::ListTasksRequest(), &tasks, read.Callback());
   release.Notify();
   ASSERT_TRUE(read.Wait());
   ASSERT_TRUE(read.status.ok()) << read.status;
@@ -452,7 +452,7 @@ class MasterFaultTest : public MasterTest {
     v1::GetExperimentRequest req;
     req.set_id(id);
     v1::GetExperimentResponse resp;
-    EXPECT_TRUE(Api(master_.get(), &ApiHandler::GetExperiment, req, &resp).ok());
+    EXPECT_TRUE(Api(&master_->service(), &ApiHandler::GetExperiment, req, &resp).ok());
     return resp.experiment();
   }
   absl::Status ReportMetrics(const v1::LaunchCommand& launch, int64_t batches) {
@@ -464,7 +464,7 @@ class MasterFaultTest : public MasterTest {
     m->set_total_batches(batches);
     (*m->mutable_values())["loss"] = 1.0 / batches;
     v1::ReportMetricsResponse resp;
-    return Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportMetrics, req, &resp);
+    return Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportMetrics, req, &resp);
   }
   absl::Status ReportCheckpoint(const v1::LaunchCommand& launch, const std::string& uuid) {
     v1::ReportCheckpointRequest req;
@@ -473,20 +473,20 @@ class MasterFaultTest : public MasterTest {
     req.mutable_checkpoint()->set_total_batches(10);
     req.mutable_checkpoint()->set_storage_path("/ckpt/" + uuid);
     v1::ReportCheckpointResponse resp;
-    return Sync<WorkerHandler>(master_.get(), &WorkerHandler::ReportCheckpoint, req, &resp);
+    return Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ReportCheckpoint, req, &resp);
   }
   int MetricRows(int64_t trial) {
     v1::GetTrialMetricsRequest req;
     req.set_trial_id(trial);
     v1::GetTrialMetricsResponse resp;
-    EXPECT_TRUE(Api(master_.get(), &ApiHandler::GetTrialMetrics, req, &resp).ok());
+    EXPECT_TRUE(Api(&master_->service(), &ApiHandler::GetTrialMetrics, req, &resp).ok());
     return resp.metrics_size();
   }
   std::vector<std::string> Checkpoints(int64_t experiment) {
     v1::ListCheckpointsRequest req;
     req.set_experiment_id(experiment);
     v1::ListCheckpointsResponse resp;
-    EXPECT_TRUE(Api(master_.get(), &ApiHandler::ListCheckpoints, req, &resp).ok());
+    EXPECT_TRUE(Api(&master_->service(), &ApiHandler::ListCheckpoints, req, &resp).ok());
     std::vector<std::string> out;
     for (const auto& c : resp.checkpoints()) out.push_back(c.uuid());
     return out;
@@ -502,11 +502,11 @@ TEST_F(MasterFaultTest, ARefusedWriteIsAnErrorNoReaderSeesAndAcknowledgedStateSu
   v1::CreateExperimentRequest create;
   create.set_config_yaml(ExperimentYaml("refused"));
   v1::CreateExperimentResponse created;
-  absl::Status st = Api(master_.get(), &ApiHandler::CreateExperiment, create, &created);
+  absl::Status st = Api(&master_->service(), &ApiHandler::CreateExperiment, create, &created);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(st.message(), HasSubstr("injected fault: InsertExperiment"));
   v1::ListExperimentsResponse listed;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::ListExperiments, v1::ListExperimentsRequest(),
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::ListExperiments, v1::ListExperimentsRequest(),
                   &listed).ok());
   EXPECT_EQ(listed.total(), 0);
 
@@ -543,13 +543,13 @@ TEST_F(MasterFaultTest, ARefusedWriteIsAnErrorNoReaderSeesAndAcknowledgedStateSu
   v1::PauseExperimentRequest pause;
   pause.set_id(1);
   v1::PauseExperimentResponse paused;
-  st = Api(master_.get(), &ApiHandler::PauseExperiment, pause, &paused);
+  st = Api(&master_->service(), &ApiHandler::PauseExperiment, pause, &paused);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(GetExperiment(1).state(), v1::STATE_ACTIVE);
   v1::ShouldPreemptRequest preempt;
   *preempt.mutable_auth() = Auth(launch);
   v1::ShouldPreemptResponse preempt_resp;
-  ASSERT_TRUE(Sync<WorkerHandler>(master_.get(), &WorkerHandler::ShouldPreempt, preempt,
+  ASSERT_TRUE(Sync<WorkerHandler>(&master_->service(), &WorkerHandler::ShouldPreempt, preempt,
                                   &preempt_resp).ok());
   EXPECT_FALSE(preempt_resp.preempt());
 
@@ -559,11 +559,11 @@ TEST_F(MasterFaultTest, ARefusedWriteIsAnErrorNoReaderSeesAndAcknowledgedStateSu
   priority.set_priority(7);
   v1::UpdateJobPriorityResponse priority_resp;
   faults_->FailNthWrite(1, "UpdateExperiment");
-  st = Api(master_.get(), &ApiHandler::UpdateJobPriority, priority, &priority_resp);
+  st = Api(&master_->service(), &ApiHandler::UpdateJobPriority, priority, &priority_resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(GetExperiment(1).priority(), 7);
   priority.set_priority(9);
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::UpdateJobPriority, priority, &priority_resp).ok());
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::UpdateJobPriority, priority, &priority_resp).ok());
 
   // The launch report the store refuses leaves the run STARTING.
   faults_->FailNthWrite(1, "UpsertAllocation");
@@ -573,7 +573,7 @@ TEST_F(MasterFaultTest, ARefusedWriteIsAnErrorNoReaderSeesAndAcknowledgedStateSu
   launched.set_allocation_id(launch.allocation_id());
   launched.add_ranks(0);
   v1::ReportLaunchedResponse launched_resp;
-  st = Sync<AgentHandler>(master_.get(), &AgentHandler::ReportLaunched, launched, &launched_resp);
+  st = Sync<AgentHandler>(&master_->service(), &AgentHandler::ReportLaunched, launched, &launched_resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(GetTrial(1).state(), v1::STATE_STARTING);
   EXPECT_GT(faults_->writes_failed(), 0);
@@ -581,7 +581,7 @@ TEST_F(MasterFaultTest, ARefusedWriteIsAnErrorNoReaderSeesAndAcknowledgedStateSu
   // After a restart on the same store, everything acknowledged is there, nothing refused.
   RestartOnMemory();
   v1::ListExperimentsResponse after;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::ListExperiments, v1::ListExperimentsRequest(),
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::ListExperiments, v1::ListExperimentsRequest(),
                   &after).ok());
   ASSERT_EQ(after.total(), 1);
   EXPECT_EQ(after.experiments(0).name(), "kept");
@@ -606,7 +606,7 @@ TEST_F(MasterFaultTest, ARunTheStoreRefusesIsNotLaunched) {
   v1::EnableAgentRequest enable;  // Any change that asks for a scheduling pass.
   enable.set_agent_id("a1");
   v1::EnableAgentResponse enabled;
-  ASSERT_TRUE(Api(master_.get(), &ApiHandler::EnableAgent, enable, &enabled).ok());
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::EnableAgent, enable, &enabled).ok());
   EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "1.0");
 }
 

@@ -1,0 +1,298 @@
+#include "master/allocations/allocation_manager.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging/logging.h"
+#include "master/loop/on_loop.h"
+#include "master/views/views.h"
+
+namespace det::master {
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < bytes; ++i) absl::StrAppend(&out, absl::Hex(rd() & 0xff, absl::kZeroPad2));
+  return out;
+}
+
+}  // namespace
+
+AllocationManager::AllocationManager(Clock& clock, Turns& turns, Store& store,
+                                     AgentManager& agents, LogManager& logs,
+                                     ExperimentRegistry& registry, ExperimentManager& experiments)
+    : clock_(clock),
+      turns_(turns),
+      loop_(turns.loop()),
+      store_(store),
+      agents_(agents),
+      logs_(logs),
+      registry_(registry),
+      experiments_manager_(experiments),
+      experiments_(registry.experiments),
+      trials_(registry.trials),
+      allocation_trial_(registry.allocation_trial),
+      waiting_reason_(registry.waiting_reason),
+      counters_(registry.counters) {}
+
+void AllocationManager::Restore(
+    std::vector<std::pair<v1::Allocation, std::string>> open_allocations) {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto& [allocation, token] : open_allocations) {
+    auto t = trials_.find(allocation.trial_id());
+    if (t == trials_.end() || views::Terminal(t->second.trial.state())) continue;
+    TrialState& ts = t->second;
+    *ts.trial.mutable_allocation() = allocation;
+    ts.token = token;
+    allocation_trial_[allocation.id()] = ts.trial.id();
+    if (allocation.chief_port() > 0 && allocation.ranks_size() > 0) {
+      chief_ports_.Hold(allocation.ranks(0).agent_id(), allocation.chief_port(), allocation.id());
+    }
+    for (const auto& r : allocation.ranks()) {
+      ts.unattached.insert(r.agent_id());
+      agents_.SetSlotsUsed(r.agent_id(), {r.slot_ids().begin(), r.slot_ids().end()}, allocation.id());
+    }
+  }
+  // Trials whose run was not yet placed go back to the queue.
+  for (auto& [id, ts] : trials_) {
+    if (!views::Terminal(ts.trial.state()) && ts.trial.allocation().id().empty() &&
+        ts.trial.state() != v1::STATE_QUEUED) {
+      ts.trial.set_state(v1::STATE_QUEUED);
+    }
+  }
+}
+
+std::optional<int> AllocationManager::FreeChiefPort(const std::string& agent_id, int first,
+                                                    int last) const {
+  DET_CHECK_ON_LOOP(loop_);
+  return chief_ports_.Lowest(agent_id, first, last);
+}
+
+bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agents,
+                              const std::string& chief_address, int chief_port) {
+  DET_CHECK_ON_LOOP(loop_);
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  if (t.trial.run_id() > 0) {
+    // This run starts from the latest checkpoint (or from scratch): what earlier runs
+    // reported after it is superseded, so the curve keeps one value per batch.
+    int64_t from = 0;
+    auto checkpoints = store_.GetCheckpoints(t.trial.id());
+    if (checkpoints.ok()) {
+      for (const auto& c : *checkpoints) {
+        if (!t.trial.latest_checkpoint().empty() && c.storage_path() == t.trial.latest_checkpoint()) {
+          from = c.total_batches();
+        }
+      }
+    }
+    v1::Trial updated = t.trial;
+    auto deleted = store_.SupersedeMetrics(&updated, t.trial.run_id(), from);
+    if (!deleted.ok()) {
+      Logger("master")->error("trial {}: cannot supersede metrics: {}", t.trial.id(),
+                              deleted.status().ToString());
+    } else if (*deleted > 0) {
+      t.trial = std::move(updated);
+      TrialEvent(t.trial.id(), absl::StrCat(*deleted, " metric rows reported after batch ", from,
+                                            " by earlier runs superseded by run ", t.trial.run_id()));
+    }
+  }
+  v1::Allocation a;
+  a.set_id(absl::StrCat(t.trial.id(), ".", t.trial.run_id()));
+  a.set_trial_id(t.trial.id());
+  a.set_slots(es.config.resources.slots_per_trial);
+  a.set_state(v1::STATE_STARTING);
+  a.set_start_time_ms(clock_.NowMs());
+  a.set_chief_address(chief_address);
+  a.set_chief_port(chief_port);
+  for (auto& r : PlaceRanks(agents)) *a.add_ranks() = std::move(r);
+  // Stored before anything is launched: a run the store does not know is never started.
+  const std::string token = RandomHex(24);
+  v1::Trial started = t.trial;
+  *started.mutable_allocation() = a;
+  started.set_state(v1::STATE_STARTING);
+  if (started.start_time_ms() == 0) started.set_start_time_ms(clock_.NowMs());
+  absl::Status stored = PersistAllocation(store_, a, token);
+  if (stored.ok()) stored = PersistTrial(store_, t, std::move(started));
+  if (!stored.ok()) {
+    waiting_reason_[t.trial.id()] =
+        absl::StrCat("cannot store its allocation: ", stored.message());
+    return false;
+  }
+  t.token = token;
+  t.exits.clear();
+  t.unattached.clear();
+  t.killing = t.lost = t.preempting = false;
+  t.kill_reason.clear();
+  t.failure.clear();
+  t.rendezvous.clear();
+  allocation_trial_[a.id()] = t.trial.id();
+  chief_ports_.Hold(agents.at(0).agent_id, chief_port, a.id());
+  counters_.set_allocations_started_total(counters_.allocations_started_total() + 1);
+
+  v1::ModelContext context;
+  auto blob = store_.GetExperimentContext(es.experiment.id());
+  if (blob.ok()) context.ParseFromString(*blob);
+  LaunchInputs in;
+  in.experiment_id = es.experiment.id();
+  in.trial = t.trial;
+  in.config_json = es.config_json;
+  in.entrypoint = es.config.entrypoint;
+  in.environment.insert(es.config.environment_variables.begin(),
+                        es.config.environment_variables.end());
+  in.max_restarts = es.config.max_restarts;
+  in.token = t.token;
+  in.context = &context;
+  in.chief_address = chief_address;
+  in.chief_port = chief_port;
+  for (auto& [agent_id, launch] : BuildLaunchCommands(in, a, agents)) {
+    for (const AgentShare& share : agents) {
+      if (share.agent_id == agent_id) agents_.SetSlotsUsed(agent_id, share.slots, a.id());
+    }
+    v1::AgentCommand cmd;
+    *cmd.mutable_launch() = std::move(launch);
+    agents_.Send(agent_id, std::move(cmd));
+  }
+  std::vector<std::string> where;
+  for (const AgentShare& share : agents) {
+    where.push_back(absl::StrCat(share.agent_id, share.slots.empty() ? "" : absl::StrCat(" (slots ", absl::StrJoin(share.slots, ","), ")")));
+  }
+  TrialEvent(t.trial.id(), absl::StrCat("allocation ", a.id(), " scheduled on ",
+                                        absl::StrJoin(where, ", "), "; chief ", chief_address, ":",
+                                        chief_port));
+  experiments_manager_.UpdateExperiment(es);
+  return true;
+}
+
+void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Duration grace) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (t.killing) return;
+  t.killing = true;
+  t.kill_reason = reason;
+  AnswerPreemptWaiters(t, absl::OkStatus());
+  std::set<std::string> agents;
+  for (const auto& r : t.trial.allocation().ranks()) agents.insert(r.agent_id());
+  for (const auto& agent_id : agents) {
+    v1::AgentCommand cmd;
+    cmd.mutable_kill()->set_allocation_id(t.trial.allocation().id());
+    cmd.mutable_kill()->set_reason(reason);
+    cmd.mutable_kill()->set_grace_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(grace)));
+    if (!agents_.Send(agent_id, std::move(cmd))) {
+      // Unreachable agent: its ranks count as gone.
+      ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
+                  "agent unreachable");
+    }
+  }
+  TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", t.trial.allocation().id(), ": ", reason));
+}
+
+void AllocationManager::OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal) {
+  if (t.trial.allocation().id().empty() || t.exits.count(rank)) return;
+  t.exits[rank] = how;
+  TrialEvent(t.trial.id(), absl::StrCat("rank ", rank, " exited: ", how));
+  if (abnormal && t.failure.empty()) {
+    t.failure = absl::StrCat("rank ", rank, " ", how);
+    KillAllocation(t, absl::StrCat("rank ", rank, " failed"));
+  }
+  if (static_cast<int>(t.exits.size()) >= t.trial.allocation().ranks_size()) EndAllocation(t);
+}
+
+void AllocationManager::EndAllocation(TrialState& t) {
+  DET_CHECK_ON_LOOP(loop_);
+  v1::Allocation* a = t.trial.mutable_allocation();
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  bool stopping = es.experiment.state() == v1::STATE_STOPPING;
+  v1::State outcome = v1::STATE_COMPLETED;
+  std::string error;
+  const bool stopped_early = t.trial.search().stopped_early();
+  if (stopping) {
+    outcome = v1::STATE_CANCELED;
+  } else if (es.experiment.state() == v1::STATE_PAUSED && t.killing) {
+    outcome = v1::STATE_PAUSED;  // Resumes from its checkpoint when activated.
+  } else if (stopped_early) {
+    outcome = v1::STATE_COMPLETED;  // The searcher stopped it: done, with the length it has.
+  } else if (t.lost || t.preempting) {
+    outcome = v1::STATE_QUEUED;  // Rerun; losing an agent or a preemption is not the trial's fault.
+  } else if (!t.failure.empty()) {
+    if (t.trial.restarts() < es.config.max_restarts) {
+      outcome = v1::STATE_QUEUED;
+      t.trial.set_restarts(t.trial.restarts() + 1);
+    } else {
+      outcome = v1::STATE_ERROR;
+      error = absl::StrCat(t.failure, "; max_restarts (", es.config.max_restarts, ") reached");
+    }
+  }
+  a->set_state(t.failure.empty() || stopping || stopped_early ? v1::STATE_COMPLETED
+                                                              : v1::STATE_ERROR);
+  a->set_end_time_ms(clock_.NowMs());
+  a->set_exit_reason(stopped_early ? "stopped early by the searcher"
+                     : t.failure.empty() ? "all ranks exited normally"
+                                         : t.failure);
+  (void)PersistAllocation(store_, *a, t.token);  // Logged; the runs have ended either way.
+  agents_.ReleaseSlots(a->id());
+  chief_ports_.Release(a->id());
+  allocation_trial_.erase(a->id());
+  ended_allocations_[a->id()] = t.token;
+  AnswerPreemptWaiters(t, absl::FailedPreconditionError(
+                              absl::StrCat("allocation ", a->id(), " has ended")));
+  for (auto& d : t.rendezvous_waiters) d(absl::AbortedError("allocation ended"));
+  t.rendezvous_waiters.clear();
+  t.rendezvous_responses.clear();
+  t.rendezvous_keys.clear();
+  std::string alloc_id = a->id();
+  t.last_allocation = *a;
+  t.trial.clear_allocation();
+  if (outcome == v1::STATE_PAUSED) {
+    t.trial.set_run_id(t.trial.run_id() + 1);
+    t.trial.set_state(v1::STATE_PAUSED);
+    TrialEvent(t.trial.id(), absl::StrCat("allocation ", alloc_id, " stopped: experiment paused"));
+    RecordTrial(store_, t);
+  } else if (outcome == v1::STATE_QUEUED) {
+    t.trial.set_run_id(t.trial.run_id() + 1);
+    t.trial.set_state(v1::STATE_QUEUED);
+    TrialEvent(t.trial.id(),
+               t.preempting ? absl::StrCat("allocation ", alloc_id, " preempted; requeued (not counted as a restart)")
+               : t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
+                      : absl::StrCat("allocation ", alloc_id, " failed: ", t.failure, "; restart ",
+                                     t.trial.restarts(), " of ", es.config.max_restarts));
+    RecordTrial(store_, t);
+    turns_.RequestSchedule();
+  } else {
+    experiments_manager_.FinishTrial(t, outcome, error);
+  }
+  experiments_manager_.UpdateExperiment(es);
+  turns_.RequestSchedule();
+}
+
+void AllocationManager::ExitRanksOn(TrialState& t,
+                                    const std::function<bool(const std::string&)>& on_agent,
+                                    const std::string& how) {
+  // OnRankExit may end the allocation (and clear it): walk a copy, stop when it changes.
+  const v1::Allocation allocation = t.trial.allocation();
+  for (const auto& r : allocation.ranks()) {
+    if (t.trial.allocation().id() != allocation.id()) return;
+    if (on_agent(r.agent_id())) OnRankExit(t, r.rank(), how, true);
+  }
+}
+void AllocationManager::OnExit(const v1::ReportExitRequest& req, const std::string& how,
+                               bool abnormal) {
+  DET_CHECK_ON_LOOP(loop_);
+  auto at = allocation_trial_.find(req.allocation_id());
+  if (at == allocation_trial_.end()) return;  // Already ended.
+  TrialState& t = trials_.at(at->second);
+  if (req.agent_stopping()) t.lost = true;
+  OnRankExit(t, req.rank(), how, abnormal);
+}
+
+void AllocationManager::StopRunsOn(const std::string& agent_id) {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto& [tid, t] : trials_) {
+    bool on_agent = false;
+    for (const auto& r : t.trial.allocation().ranks()) on_agent |= r.agent_id() == agent_id;
+    if (!on_agent) continue;
+    t.lost = true;
+    KillAllocation(t, absl::StrCat("agent ", agent_id, " disabled"));
+  }
+}
+
+}  // namespace det::master

@@ -1,0 +1,125 @@
+// AllocationManager: the runs of trials (allocations). Starting one on the agents the
+// scheduler chose (stored, then launched with the launch contract of launch_command.h and
+// a chief port of chief_ports.h), asking one to stop, rank exits and the end of a run
+// (the outcome table: completed, paused, requeued, restarted, failed), agents that stop
+// answering or come back (reattach, lost), and the worker channel of a run: rendezvous
+// and ShouldPreempt long polls.
+//
+// Called by: the master service (agent and worker channels, DisableAgent), the scheduling
+// service (Start, Kill for preemption), agent liveness (reattach, lost agents), the
+// experiment manager (through its KillRun). Calls the experiment manager when a run ends.
+// Loop thread only: every public method checks it.
+#ifndef DET_MASTER_ALLOCATIONS_ALLOCATION_MANAGER_H_
+#define DET_MASTER_ALLOCATIONS_ALLOCATION_MANAGER_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock/clock.h"
+#include "master/allocations/chief_ports.h"
+#include "master/allocations/launch_command.h"
+#include "master/cluster/agent_manager.h"
+#include "master/experiments/experiment_manager.h"
+#include "master/experiments/registry.h"
+#include "master/logs/log_manager.h"
+#include "master/loop/turns.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+class AllocationManager {
+ public:
+  // Everything must outlive this.
+  AllocationManager(Clock& clock, Turns& turns, Store& store, AgentManager& agents,
+                    LogManager& logs, ExperimentRegistry& registry,
+                    ExperimentManager& experiments);
+
+  // Recovery: the open allocations stored (their agents must register again with them:
+  // LoseUnreturned), and trials whose run was not yet placed back to the queue.
+  void Restore(std::vector<std::pair<v1::Allocation, std::string>> open_allocations);
+
+  // Starts t's next run on `agents`; rank 0's agent is agents[0], reached by the other
+  // ranks at chief_address:chief_port (a port of its range the allocation holds).
+  // False (and t unchanged, its waiting reason saying why) when the store refused it.
+  bool Start(TrialState& t, const std::vector<AgentShare>& agents,
+             const std::string& chief_address, int chief_port);
+  // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
+  // agent's default).
+  void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
+  // The lowest port of [first, last] on `agent_id` no open allocation holds.
+  std::optional<int> FreeChiefPort(const std::string& agent_id, int first, int last) const;
+
+  // Agent channel.
+  absl::Status ReportLaunched(const v1::ReportLaunchedRequest& req);
+  // A rank of a trial's run exited (`how`; `abnormal`: signal or non-zero code).
+  void OnExit(const v1::ReportExitRequest& req, const std::string& how, bool abnormal);
+  // `agent_id` registered still running `allocation_id`: true when the agent must stop it
+  // (unknown, or its ranks there already count as exited); else it is reattached.
+  bool ReattachOrKill(const std::string& agent_id, const std::string& allocation_id);
+  // Runs placed on `agent_id` that it no longer runs (`running`): their ranks there exited.
+  void LoseMissing(const std::string& agent_id, const std::set<std::string>& running);
+  // `agent_id` stopped answering: its runs wait `wait` for it; returns their allocation ids.
+  std::vector<std::string> MarkUnattached(const std::string& agent_id, const std::string& wait);
+  // Those of `allocation_ids` still waiting for `agent_id` lose their ranks there.
+  void LoseUnattached(const std::vector<std::string>& allocation_ids, const std::string& agent_id,
+                      const std::string& wait);
+  // After a restart: ranks on agents that `never_returned` count as lost.
+  void LoseUnreturned(const std::function<bool(const std::string&)>& never_returned);
+  // `agent_id` was disabled without draining: its runs stop and are rescheduled elsewhere.
+  void StopRunsOn(const std::string& agent_id);
+
+  // Worker channel (long polls: `done` may be called in a later turn).
+  void Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse* resp, Done done);
+  void ShouldPreempt(const v1::ShouldPreemptRequest& req, v1::ShouldPreemptResponse* resp,
+                     Done done);
+  // Shutdown: answers every waiting rendezvous and ShouldPreempt with `status`.
+  void FailWaiters(const absl::Status& status);
+
+ private:
+  // Answers t's ShouldPreempt long polls with `status` (OK: the current kill state).
+  void AnswerPreemptWaiters(TrialState& t, const absl::Status& status);
+  void OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal);
+  void EndAllocation(TrialState& t);
+  // Records an abnormal exit of every rank of t's current run placed on an agent for which
+  // `on_agent` holds.
+  void ExitRanksOn(TrialState& t, const std::function<bool(const std::string&)>& on_agent,
+                   const std::string& how);
+  void TrialEvent(int64_t trial_id, const std::string& message, bool verbose = false) {
+    logs_.Event(trial_id, message, verbose);
+  }
+  void KillAllocation(TrialState& t, const std::string& reason,
+                      absl::Duration grace = absl::ZeroDuration()) {
+    Kill(t, reason, grace);
+  }
+
+  Clock& clock_;
+  Turns& turns_;
+  EventLoop& loop_;
+  Store& store_;
+  AgentManager& agents_;
+  LogManager& logs_;
+  ExperimentRegistry& registry_;
+  ExperimentManager& experiments_manager_;
+  // The registry's parts this manager changes most (aliases).
+  std::map<int64_t, ExperimentState>& experiments_;
+  std::map<int64_t, TrialState>& trials_;
+  std::map<std::string, int64_t>& allocation_trial_;
+  std::map<int64_t, std::string>& waiting_reason_;
+  v1::GetMasterStatsResponse& counters_;
+  // Allocations ended since the master started -> their tokens (ShouldPreempt tells their
+  // workers they ended).
+  std::map<std::string, std::string> ended_allocations_;
+  // torchrun MASTER_PORTs held by open allocations, per chief agent.
+  ChiefPorts chief_ports_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_ALLOCATIONS_ALLOCATION_MANAGER_H_

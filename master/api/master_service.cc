@@ -1,0 +1,333 @@
+#include "master/api/master_service.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "master/scheduling/pools.h"
+#include "master/views/views.h"
+
+namespace det::master {
+namespace {
+
+constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
+
+}  // namespace
+
+MasterService::MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns,
+                             Managers managers)
+    : config_(config), clock_(clock), turns_(turns), m_(managers), start_time_ms_(clock.NowMs()) {}
+
+// ---------------------------------------------------------------------------------------
+// User API.
+
+void MasterService::GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
+                                  v1::GetMasterInfoResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp] {
+    resp->set_version(kVersion);
+    resp->set_cluster_id(cluster_id_);
+    resp->set_cluster_name(config_.cluster_name);
+    resp->set_start_time_ms(start_time_ms_);
+    resp->set_database(config_.db_path);
+    resp->set_scheduler(config_.scheduler_fit);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
+                                   v1::GetMasterStatsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp] {
+    *resp = m_.registry.counters;
+    resp->set_log_lines_stored_total(m_.logs.lines_stored_total());
+    resp->set_api_calls_authenticated_total(m_.users.authenticated());
+    resp->set_api_calls_rejected_total(m_.users.rejected());
+    resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
+    views::CountCluster(m_.agents.List(), m_.registry.ExperimentRows(), resp);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& req,
+                                     v1::CreateExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp, owner = caller.user.username()] {
+    return m_.experiments.Create(owner, req, resp);
+  });
+}
+
+void MasterService::ListExperiments(const Caller&, const v1::ListExperimentsRequest& req,
+                                    v1::ListExperimentsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.List(req, resp); });
+}
+
+void MasterService::GetExperiment(const Caller&, const v1::GetExperimentRequest& req,
+                                  v1::GetExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.Get(req, resp); });
+}
+
+void MasterService::KillExperiment(const Caller&, const v1::KillExperimentRequest& req,
+                                   v1::KillExperimentResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Kill(req); });
+}
+
+void MasterService::PauseExperiment(const Caller&, const v1::PauseExperimentRequest& req,
+                                    v1::PauseExperimentResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Pause(req); });
+}
+
+void MasterService::ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest& req,
+                                       v1::ActivateExperimentResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Activate(req); });
+}
+
+void MasterService::SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest& req,
+                                       v1::SetExperimentSlotsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.SetSlots(req, resp); });
+}
+
+void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
+                             v1::GetTrialResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.GetTrial(req, resp); });
+}
+
+void MasterService::GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest& req,
+                                    v1::GetTrialMetricsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done),
+                [this, &req, resp] { return m_.metrics.GetTrialMetrics(req, resp); });
+}
+
+void MasterService::ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest& req,
+                                    v1::ListCheckpointsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done),
+                [this, &req, resp] { return m_.checkpoints.ListCheckpoints(req, resp); });
+}
+
+void MasterService::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& req,
+                                 v1::GetTrialLogsResponse* resp, Done done) {
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    m_.logs.Read(req, resp, std::move(done), /*no_wait=*/m_.registry.shutting_down);
+  });
+}
+
+void MasterService::ListAgents(const Caller&, const v1::ListAgentsRequest&,
+                               v1::ListAgentsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp] {
+    for (auto& a : m_.agents.List()) *resp->add_agents() = std::move(a);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::EnableAgent(const Caller&, const v1::EnableAgentRequest& req,
+                                v1::EnableAgentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_agent(), m_.agents.SetEnabled(req.agent_id(), true));
+    turns_.RequestSchedule();
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::DisableAgent(const Caller&, const v1::DisableAgentRequest& req,
+                                 v1::DisableAgentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_agent(), m_.agents.SetEnabled(req.agent_id(), false));
+    // Not draining: its runs stop and are rescheduled elsewhere, not counted as restarts.
+    if (!req.drain()) m_.allocations.StopRunsOn(req.agent_id());
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ListJobs(const Caller&, const v1::ListJobsRequest& req,
+                             v1::ListJobsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    if (!req.resource_pool().empty() && !FindPool(config_, req.resource_pool())) {
+      return absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found"));
+    }
+    for (auto& j : views::Jobs(m_.registry.ExperimentRows(), req.resource_pool())) {
+      *resp->add_jobs() = std::move(j);
+    }
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest& req,
+                                      v1::UpdateJobPriorityResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.UpdateJobPriority(req); });
+}
+
+void MasterService::ListTasks(const Caller&, const v1::ListTasksRequest&,
+                              v1::ListTasksResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp] {
+    for (const views::ExperimentRow& row : m_.registry.ExperimentRows()) {
+      for (const views::TrialRow& t : row.trials) {
+        if (t.trial->allocation().id().empty()) continue;
+        *resp->add_tasks() = views::TrialTask(t, row.experiment->resource_pool());
+      }
+    }
+    // Tasks in trial-id order, as before the views were split out.
+    std::stable_sort(resp->mutable_tasks()->begin(), resp->mutable_tasks()->end(),
+                     [](const v1::Task& a, const v1::Task& b) { return a.trial_id() < b.trial_id(); });
+    m_.checkpoints.AddTaskViews(resp);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
+                                      v1::ListResourcePoolsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp] {
+    for (auto& p : views::ResourcePools(config_.resource_pools, m_.agents.List(),
+                                        m_.registry.ExperimentRows())) {
+      *resp->add_pools() = std::move(p);
+    }
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::SetTemplate(const Caller&, const v1::SetTemplateRequest& req,
+                                v1::SetTemplateResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    bool created = false;
+    ASSIGN_OR_RETURN(*resp->mutable_template_(),
+                     m_.templates.Set(req.name(), req.config_yaml(), req.config_path(), &created));
+    resp->set_created(created);
+    Logger("master")->info("template {} {}", req.name(), created ? "created" : "replaced");
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ListTemplates(const Caller&, const v1::ListTemplatesRequest&,
+                                  v1::ListTemplatesResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<v1::Template> all, m_.templates.List());
+    for (auto& t : all) *resp->add_templates() = std::move(t);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::GetTemplate(const Caller&, const v1::GetTemplateRequest& req,
+                                v1::GetTemplateResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_template_(), m_.templates.Get(req.name()));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest& req,
+                                   v1::RemoveTemplateResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    RETURN_IF_ERROR(m_.templates.Remove(req.name()));
+    Logger("master")->info("template {} removed", req.name());
+    return absl::OkStatus();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Agent channel.
+
+void MasterService::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp,
+                             Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.liveness.Register(req, resp); });
+}
+
+void MasterService::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*,
+                              Done done) {
+  turns_.OnLoopUrgent(std::move(done), [this, &req] { return m_.liveness.Heartbeat(req); });
+}
+
+void MasterService::PollCommands(const v1::PollCommandsRequest& req,
+                                 v1::PollCommandsResponse* resp, Done done) {
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    if (m_.registry.shutting_down) {
+      done(absl::UnavailableError("master is shutting down"));
+      return;
+    }
+    auto wait = std::clamp(absl::Milliseconds(req.wait_ms()), absl::ZeroDuration(), kMaxPollWait);
+    m_.agents.Poll(req.agent_id(), req.session_id(), wait,
+                   [resp, done = std::move(done)](absl::Status st,
+                                                  std::vector<v1::AgentCommand> cmds) {
+                     for (auto& c : cmds) *resp->add_commands() = std::move(c);
+                     done(st);
+                   });
+  });
+}
+
+void MasterService::ReportLaunched(const v1::ReportLaunchedRequest& req,
+                                   v1::ReportLaunchedResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.allocations.ReportLaunched(req); });
+}
+
+void MasterService::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitResponse*,
+                               Done done) {
+  turns_.OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    RETURN_IF_ERROR(m_.agents.Touch(req.agent_id(), req.session_id()));
+    std::string how = req.signal() != 0 ? absl::StrCat("killed by signal ", req.signal())
+                                        : absl::StrCat("exit code ", req.exit_code());
+    if (!req.message().empty()) absl::StrAppend(&how, " (", req.message(), ")");
+    bool abnormal = req.signal() != 0 || req.exit_code() != 0;
+    if (!m_.checkpoints.OnExit(req, how, abnormal)) m_.allocations.OnExit(req, how, abnormal);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req]() -> absl::Status {
+    RETURN_IF_ERROR(m_.agents.Touch(req.agent_id(), req.session_id()));
+    std::vector<v1::LogLine> lines;
+    std::set<int64_t> touched;
+    const auto& allocation_trial = m_.registry.allocation_trial;
+    for (const auto& l : req.lines()) {
+      v1::LogLine line = l;
+      line.set_agent_id(req.agent_id());
+      auto at = allocation_trial.find(l.allocation_id());
+      if (at != allocation_trial.end()) line.set_trial_id(at->second);
+      // A checkpoint GC task's output goes to the log of the trial that started it.
+      const bool gc = m_.checkpoints.RouteLogLine(&line);
+      // Lines of runs already ended are still stored against their trial.
+      if (at == allocation_trial.end() && !gc && m_.registry.trials.count(l.trial_id()) == 0) {
+        continue;
+      }
+      touched.insert(line.trial_id());
+      lines.push_back(std::move(line));
+    }
+    if (req.dropped() > 0 && !lines.empty()) {
+      v1::LogLine note = lines.front();
+      note.set_stream("agent");
+      note.set_message(absl::StrCat("[", req.dropped(),
+                                    " log lines dropped while the master was unreachable]"));
+      lines.insert(lines.begin(), note);
+    }
+    return m_.logs.AddLines(&lines, {touched.begin(), touched.end()});
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker channel.
+
+void MasterService::ReportMetrics(const v1::ReportMetricsRequest& req,
+                                  v1::ReportMetricsResponse*, Done done) {
+  turns_.Post([this, &req, done = std::move(done)]() mutable {
+    m_.metrics.Report(req, std::move(done));
+  });
+}
+
+void MasterService::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                     v1::ReportCheckpointResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.checkpoints.ReportCheckpoint(req); });
+}
+
+void MasterService::Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse* resp,
+                               Done done) {
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    m_.allocations.Rendezvous(req, resp, std::move(done));
+  });
+}
+
+void MasterService::ShouldPreempt(const v1::ShouldPreemptRequest& req,
+                                  v1::ShouldPreemptResponse* resp, Done done) {
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    m_.allocations.ShouldPreempt(req, resp, std::move(done));
+  });
+}
+
+}  // namespace det::master

@@ -1,0 +1,127 @@
+// MasterService: the master's three services (ApiHandler, AgentHandler, WorkerHandler) on
+// its managers. Each method posts one turn to the loop (Turns) that calls the manager
+// owning the concern and answers once the turn has ended; no state of its own beyond what
+// GetMasterInfo reports. The gRPC adapters (grpc_services.h) and the REST adapter
+// (master/http) call it.
+//
+// Thread: its methods may be called from any thread (handlers.h).
+#ifndef DET_MASTER_API_MASTER_SERVICE_H_
+#define DET_MASTER_API_MASTER_SERVICE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/clock/clock.h"
+#include "common/config/daemon_config.h"
+#include "master/allocations/allocation_manager.h"
+#include "master/api/handlers.h"
+#include "master/auth/user_service.h"
+#include "master/checkpoints/checkpoint_manager.h"
+#include "master/cluster/agent_liveness.h"
+#include "master/cluster/agent_manager.h"
+#include "master/experiments/experiment_manager.h"
+#include "master/experiments/registry.h"
+#include "master/logs/log_manager.h"
+#include "master/loop/turns.h"
+#include "master/metrics/metrics_manager.h"
+#include "master/templates/templates.h"
+
+namespace det::master {
+
+inline constexpr char kVersion[] = "0.1.0";
+
+class MasterService : public ApiHandler, public AgentHandler, public WorkerHandler {
+ public:
+  // The managers it calls; all must outlive it.
+  struct Managers {
+    AgentManager& agents;
+    AgentLiveness& liveness;
+    Templates& templates;
+    UserService& users;
+    LogManager& logs;
+    ExperimentRegistry& registry;
+    ExperimentManager& experiments;
+    AllocationManager& allocations;
+    CheckpointManager& checkpoints;
+    MetricsManager& metrics;
+  };
+  MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns, Managers managers);
+
+  // Set by the composition root once the store is loaded (before serving).
+  void SetClusterId(std::string id) { cluster_id_ = std::move(id); }
+
+  // ApiHandler.
+  void GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
+                     v1::GetMasterInfoResponse*, Done) override;
+  void GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
+                      v1::GetMasterStatsResponse*, Done) override;
+  void CreateExperiment(const Caller&, const v1::CreateExperimentRequest&,
+                        v1::CreateExperimentResponse*, Done) override;
+  void ListExperiments(const Caller&, const v1::ListExperimentsRequest&,
+                       v1::ListExperimentsResponse*, Done) override;
+  void GetExperiment(const Caller&, const v1::GetExperimentRequest&,
+                     v1::GetExperimentResponse*, Done) override;
+  void KillExperiment(const Caller&, const v1::KillExperimentRequest&,
+                      v1::KillExperimentResponse*, Done) override;
+  void PauseExperiment(const Caller&, const v1::PauseExperimentRequest&,
+                       v1::PauseExperimentResponse*, Done) override;
+  void ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest&,
+                          v1::ActivateExperimentResponse*, Done) override;
+  void SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest&,
+                          v1::SetExperimentSlotsResponse*, Done) override;
+  void GetTrial(const Caller&, const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
+  void GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest&,
+                       v1::GetTrialMetricsResponse*, Done) override;
+  void GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest&,
+                    v1::GetTrialLogsResponse*, Done) override;
+  void ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest&,
+                       v1::ListCheckpointsResponse*, Done) override;
+  void ListAgents(const Caller&, const v1::ListAgentsRequest&,
+                  v1::ListAgentsResponse*, Done) override;
+  void EnableAgent(const Caller&, const v1::EnableAgentRequest&,
+                   v1::EnableAgentResponse*, Done) override;
+  void DisableAgent(const Caller&, const v1::DisableAgentRequest&,
+                    v1::DisableAgentResponse*, Done) override;
+  void ListJobs(const Caller&, const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;
+  void UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest&,
+                         v1::UpdateJobPriorityResponse*, Done) override;
+  void ListTasks(const Caller&, const v1::ListTasksRequest&, v1::ListTasksResponse*, Done) override;
+  void ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
+                         v1::ListResourcePoolsResponse*, Done) override;
+  void SetTemplate(const Caller&, const v1::SetTemplateRequest&,
+                   v1::SetTemplateResponse*, Done) override;
+  void ListTemplates(const Caller&, const v1::ListTemplatesRequest&,
+                     v1::ListTemplatesResponse*, Done) override;
+  void GetTemplate(const Caller&, const v1::GetTemplateRequest&,
+                   v1::GetTemplateResponse*, Done) override;
+  void RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest&,
+                      v1::RemoveTemplateResponse*, Done) override;
+
+  // AgentHandler.
+  void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;
+  void Heartbeat(const v1::HeartbeatRequest&, v1::HeartbeatResponse*, Done) override;
+  void PollCommands(const v1::PollCommandsRequest&, v1::PollCommandsResponse*, Done) override;
+  void ReportLaunched(const v1::ReportLaunchedRequest&, v1::ReportLaunchedResponse*,
+                      Done) override;
+  void ReportExit(const v1::ReportExitRequest&, v1::ReportExitResponse*, Done) override;
+  void ShipLogs(const v1::ShipLogsRequest&, v1::ShipLogsResponse*, Done) override;
+
+  // WorkerHandler.
+  void ReportMetrics(const v1::ReportMetricsRequest&, v1::ReportMetricsResponse*, Done) override;
+  void ReportCheckpoint(const v1::ReportCheckpointRequest&, v1::ReportCheckpointResponse*,
+                        Done) override;
+  void Rendezvous(const v1::RendezvousRequest&, v1::RendezvousResponse*, Done) override;
+  void ShouldPreempt(const v1::ShouldPreemptRequest&, v1::ShouldPreemptResponse*, Done) override;
+
+ private:
+  const config::MasterConfig& config_;
+  Clock& clock_;
+  Turns& turns_;
+  Managers m_;
+  std::string cluster_id_;
+  const int64_t start_time_ms_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_API_MASTER_SERVICE_H_

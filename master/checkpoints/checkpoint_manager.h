@@ -1,0 +1,111 @@
+// CheckpointManager: the checkpoints workers report (registered in the store, listed) and
+// their garbage collection: after a trial ends, a CHECKPOINT_GC task (zero slots) deletes on
+// an agent what the experiment's checkpoint_storage policy no longer keeps
+// (master/checkpoints/checkpoint_gc.h). Owns the GC tasks and their runtime bookkeeping.
+//
+// Called by: the master service (ReportCheckpoint, ListCheckpoints, ListTasks, ReportExit,
+// ShipLogs), the experiment manager (Collect when a trial ends), the scheduling service
+// (queued tasks, Start), agent liveness (reattach, lost agents). Loop thread only: every
+// public method checks it.
+#ifndef DET_MASTER_CHECKPOINTS_CHECKPOINT_MANAGER_H_
+#define DET_MASTER_CHECKPOINTS_CHECKPOINT_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock/clock.h"
+#include "master/cluster/agent_manager.h"
+#include "master/experiments/registry.h"
+#include "master/logs/log_manager.h"
+#include "master/loop/turns.h"
+#include "master/store/store.h"
+#include "proto/api.pb.h"
+
+namespace det::master {
+
+class CheckpointManager {
+ public:
+  // A checkpoint garbage-collection task (v1::CheckpointGcTask) and its runtime
+  // bookkeeping (not persisted).
+  struct GcTaskState {
+    v1::CheckpointGcTask task;
+    // RUNNING on an agent that has not registered again (with the task) since it went
+    // silent or since the master restarted.
+    bool unattached = false;
+    // Why it waits, while QUEUED.
+    std::string pending_reason;
+    // The latest line the running attempt wrote to stderr (names a failing checkpoint).
+    std::string last_error_line;
+  };
+
+  // Everything must outlive this.
+  CheckpointManager(Clock& clock, Turns& turns, Store& store, AgentManager& agents,
+                    LogManager& logs, ExperimentRegistry& registry);
+
+  // Recovery: a queued task waits for the scheduler; a running one waits for its agent to
+  // register again with it (LoseUnreturned requeues it if it does not).
+  void Restore(std::vector<v1::CheckpointGcTask> tasks);
+  // How many tasks are running (placed on an agent).
+  size_t running() const { return gc_allocations_.size(); }
+
+  // Worker API: registers the checkpoint of the run `req.auth` names (idempotent for a
+  // retried report), then records it as the trial's latest.
+  absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req);
+  absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                               v1::ListCheckpointsResponse* resp);
+
+  // After `ended_trial` ended: queues a CHECKPOINT_GC task for the checkpoints to delete
+  // that no queued or running task covers yet.
+  void Collect(ExperimentState& es, int64_t ended_trial);
+
+  // Scheduling: the queued tasks, by id; why one waits; placing one on `agent_id`
+  // (persisted RUNNING, then launched).
+  const std::map<int64_t, GcTaskState>& tasks() const { return gc_tasks_; }
+  void SetPendingReason(int64_t task_id, const std::string& why);
+  void Start(int64_t task_id, const std::string& agent_id);
+
+  // ListTasks: every queued and running task and the latest ended ones.
+  void AddTaskViews(v1::ListTasksResponse* resp) const;
+
+  // Agent channel. True when `allocation_id` is a GC task this agent runs (reattached).
+  bool Reattach(const std::string& agent_id, const std::string& allocation_id);
+  // Tasks placed on `agent_id` that it no longer runs (`running`) are requeued.
+  void LoseMissing(const std::string& agent_id, const std::set<std::string>& running);
+  // `agent_id` stopped answering: marks its tasks unattached; returns their allocation ids.
+  std::vector<std::string> MarkUnattached(const std::string& agent_id, const std::string& wait);
+  // Those of `allocation_ids` still unattached are requeued (the agent did not return).
+  void LoseUnattached(const std::vector<std::string>& allocation_ids, const std::string& agent_id,
+                      const std::string& wait);
+  // After a restart: unattached tasks whose agent `never_returned` are requeued.
+  void LoseUnreturned(const std::function<bool(const std::string&)>& never_returned);
+  // An exit report: true when `req` names a GC task (handled here).
+  bool OnExit(const v1::ReportExitRequest& req, const std::string& how, bool abnormal);
+  // A log line of a GC task goes to the log of the trial that started it: true (and
+  // `line`'s trial set) when `line` is one.
+  bool RouteLogLine(v1::LogLine* line);
+
+ private:
+  // Ends the running attempt of `g`: STATE_QUEUED requeues it (a lost agent; attempt + 1),
+  // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
+  void End(GcTaskState& g, v1::State outcome, const std::string& why);
+  absl::Status PersistGcTask(GcTaskState& g, v1::CheckpointGcTask updated);
+
+  Clock& clock_;
+  Turns& turns_;
+  EventLoop& loop_;
+  Store& store_;
+  AgentManager& agents_;
+  LogManager& logs_;
+  ExperimentRegistry& registry_;
+  std::map<int64_t, GcTaskState> gc_tasks_;        // every checkpoint GC task, by id
+  std::map<std::string, int64_t> gc_allocations_;  // running GC allocation id -> task id
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CHECKPOINTS_CHECKPOINT_MANAGER_H_

@@ -1,0 +1,343 @@
+#include "master/experiments/experiment_manager.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "master/loop/on_loop.h"
+#include "master/scheduling/pools.h"
+#include "master/views/views.h"
+
+namespace det::master {
+namespace {
+
+// Largest model context an experiment may upload (the CLI checks the same limit first).
+constexpr int64_t kMaxContextBytes = int64_t{64} << 20;
+// How many of each agent's latest host metric samples GetTrial shows.
+constexpr int kTrialSystemMetricsSamples = 12;
+
+using views::Terminal;
+
+}  // namespace
+
+ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& clock,
+                                     Turns& turns, Store& store, AgentManager& agents,
+                                     Templates& templates, LogManager& logs,
+                                     CheckpointManager& checkpoints, ExperimentRegistry& registry,
+                                     KillRun kill_run)
+    : config_(config),
+      clock_(clock),
+      turns_(turns),
+      loop_(turns.loop()),
+      store_(store),
+      agents_(agents),
+      templates_(templates),
+      logs_(logs),
+      checkpoints_(checkpoints),
+      registry_(registry),
+      kill_run_(std::move(kill_run)),
+      experiments_(registry.experiments),
+      trials_(registry.trials),
+      waiting_reason_(registry.waiting_reason),
+      counters_(registry.counters) {}
+
+absl::Status ExperimentManager::Create(const std::string& owner,
+                                       const v1::CreateExperimentRequest& req,
+                                       v1::CreateExperimentResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  std::string file = req.config_path().empty() ? "config" : req.config_path();
+  std::random_device rd;
+  config::ConfigInput input;
+  input.config_yaml = req.config_yaml();
+  input.config_path = file;
+  input.template_name = req.template_();
+  input.overrides.assign(req.config_overrides().begin(), req.config_overrides().end());
+  ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
+                   config::ParseExperimentConfig(input, templates_.Lookup(), rd()));
+  const config::ExperimentConfig& c = parsed.config;
+  if (!FindPool(config_, c.resources.resource_pool)) {
+    std::vector<std::string> names;
+    for (const auto& p : config_.resource_pools) names.push_back(p.name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": resources.resource_pool: unknown pool '", c.resources.resource_pool,
+        "' (the master has ", absl::StrJoin(names, ", "), ")"));
+  }
+  if (std::string why = NeverFits(agents_.List(), c.resources.resource_pool, c.resources.slots_per_trial);
+      !why.empty() && !req.force()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file, ": resources.slots_per_trial: ", c.resources.slots_per_trial,
+        " can never be scheduled: ", why, " (submit with --force to queue it anyway)"));
+  }
+  int64_t context_bytes = 0;
+  for (const auto& f : req.context()) context_bytes += static_cast<int64_t>(f.content().size());
+  if (context_bytes > kMaxContextBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model context: ", req.context_size(), " files of ", context_bytes,
+        " bytes in all, over the master's limit of ", kMaxContextBytes >> 20,
+        " MiB; keep data sets and checkpoints out of the context directory"));
+  }
+  v1::ModelContext context;
+  for (const auto& f : req.context()) *context.add_files() = f;
+
+  v1::Experiment e;
+  e.set_name(c.name);
+  e.set_description(c.description);
+  e.set_owner(owner);
+  e.set_state(v1::STATE_ACTIVE);
+  e.set_config_yaml(parsed.effective_yaml);
+  e.set_start_time_ms(clock_.NowMs());
+  e.set_searcher(c.searcher.name);
+  e.set_experiment_seed(c.experiment_seed);
+  ASSIGN_OR_RETURN(std::unique_ptr<searcher::Searcher> search, searcher::NewSearcher(c));
+  e.set_num_trials(search->PlannedTrials());
+  e.set_priority(c.resources.priority);
+  e.set_resource_pool(c.resources.resource_pool);
+  e.set_slots_per_trial(c.resources.slots_per_trial);
+  for (const auto& w : parsed.warnings) e.add_warnings(w);
+  // The searcher's first trials, stored with the experiment in one transaction.
+  std::vector<v1::Trial> trials;
+  for (const searcher::TrialRequest& r : search->NextTrials()) {
+    v1::Trial& t = trials.emplace_back();
+    t.set_state(v1::STATE_QUEUED);
+    t.set_seed(r.seed);
+    t.set_hparams_json(r.hparams_json);
+    t.set_target_batches(r.target_batches);
+    t.mutable_search()->set_bracket(r.bracket);
+  }
+  ASSIGN_OR_RETURN(int64_t id,
+                   store_.InsertExperiment(e, context.SerializeAsString(), &trials));
+  e.set_id(id);
+  counters_.set_experiments_created_total(counters_.experiments_created_total() + 1);
+  ExperimentState& es = experiments_[id];
+  es.experiment = e;
+  es.config = c;
+  es.config_json = parsed.effective_json;
+  es.searcher = std::move(search);
+  for (auto& t : trials) {
+    es.trial_ids.push_back(t.id());
+    trials_[t.id()].trial = std::move(t);
+  }
+  Logger("master")->info("experiment {} created: {} ({} searcher, {} trial(s), {} slot(s) each{})",
+                         id, c.name, c.searcher.name, e.num_trials(), c.resources.slots_per_trial,
+                         parsed.template_name.empty() ? "" : ", template " + parsed.template_name);
+  for (const auto& w : parsed.warnings) TrialEvent(es.trial_ids[0], "warning: " + w);
+  *resp->mutable_experiment() = e;
+  for (const auto& w : parsed.warnings) resp->add_warnings(w);
+  turns_.RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::List(const v1::ListExperimentsRequest& req,
+                                     v1::ListExperimentsResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  const std::set<int> states(req.states().begin(), req.states().end());
+  int matched = 0;
+  for (const auto& [id, es] : experiments_) {
+    const v1::Experiment& e = es.experiment;
+    if (!states.empty() && !states.count(e.state())) continue;
+    if (!req.name().empty() && e.name().find(req.name()) == std::string::npos) continue;
+    if (!req.user().empty() && e.owner() != req.user()) continue;
+    if (matched++ < req.offset()) continue;
+    if (req.limit() > 0 && resp->experiments_size() >= req.limit()) continue;
+    *resp->add_experiments() = e;
+  }
+  resp->set_total(matched);
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::Get(const v1::GetExperimentRequest& req,
+                                    v1::GetExperimentResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  auto it = experiments_.find(req.id());
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+  }
+  *resp->mutable_experiment() = it->second.experiment;
+  for (int64_t tid : it->second.trial_ids) *resp->add_trials() = registry_.TrialView(trials_.at(tid));
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::Kill(const v1::KillExperimentRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  auto it = experiments_.find(req.id());
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+  }
+  ExperimentState& es = it->second;
+  if (Terminal(es.experiment.state())) return absl::OkStatus();
+  v1::Experiment updated = es.experiment;
+  updated.set_state(v1::STATE_STOPPING);
+  RETURN_IF_ERROR(PersistExperiment(store_, es, updated));
+  Logger("master")->info("experiment {}: kill requested", req.id());
+  for (int64_t tid : es.trial_ids) {
+    TrialState& t = trials_.at(tid);
+    if (Terminal(t.trial.state())) continue;
+    if (t.trial.allocation().id().empty()) {
+      FinishTrial(t, v1::STATE_CANCELED, "");
+    } else {
+      kill_run_(t, "experiment killed");
+    }
+  }
+  UpdateExperiment(es);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExperimentState*> ExperimentManager::MoveExperiment(int64_t id, v1::State from,
+                                                                 v1::State to) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
+  }
+  ExperimentState& es = it->second;
+  if (es.experiment.state() == to) return nullptr;
+  if (es.experiment.state() != from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", id, " is ", StateName(es.experiment.state()), ", not ", StateName(from)));
+  }
+  v1::Experiment updated = es.experiment;
+  updated.set_state(to);
+  RETURN_IF_ERROR(PersistExperiment(store_, es, std::move(updated)));
+  Logger("master")->info("experiment {}: {}", id, StateName(to));
+  return &es;
+}
+
+absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * moved,
+                   MoveExperiment(req.id(), v1::STATE_ACTIVE, v1::STATE_PAUSED));
+  if (!moved) return absl::OkStatus();  // Already PAUSED.
+  ExperimentState& es = *moved;
+  for (int64_t tid : es.trial_ids) {
+    TrialState& t = trials_.at(tid);
+    if (t.trial.state() == v1::STATE_QUEUED) {
+      v1::Trial paused = t.trial;
+      paused.set_state(v1::STATE_PAUSED);
+      RETURN_IF_ERROR(PersistTrial(store_, t, std::move(paused)));
+      waiting_reason_.erase(tid);
+      TrialEvent(tid, "experiment paused");
+    } else if (!t.trial.allocation().id().empty()) {
+      kill_run_(t, "experiment paused");  // Workers checkpoint on SIGTERM.
+    }
+  }
+  UpdateExperiment(es);
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::Activate(const v1::ActivateExperimentRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * moved,
+                   MoveExperiment(req.id(), v1::STATE_PAUSED, v1::STATE_ACTIVE));
+  if (!moved) return absl::OkStatus();  // Already ACTIVE.
+  ExperimentState& es = *moved;
+  for (int64_t tid : es.trial_ids) {
+    TrialState& t = trials_.at(tid);
+    if (t.trial.state() != v1::STATE_PAUSED) continue;
+    v1::Trial queued = t.trial;
+    queued.set_state(v1::STATE_QUEUED);
+    RETURN_IF_ERROR(PersistTrial(store_, t, std::move(queued)));
+    TrialEvent(tid, absl::StrCat("experiment activated; queued on ",
+                                 es.experiment.slots_per_trial(), " slot(s)"));
+  }
+  // Trials the searcher asked for while the experiment was paused.
+  if (absl::Status st = CreateSearcherTrials(es); !st.ok()) {
+    Logger("master")->error("experiment {}: {}", req.id(), st.ToString());
+  }
+  UpdateExperiment(es);
+  turns_.RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& req,
+                                         v1::SetExperimentSlotsResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  auto it = experiments_.find(req.id());
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
+  }
+  ExperimentState& es = it->second;
+  if (es.experiment.state() != v1::STATE_PAUSED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", req.id(), " is ", StateName(es.experiment.state()),
+        ": pause it first (det experiment pause ", req.id(), ")"));
+  }
+  for (int64_t tid : es.trial_ids) {
+    if (!trials_.at(tid).trial.allocation().id().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "experiment ", req.id(), ": trial ", tid, " is still stopping; try again shortly"));
+    }
+  }
+  int slots = req.slots_per_trial();
+  if (slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots_per_trial: expected an integer >= 1, got ", slots));
+  }
+  int64_t global = es.config.global_batch_size;
+  if (global > 0 && global % slots != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slots_per_trial ", slots, " does not divide global_batch_size ", global,
+        ": the same global batch could not be kept (use a divisor of ", global, ")"));
+  }
+  if (std::string why = NeverFits(agents_.List(), es.experiment.resource_pool(), slots);
+      !why.empty() && !req.force()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slots_per_trial ", slots, " can never be scheduled: ", why, " (use --force)"));
+  }
+  config::ConfigInput input;
+  input.config_yaml = es.experiment.config_yaml();
+  input.config_path = absl::StrCat("experiment ", req.id());
+  input.overrides.push_back(absl::StrCat("resources.slots_per_trial=", slots));
+  auto no_template = [](const std::string& name) -> absl::StatusOr<std::string> {
+    return absl::NotFoundError(absl::StrCat("template ", name, " not found"));
+  };
+  ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
+                   config::ParseExperimentConfig(
+                       input, no_template, static_cast<uint32_t>(es.experiment.experiment_seed())));
+  v1::Experiment updated = es.experiment;
+  updated.set_config_yaml(parsed.effective_yaml);
+  updated.set_slots_per_trial(slots);
+  RETURN_IF_ERROR(PersistExperiment(store_, es, updated));
+  es.config = parsed.config;
+  es.config_json = parsed.effective_json;
+  for (int64_t tid : es.trial_ids) {
+    TrialEvent(tid, absl::StrCat("slots_per_trial set to ", slots));
+  }
+  *resp->mutable_experiment() = updated;
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::UpdateJobPriority(const v1::UpdateJobPriorityRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (req.priority() < 1 || req.priority() > 99) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority: expected an integer in [1, 99], got ", req.priority()));
+  }
+  auto it = experiments_.find(req.experiment_id());
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", req.experiment_id(), " not found"));
+  }
+  v1::Experiment updated = it->second.experiment;
+  updated.set_priority(req.priority());
+  RETURN_IF_ERROR(PersistExperiment(store_, it->second, std::move(updated)));
+  Logger("master")->info("experiment {}: priority set to {}", req.experiment_id(), req.priority());
+  turns_.RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::GetTrial(const v1::GetTrialRequest& req,
+                                         v1::GetTrialResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(TrialState * t, registry_.FindTrial(req.id()));
+  *resp->mutable_trial() = registry_.TrialView(*t);
+  std::set<std::string> agents;
+  for (const auto& r : t->trial.allocation().ranks()) agents.insert(r.agent_id());
+  for (const auto& agent_id : agents) {
+    ASSIGN_OR_RETURN(auto samples, store_.GetSystemMetrics(agent_id, kTrialSystemMetricsSamples));
+    for (auto& m : samples) *resp->add_system_metrics() = std::move(m);
+  }
+  return absl::OkStatus();
+}
+}  // namespace det::master

@@ -1,0 +1,100 @@
+// ExperimentManager: the life of experiments and of their trials as the searcher sees
+// them. Create (config parsed once, first trials stored with the experiment), list, get,
+// kill, pause, activate, slots and priority changes; the searcher glue (trials it asks
+// for, validations it judges, trials it stops); the end of a trial (FinishTrial: events,
+// searcher, checkpoint GC) and experiment progress and state (UpdateExperiment).
+//
+// Called by: the master service (user API), the allocation manager (a run ended, a trial
+// started), the metrics manager (validations, progress). Asks a run to stop through
+// `kill_run` (the allocation manager). Loop thread only: every public method checks it.
+#ifndef DET_MASTER_EXPERIMENTS_EXPERIMENT_MANAGER_H_
+#define DET_MASTER_EXPERIMENTS_EXPERIMENT_MANAGER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock/clock.h"
+#include "common/config/daemon_config.h"
+#include "master/checkpoints/checkpoint_manager.h"
+#include "master/cluster/agent_manager.h"
+#include "master/experiments/registry.h"
+#include "master/logs/log_manager.h"
+#include "master/loop/turns.h"
+#include "master/store/store.h"
+#include "master/templates/templates.h"
+
+namespace det::master {
+
+class ExperimentManager {
+ public:
+  // Asks the agents of t's open run to stop it, with `reason`.
+  using KillRun = std::function<void(TrialState& t, const std::string& reason)>;
+
+  // Everything must outlive this.
+  ExperimentManager(const config::MasterConfig& config, Clock& clock, Turns& turns, Store& store,
+                    AgentManager& agents, Templates& templates, LogManager& logs,
+                    CheckpointManager& checkpoints, ExperimentRegistry& registry, KillRun kill_run);
+
+  // Recovery, first step: the stored experiments (configs parsed again) and their trials.
+  absl::Status Restore(std::vector<v1::Experiment> experiments, std::vector<v1::Trial> trials);
+  // Recovery, last step (once allocations are restored): searchers of the experiments
+  // still running, rebuilt from their trials; trials the searcher stopped before the
+  // restart end; trials it wanted but had no time to create are created.
+  absl::Status RestoreSearchers();
+
+  // User API.
+  absl::Status Create(const std::string& owner, const v1::CreateExperimentRequest& req,
+                      v1::CreateExperimentResponse* resp);
+  absl::Status List(const v1::ListExperimentsRequest& req, v1::ListExperimentsResponse* resp);
+  absl::Status Get(const v1::GetExperimentRequest& req, v1::GetExperimentResponse* resp);
+  absl::Status Kill(const v1::KillExperimentRequest& req);
+  absl::Status Pause(const v1::PauseExperimentRequest& req);
+  absl::Status Activate(const v1::ActivateExperimentRequest& req);
+  absl::Status SetSlots(const v1::SetExperimentSlotsRequest& req,
+                        v1::SetExperimentSlotsResponse* resp);
+  absl::Status UpdateJobPriority(const v1::UpdateJobPriorityRequest& req);
+  absl::Status GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp);
+
+  // Ends trial t in `state` (persisted as it happened), then tells its log waiters, the
+  // searcher and checkpoint GC.
+  void FinishTrial(TrialState& t, v1::State state, const std::string& error);
+  // Recomputes es's progress and, once every trial ended, its final state (persisted).
+  void UpdateExperiment(ExperimentState& es);
+  // A validation row: hands it to the searcher, stopping the trial when it says so.
+  void SearcherValidation(const v1::Metrics& metrics);
+
+ private:
+  // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is
+  // already in `to`; NotFound, or FailedPrecondition when it is in neither.
+  absl::StatusOr<ExperimentState*> MoveExperiment(int64_t id, v1::State from, v1::State to);
+  // Builds es.searcher from the trials es has.
+  absl::Status RebuildSearcher(ExperimentState& es);
+  // Creates the trials the searcher asks for (only while the experiment is ACTIVE).
+  absl::Status CreateSearcherTrials(ExperimentState& es);
+  void TrialEvent(int64_t trial_id, const std::string& message, bool verbose = false) {
+    logs_.Event(trial_id, message, verbose);
+  }
+
+  const config::MasterConfig& config_;
+  Clock& clock_;
+  Turns& turns_;
+  EventLoop& loop_;
+  Store& store_;
+  AgentManager& agents_;
+  Templates& templates_;
+  LogManager& logs_;
+  CheckpointManager& checkpoints_;
+  ExperimentRegistry& registry_;
+  KillRun kill_run_;
+  // The registry's parts this manager changes most (aliases).
+  std::map<int64_t, ExperimentState>& experiments_;
+  std::map<int64_t, TrialState>& trials_;
+  std::map<int64_t, std::string>& waiting_reason_;
+  v1::GetMasterStatsResponse& counters_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_EXPERIMENTS_EXPERIMENT_MANAGER_H_

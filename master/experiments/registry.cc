@@ -1,0 +1,83 @@
+#include "master/experiments/registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::master {
+
+absl::StatusOr<TrialState*> ExperimentRegistry::FindTrial(int64_t id) {
+  auto it = trials.find(id);
+  if (it == trials.end()) return absl::NotFoundError(absl::StrCat("trial ", id, " not found"));
+  return &it->second;
+}
+
+v1::Trial ExperimentRegistry::TrialView(const TrialState& t) const {
+  v1::Trial view = t.trial;
+  if (view.allocation().id().empty() && !t.last_allocation.id().empty()) {
+    *view.mutable_allocation() = t.last_allocation;
+  }
+  auto w = waiting_reason.find(t.trial.id());
+  if (t.trial.state() == v1::STATE_QUEUED && w != waiting_reason.end()) {
+    view.set_pending_reason(w->second);
+  }
+  return view;
+}
+
+std::vector<views::ExperimentRow> ExperimentRegistry::ExperimentRows() const {
+  std::vector<views::ExperimentRow> rows;
+  rows.reserve(experiments.size());
+  for (const auto& [id, es] : experiments) {
+    views::ExperimentRow& row = rows.emplace_back();
+    row.experiment = &es.experiment;
+    for (int64_t tid : es.trial_ids) {
+      const TrialState& t = trials.at(tid);
+      auto w = waiting_reason.find(tid);
+      row.trials.push_back({&t.trial, t.killing, w == waiting_reason.end() ? nullptr : &w->second});
+    }
+  }
+  return rows;
+}
+
+absl::StatusOr<TrialState*> ExperimentRegistry::AuthorizeWorker(const v1::WorkerAuth& auth) {
+  auto at = allocation_trial.find(auth.allocation_id());
+  if (at == allocation_trial.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("allocation ", auth.allocation_id(), " is not running"));
+  }
+  TrialState& t = trials.at(at->second);
+  if (auth.token().size() != t.token.size() || auth.token() != t.token) {
+    return absl::PermissionDeniedError("worker token does not match its allocation");
+  }
+  return &t;
+}
+
+int ExperimentRegistry::TrialIndex(const ExperimentState& es, int64_t trial_id) {
+  auto it = std::find(es.trial_ids.begin(), es.trial_ids.end(), trial_id);
+  return it == es.trial_ids.end() ? -1 : static_cast<int>(it - es.trial_ids.begin());
+}
+
+absl::Status PersistExperiment(Store& store, ExperimentState& es, v1::Experiment updated) {
+  absl::Status written = store.UpdateExperiment(updated);
+  std::string what = absl::StrCat("experiment ", updated.id());
+  return WriteThenKeep(std::move(written), what, &es.experiment, std::move(updated));
+}
+
+absl::Status PersistTrial(Store& store, TrialState& t, v1::Trial updated) {
+  absl::Status written = store.UpdateTrial(updated);
+  std::string what = absl::StrCat("trial ", updated.id());
+  return WriteThenKeep(std::move(written), what, &t.trial, std::move(updated));
+}
+
+void RecordTrial(Store& store, TrialState& t) { (void)PersistTrial(store, t, t.trial); }
+
+absl::Status PersistAllocation(Store& store, const v1::Allocation& allocation,
+                               const std::string& token) {
+  absl::Status st = store.UpsertAllocation(allocation, token);
+  if (!st.ok()) {
+    Logger("master")->error("allocation {}: cannot persist: {}", allocation.id(), st.ToString());
+  }
+  return st;
+}
+
+}  // namespace det::master

@@ -1,0 +1,59 @@
+#include "master/loop/turns.h"
+
+#include "master/loop/on_loop.h"
+
+namespace det::master {
+
+void Turns::Post(std::function<void()> fn) {
+  loop_.Post([this, fn = std::move(fn)] {
+    fn();
+    EndTurn();
+  });
+}
+
+EventLoop::TimerId Turns::PostAfter(absl::Duration delay, std::function<void()> fn) {
+  return loop_.PostAfter(delay, [this, fn = std::move(fn)] {
+    fn();
+    EndTurn();
+  });
+}
+
+void Turns::OnLoop(Done done, std::function<absl::Status()> fn) {
+  loop_.Post([this, done = std::move(done), fn = std::move(fn)] {
+    absl::Status st = fn();
+    EndTurn();
+    done(st);
+  });
+}
+
+void Turns::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
+  loop_.PostUrgent([this, done = std::move(done), fn = std::move(fn)] {
+    absl::Status st = fn();
+    EndTurn();
+    done(st);
+  });
+}
+
+void Turns::RequestSchedule() {
+  DET_CHECK_ON_LOOP(loop_);
+  schedule_requested_ = true;
+  // The pass runs at the end of the current turn (EndTurn); this posted turn only serves
+  // a request made outside one.
+  if (schedule_posted_) return;
+  schedule_posted_ = true;
+  Post([this] { schedule_posted_ = false; });
+}
+
+void Turns::EndTurn() {
+  DET_CHECK_ON_LOOP(loop_);
+  // A pass may request another (a placement that failed at once requeues its task): a
+  // few run here; beyond that the posted pass of RequestSchedule runs them.
+  constexpr int kMaxPassesPerTurn = 4;
+  for (int i = 0; schedule_requested_ && i < kMaxPassesPerTurn; ++i) {
+    schedule_requested_ = false;
+    if (pass_) pass_();
+  }
+  if (end_) end_();
+}
+
+}  // namespace det::master

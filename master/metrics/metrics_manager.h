@@ -1,0 +1,62 @@
+// MetricsManager: metric rows workers report. Rows are accepted on the loop and stored by
+// one transaction per flush (group commit) together with the trials' summaries, and only
+// then acknowledged; validation rows go to the searcher (experiment manager) and progress
+// is recomputed. Reads a trial's rows back, downsampled (downsample.h).
+//
+// Called by: the master service (ReportMetrics, GetTrialMetrics). Loop thread only: every
+// public method checks it.
+#ifndef DET_MASTER_METRICS_METRICS_MANAGER_H_
+#define DET_MASTER_METRICS_METRICS_MANAGER_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock/clock.h"
+#include "master/api/handlers.h"
+#include "master/experiments/experiment_manager.h"
+#include "master/experiments/registry.h"
+#include "master/loop/turns.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+class MetricsManager {
+ public:
+  // Everything must outlive this.
+  MetricsManager(Clock& clock, Turns& turns, Store& store, ExperimentRegistry& registry,
+                 ExperimentManager& experiments);
+
+  // Accepts the rows of `req` (checked against the run's token and trial); `done` is
+  // called once they are stored (a later turn), or at once with the refusal.
+  void Report(const v1::ReportMetricsRequest& req, Done done);
+  absl::Status GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
+                               v1::GetTrialMetricsResponse* resp);
+
+ private:
+  // Metric rows accepted on the loop but not yet stored; one transaction stores them all
+  // (group commit) before any of their reports is acknowledged.
+  struct PendingMetrics {
+    std::vector<v1::Metrics> rows;
+    std::vector<Done> acks;
+    std::vector<size_t> ack_rows;  // rows of each ack, in order
+    bool flush_posted = false;
+  };
+  // Stores the pending metric rows and the trials' summaries, then acknowledges them.
+  void Flush();
+
+  Clock& clock_;
+  Turns& turns_;
+  EventLoop& loop_;
+  Store& store_;
+  ExperimentRegistry& registry_;
+  ExperimentManager& experiments_manager_;
+  std::map<int64_t, ExperimentState>& experiments_;
+  std::map<int64_t, TrialState>& trials_;
+  v1::GetMasterStatsResponse& counters_;
+  PendingMetrics pending_metrics_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_METRICS_METRICS_MANAGER_H_
