@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/format.h"
@@ -219,10 +220,20 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is a directory"));
   }
+  if (st.st_size > config::kMaxYamlBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config file '%s' is %.1f MiB; a config may be at most %d KiB", path,
+        static_cast<double>(st.st_size) / (1 << 20), config::kMaxYamlBytes >> 10));
+  }
   absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("cannot read config file '", path,
                                                            "': ", text.status().message()));
+  }
+  if (std::string where = config::FindInvalidUtf8(*text); !where.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path,
+                                                   "' is not valid UTF-8 at ", where,
+                                                   "; save it as UTF-8"));
   }
   return text;
 }

@@ -9,17 +9,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config/limits.h"
 #include "proto/types.pb.h"
 
 namespace det::cli {
 
-// Largest total size of a context directory's files: 64 MiB.
-inline constexpr uint64_t kMaxContextBytes = uint64_t{64} << 20;
-// Largest number of files in a context directory: 10,000.
-inline constexpr uint64_t kMaxContextFiles = 10000;
+// Largest total size of a context directory's files (64 MiB) and number of files
+// (10,000): the master's limits (common/config/limits.h).
+inline constexpr uint64_t kMaxContextBytes = config::kMaxContextBytes;
+inline constexpr uint64_t kMaxContextFiles = config::kMaxContextFiles;
 
 // The text of the config file at `path`. NotFound "config file 'PATH' does not exist";
-// other failures name the file too.
+// a file over config::kMaxYamlBytes or not UTF-8 is InvalidArgument naming the limit
+// (the master would refuse it; it is not sent); other failures name the file too.
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
 
 // Which paths of a context directory are left out: det's defaults (`.git`, `__pycache__/`,

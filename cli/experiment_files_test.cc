@@ -71,6 +71,23 @@ TEST_F(ExperimentFilesTest, ConfigThatIsADirectory) {
   EXPECT_THAT(text.status().message(), HasSubstr("is a directory"));
 }
 
+TEST_F(ExperimentFilesTest, ConfigOverTheLimitIsRefusedWithoutReadingIt) {
+  Write("big.yaml", "description: " + std::string(50 << 20, 'x') + "\n");
+  absl::StatusOr<std::string> text = ReadConfigFile(dir_ + "/big.yaml");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(),
+            "config file '" + dir_ + "/big.yaml' is 50.0 MiB; a config may be at most 1024 KiB");
+}
+
+TEST_F(ExperimentFilesTest, ConfigThatIsNotUtf8NamesWhere) {
+  Write("latin1.yaml", "name: x\ndescription: caf\xe9\n");
+  absl::StatusOr<std::string> text = ReadConfigFile(dir_ + "/latin1.yaml");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(), "config file '" + dir_ +
+                                         "/latin1.yaml' is not valid UTF-8 at line 2, byte "
+                                         "offset 24 (0xe9); save it as UTF-8");
+}
+
 TEST_F(ExperimentFilesTest, ReadsContextRecursivelySkippingGit) {
   Write("ctx/train.py", "print(1)\n");
   Write("ctx/sub/data.txt", "abc");

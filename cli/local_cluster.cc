@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -198,6 +199,19 @@ std::string Describe(const Daemon& d) {
   return d.name == "master" ? std::string("master") : absl::StrCat("agent local-", d.name);
 }
 
+// The parent of `pid` from /proc/PID/stat; 0 when it cannot be read.
+pid_t ParentPid(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses; it ends at the last ')'.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 1), ' ', absl::SkipEmpty());
+  int ppid = 0;
+  return fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) ? ppid : 0;
+}
+
 // The daemon of `dir` that process `pid` runs, from its command line: a det-master or
 // det-agent program (or a script of that name) given `--config PATH` where PATH, resolved
 // against the process's working directory, is `dir`/master.yaml or `dir`/agent-*.yaml.
@@ -261,16 +275,26 @@ std::vector<Daemon> FindRunningDaemons(const std::string& dir, std::ostream& out
     }
   }
   const fs::path canonical_dir = fs::weakly_canonical(dir, ec);
+  std::vector<Daemon> found;
   fs::directory_iterator proc("/proc", ec);
   for (; !ec && proc != fs::directory_iterator(); proc.increment(ec)) {
     int pid = 0;
     if (!absl::SimpleAtoi(proc->path().filename().string(), &pid) || pid == ::getpid()) continue;
+    std::optional<Daemon> d = DaemonOfProcess(pid, canonical_dir);
+    if (d.has_value() && IsRunning(pid)) found.push_back(*std::move(d));
+  }
+  // A daemon's child between fork and exec still shows the daemon's command line: only
+  // processes whose parent is not a daemon of `dir` are daemons.
+  std::set<pid_t> daemon_pids;
+  for (const Daemon& d : running) daemon_pids.insert(d.pid);
+  for (const Daemon& d : found) daemon_pids.insert(d.pid);
+  for (Daemon& d : found) {
     if (std::any_of(running.begin(), running.end(),
-                    [pid](const Daemon& d) { return d.pid == pid; })) {
+                    [&d](const Daemon& r) { return r.pid == d.pid; }) ||
+        daemon_pids.count(ParentPid(d.pid)) > 0) {
       continue;
     }
-    std::optional<Daemon> d = DaemonOfProcess(pid, canonical_dir);
-    if (d.has_value() && IsRunning(pid)) running.push_back(*std::move(d));
+    running.push_back(std::move(d));
   }
   std::sort(running.begin(), running.end(), [](const Daemon& a, const Daemon& b) {
     bool a_master = a.name == "master", b_master = b.name == "master";

@@ -74,7 +74,7 @@ class SchemaReader {
     ReadLength(r, "min_validation_period", &c_.min_validation_period, false);
     ReadLength(r, "min_checkpoint_period", &c_.min_checkpoint_period, false);
     r.Int("max_restarts", &c_.max_restarts, 0, 1000000);
-    r.Int("records_per_epoch", &c_.records_per_epoch, 0);
+    r.Int("records_per_epoch", &c_.records_per_epoch, 0, kMaxRecordsPerEpoch);
     r.Int("scheduling_unit", &c_.scheduling_unit, 1, 1 << 30);
     r.Object("reproducibility", [&](ObjectReader& rep) {
       rep.Int("experiment_seed", &c_.experiment_seed, 0, kMaxSeed);
@@ -120,7 +120,7 @@ class SchemaReader {
             return;
           }
           out->unit = batches ? Length::Unit::kBatches : Length::Unit::kEpochs;
-          r.Int(batches ? "batches" : "epochs", &out->value, 0);
+          r.Int(batches ? "batches" : "epochs", &out->value, 0, kMaxLengthBatches);
           r.Known(batches ? "epochs" : "batches");
         },
         Req(required));
@@ -431,11 +431,19 @@ class SchemaReader {
          {std::pair<std::string, const Length*>{"searcher.max_length", &c_.searcher.max_length},
           {"min_validation_period", &c_.min_validation_period},
           {"min_checkpoint_period", &c_.min_checkpoint_period}}) {
-      if (length->unit == Length::Unit::kEpochs && c_.BatchesPerEpoch() == 0) {
-        YAML::Node node = path == "searcher.max_length" ? r.node()["searcher"]["max_length"]
-                                                        : r.node()[path];
+      if (length->unit != Length::Unit::kEpochs) continue;
+      YAML::Node node = path == "searcher.max_length" ? r.node()["searcher"]["max_length"]
+                                                      : r.node()[path];
+      const int64_t per_epoch = c_.BatchesPerEpoch();
+      if (per_epoch == 0) {
         r.FailAt(node, path,
                  "a length in epochs needs records_per_epoch and hyperparameters.global_batch_size");
+        return;
+      }
+      if (length->value > kMaxLengthBatches / per_epoch) {
+        r.FailAt(node, path,
+                 absl::StrCat(length->value, " epochs of ", per_epoch, " batches is more than ",
+                              kMaxLengthBatches, " batches, the longest length accepted"));
         return;
       }
     }

@@ -149,6 +149,10 @@ struct ParsedExperiment {
 
 // The largest number of trials a grid may have.
 inline constexpr int64_t kMaxGridTrials = 100000;
+// The longest length (searcher.max_length, periods) in batches, also once epochs are
+// converted: arithmetic on lengths can never overflow.
+inline constexpr int64_t kMaxLengthBatches = 1000000000000;  // 10^12
+inline constexpr int64_t kMaxRecordsPerEpoch = 1000000000000000;  // 10^15
 
 // Assembles the config (input.config_yaml, merged over the template it names, then the
 // overrides; see config_merge.h), validates it and fills defaults. `seed_if_unset` is the

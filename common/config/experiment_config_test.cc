@@ -51,6 +51,30 @@ TEST(ExperimentConfig, ValidationErrors) {
       {m + "min_validation_period: {epochs: 1}\n",
        "exp.yaml:7: min_validation_period: a length in epochs needs records_per_epoch and "
        "hyperparameters.global_batch_size"},
+      // Limits: lengths whose conversion to batches would overflow, strings and documents
+      // too long (messages never echo a long value back), text that is not UTF-8.
+      {m + "records_per_epoch: 1000000000000000\nhyperparameters: {global_batch_size: 1}\n"
+           "min_validation_period: {epochs: 10000}\n",
+       "exp.yaml:9: min_validation_period: 10000 epochs of 1000000000000000 batches is more "
+       "than 1000000000000 batches, the longest length accepted"},
+      {m + "records_per_epoch: 9999999999999999999\n",
+       "exp.yaml:7: records_per_epoch: expected an integer in [0, 1000000000000000], got "
+       "\"9999999999999999999\""},
+      {m + "min_checkpoint_period: {batches: 1000000000001}\n",
+       "exp.yaml:7: min_checkpoint_period.batches: expected an integer in [0, 1000000000000], "
+       "got \"1000000000001\""},
+      {m + "description: " + std::string(70000, 'x') + "\n",
+       "exp.yaml:7: description: a string of 70000 bytes; at most 64 KiB is accepted"},
+      {m + "labels: [a, " + std::string(70000, 'y') + "]\n",
+       "exp.yaml:7: labels: item 1: a string of 70000 bytes; at most 64 KiB is accepted"},
+      {m + "max_restarts: " + std::string(100, '9') + "\n",
+       "exp.yaml:7: max_restarts: expected an integer in [0, 1000000], got \"" +
+           std::string(80, '9') + "...\" (100 bytes)"},
+      {m + "description: " + std::string(2 << 20, 'x') + "\n",
+       "exp.yaml: the document is 2.0 MiB; at most 1024 KiB is accepted"},
+      {m + "name: caf\xc3\xa9\ndescription: \"\xff\"\n",
+       "exp.yaml: not valid UTF-8 at line 8, byte offset " + std::to_string(m.size() + 26) +
+           " (0xff); save the file as UTF-8"},
       {m + "environment:\n  environment_variables: [FOO]\n",
        "exp.yaml:8: environment.environment_variables: expected NAME=VALUE items, got \"FOO\""},
       // Hyperparameters.

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -18,11 +19,23 @@ namespace {
 
 int Line(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
 
+// A scalar in quotes for an error message, cut after 80 bytes (a message never echoes a
+// huge value back).
 std::string Quote(const YAML::Node& node) {
+  constexpr size_t kShown = 80;
+  if (node.IsScalar() && node.Scalar().size() > kShown) {
+    return absl::StrCat("\"", node.Scalar().substr(0, kShown), "...\" (", node.Scalar().size(),
+                        " bytes)");
+  }
   if (node.IsScalar()) return absl::StrCat("\"", node.Scalar(), "\"");
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
   return "nothing";
+}
+
+std::string TooLong(size_t bytes) {
+  return absl::StrFormat("a string of %d bytes; at most %d KiB is accepted", bytes,
+                         kMaxStringBytes >> 10);
 }
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
@@ -137,6 +150,15 @@ absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view f
 
 absl::StatusOr<YAML::Node> ParseYamlValue(absl::string_view text, absl::string_view filename,
                                           int first_line) {
+  if (static_cast<int64_t>(text.size()) > kMaxYamlBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the document is %.1f MiB; at most %d KiB is accepted", filename,
+        static_cast<double>(text.size()) / (1 << 20), kMaxYamlBytes >> 10));
+  }
+  if (std::string where = FindInvalidUtf8(text); !where.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(filename, ": not valid UTF-8 at ", where, "; save the file as UTF-8"));
+  }
   const int shift = std::max(0, first_line - 1);
   YAML::Node node;
   try {
@@ -270,7 +292,13 @@ const YAML::Node* ObjectReader::Scalar(const std::string& key, const char* expec
 
 void ObjectReader::String(const std::string& key, std::string* out, bool required) {
   YAML::Node n;
-  if (auto* v = Scalar(key, "a string", &n, required)) *out = v->Scalar();
+  auto* v = Scalar(key, "a string", &n, required);
+  if (v == nullptr) return;
+  if (static_cast<int64_t>(v->Scalar().size()) > kMaxStringBytes) {
+    Error(key, TooLong(v->Scalar().size()));
+    return;
+  }
+  *out = v->Scalar();
 }
 
 void ObjectReader::Int(const std::string& key, int64_t* out, int64_t min, int64_t max,
@@ -278,7 +306,8 @@ void ObjectReader::Int(const std::string& key, int64_t* out, int64_t min, int64_
   std::string expected =
       min == std::numeric_limits<int64_t>::min() || min <= std::numeric_limits<int>::min()
           ? "an integer"
-          : (max >= std::numeric_limits<int>::max() ? absl::StrCat("an integer >= ", min)
+          : (max == std::numeric_limits<int>::max() || max == std::numeric_limits<int64_t>::max()
+                 ? absl::StrCat("an integer >= ", min)
                                                     : absl::StrCat("an integer in [", min, ", ", max, "]"));
   YAML::Node n;
   auto* v = Scalar(key, expected.c_str(), &n, required);
@@ -350,6 +379,10 @@ void ObjectReader::StringList(const std::string& key, std::vector<std::string>* 
   }
   const YAML::Node n = node_[key];
   if (n.IsScalar() && allow_scalar) {
+    if (static_cast<int64_t>(n.Scalar().size()) > kMaxStringBytes) {
+      Error(key, TooLong(n.Scalar().size()));
+      return;
+    }
     *out = absl::StrSplit(n.Scalar(), absl::ByAnyChar(" \t"), absl::SkipEmpty());
     return;
   }
@@ -361,6 +394,10 @@ void ObjectReader::StringList(const std::string& key, std::vector<std::string>* 
   for (size_t i = 0; i < n.size(); ++i) {
     if (!n[i].IsScalar()) {
       Error(key, absl::StrCat("item ", i, ": expected a string, got ", Quote(n[i])));
+      return;
+    }
+    if (static_cast<int64_t>(n[i].Scalar().size()) > kMaxStringBytes) {
+      Error(key, absl::StrCat("item ", i, ": ", TooLong(n[i].Scalar().size())));
       return;
     }
     items.push_back(n[i].Scalar());

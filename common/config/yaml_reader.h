@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/config/limits.h"
 #include "yaml-cpp/yaml.h"
 
 namespace det::config {
@@ -57,7 +58,8 @@ inline constexpr int kMaxYamlNodes = 100000;
 // ...". An empty document is an empty map. `first_line`: the line number the text's
 // first line gets in the returned nodes' marks (see SourceMap); messages still count from
 // the text's own line 1. A document nested deeper than kMaxYamlDepth or with more than
-// kMaxYamlNodes nodes is InvalidArgument.
+// kMaxYamlNodes nodes, longer than kMaxYamlBytes, or not valid UTF-8 is InvalidArgument
+// naming `filename` (and the limit).
 absl::StatusOr<YAML::Node> ParseYaml(absl::string_view text, absl::string_view filename,
                                      int first_line = 1);
 // The same, but an empty document is a null node and any value may be at the top.
