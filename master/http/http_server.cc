@@ -369,7 +369,7 @@ void HttpServer::AddRoutes() {
   srv.Get("/", [asset](const httplib::Request&, httplib::Response& res) {
     asset("/index.html", res);
   });
-  srv.Get("/(index\\.html|app\\.js|style\\.css)",
+  srv.Get("/(index\\.html|app\\.js|charts\\.js|style\\.css)",
           [asset](const httplib::Request& req, httplib::Response& res) { asset(req.path, res); });
 
   // Prometheus text exposition of GetMasterStats.

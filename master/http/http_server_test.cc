@@ -293,6 +293,11 @@ TEST_F(RestTest, MasterInfoHealthAndWebPage) {
   EXPECT_EQ(js->status, 200);
   EXPECT_THAT(js->get_header_value("Content-Type"), HasSubstr("javascript"));
   EXPECT_THAT(js->body, HasSubstr("function"));
+  auto charts = http_->Get("/charts.js");  // The page loads it before app.js.
+  ASSERT_TRUE(charts);
+  EXPECT_EQ(charts->status, 200);
+  EXPECT_THAT(charts->body, HasSubstr("function lineChart("));
+  EXPECT_THAT(page->body, HasSubstr("<script src=\"/charts.js\"></script>"));
   auto css = http_->Get("/style.css");
   ASSERT_TRUE(css);
   EXPECT_EQ(css->status, 200);
