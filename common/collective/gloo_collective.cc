@@ -8,14 +8,23 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace det::collective {
@@ -111,6 +120,90 @@ class RendezvousStore : public gloo::rendezvous::Store {
   absl::Status status_;
 };
 
+// The "ip:port"s a Gloo address string ("[10.0.0.7]:41234", maybe with a "$seq" suffix)
+// may stand for: Debian's Gloo prints the port in network byte order, so both readings.
+std::vector<std::string> HostPorts(std::string text) {
+  if (size_t seq = text.find('$'); seq != std::string::npos) text.resize(seq);
+  std::string plain;
+  for (char c : text) {
+    if (c != '[' && c != ']') plain.push_back(c);
+  }
+  size_t colon = plain.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(plain.substr(colon + 1), &port)) return {};
+  const std::string ip = plain.substr(0, colon);
+  const int swapped = ((port & 0xff) << 8) | ((port >> 8) & 0xff);
+  return {absl::StrCat(ip, ":", port), absl::StrCat(ip, ":", swapped)};
+}
+
+// "ip:port" of a socket address; "" for anything but IPv4/IPv6.
+std::string HostPort(const sockaddr_storage& sa) {
+  char ip[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
+  if (sa.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&sa);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    port = ntohs(in->sin_port);
+  } else if (sa.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+    inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    port = ntohs(in6->sin6_port);
+  } else {
+    return "";
+  }
+  return absl::StrCat(ip, ":", port);
+}
+
+// This process's connected TCP sockets: fd -> (local, peer) as "ip:port". Gloo does not
+// hand out its sockets, so they are found by their addresses.
+std::map<int, std::pair<std::string, std::string>> TcpSockets() {
+  std::map<int, std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+      continue;
+    }
+    out[fd] = {HostPort(local), HostPort(peer)};
+  }
+  return out;
+}
+
+// Sets TCP keepalive (idle and interval peer_timeout / 5, at least 1s) and
+// TCP_USER_TIMEOUT = peer_timeout on `fd`. An error names the option.
+absl::Status SetPeerTimeout(int fd, absl::Duration peer_timeout) {
+  const int probe_s = std::max<int64_t>(1, absl::ToInt64Seconds(peer_timeout / 5));
+  const unsigned int user_timeout_ms =
+      static_cast<unsigned int>(absl::ToInt64Milliseconds(peer_timeout));
+  const int one = 1;
+  struct Option {
+    int level, name;
+    const void* value;
+    socklen_t size;
+    const char* what;
+  };
+  const Option options[] = {
+      {SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one), "SO_KEEPALIVE"},
+      {IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s), "TCP_KEEPIDLE"},
+      {IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s), "TCP_KEEPINTVL"},
+      {IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms),
+       "TCP_USER_TIMEOUT"},
+  };
+  for (const Option& o : options) {
+    if (setsockopt(fd, o.level, o.name, o.value, o.size) != 0) {
+      return absl::InternalError(absl::StrCat("setsockopt ", o.what, ": ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
@@ -150,13 +243,80 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
                                                " could not connect to its peers (", where,
                                                ", key '", key, "'): ", e.what()));
   }
-  return std::unique_ptr<GlooCollective>(
-      new GlooCollective(rank, size, std::move(context), options.timeout));
+  // Every rank's listening address for each of its pairs (what the other side of the pair
+  // connected to, and what Gloo's errors name), exchanged in one more round.
+  std::vector<std::string> peers(size);
+  if (size > 1) {
+    std::string mine;
+    for (int peer = 0; peer < size; ++peer) {
+      std::string address = peer == rank ? "" : context->getPair(peer)->address().str();
+      AppendField(&mine, address.data(), address.size());
+    }
+    auto all = rendezvous.AllGather(absl::StrCat(key, "/pairs"), mine, options.rendezvous_timeout);
+    if (!all.ok()) {
+      return absl::Status(all.status().code(),
+                          absl::StrCat("gloo: rank ", rank, " of ", size, " could not exchange pair addresses under '",
+                                       key, "/pairs': ", all.status().message()));
+    }
+    for (int peer = 0; peer < size; ++peer) {
+      size_t pos = 0;
+      std::string field;
+      for (int i = 0; i <= rank; ++i) {
+        if (!ReadField((*all)[peer], &pos, &field)) {
+          return absl::DataLossError(absl::StrCat("gloo: the pair addresses of rank ", peer, " are malformed"));
+        }
+      }
+      if (peer != rank) peers[peer] = field;
+    }
+  }
+  // Pair `peer`'s socket: accepted on this rank's listening address for it, or connected
+  // to the peer's. Its peer address, as the kernel has it, is what errors show.
+  std::vector<std::string> shown(size);
+  if (size > 1) {
+    std::map<int, std::pair<std::string, std::string>> sockets = TcpSockets();
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const std::string peer_local = context->getPair(peer)->address().str();
+      const std::vector<std::string> locals = HostPorts(peer_local);
+      const std::vector<std::string> remotes = HostPorts(peers[peer]);
+      auto in = [](const std::vector<std::string>& v, const std::string& x) {
+        return std::find(v.begin(), v.end(), x) != v.end();
+      };
+      int fd = -1;
+      for (const auto& [f, addresses] : sockets) {
+        if (in(locals, addresses.first) || in(remotes, addresses.second)) {
+          fd = f;
+          shown[peer] = addresses.second;
+        }
+      }
+      absl::Status st = absl::OkStatus();
+      if (fd < 0) {
+        st = absl::NotFoundError(absl::StrCat("no socket from ", peer_local, " or to ", peers[peer]));
+      } else if (options.peer_timeout > absl::ZeroDuration()) {
+        st = SetPeerTimeout(fd, options.peer_timeout);
+      }
+      if (!st.ok()) {
+        return absl::InternalError(absl::StrCat("gloo: rank ", rank, " cannot set the peer timeout on its connection to rank ", peer, " at ", peers[peer], ": ", st.message()));
+      }
+    }
+  }
+  return std::unique_ptr<GlooCollective>(new GlooCollective(
+      rank, size, std::move(context), options.timeout, std::move(peers), std::move(shown)));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                               absl::Duration timeout)
-    : rank_(rank), size_(size), context_(std::move(context)), timeout_(timeout) {}
+                               absl::Duration timeout, std::vector<std::string> gloo_peers,
+                               std::vector<std::string> peers)
+    : rank_(rank),
+      size_(size),
+      context_(std::move(context)),
+      timeout_(timeout),
+      gloo_peers_(std::move(gloo_peers)),
+      peers_(std::move(peers)) {}
+
+std::string GlooCollective::PeerAddress(int peer) const {
+  return peer >= 0 && peer < static_cast<int>(peers_.size()) ? peers_[peer] : "";
+}
 
 GlooCollective::~GlooCollective() {
   if (!failed_.ok() && context_) {
@@ -174,7 +334,21 @@ absl::Status GlooCollective::Run(Describe what, Op op) {
   } catch (const gloo::IoException& e) {
     std::string prefix = absl::StrCat("gloo ", what(), " on rank ", rank_, " of ", size_, " failed: ");
     std::string msg = e.what();
-    if (absl::StrContains(msg, "imed out") || absl::StrContains(msg, "imeout")) {
+    // Gloo names the connection that broke by its peer's address.
+    int peer = -1;
+    for (int r = 0; r < size_ && peer < 0; ++r) {
+      if (!gloo_peers_[r].empty() && absl::StrContains(msg, gloo_peers_[r])) peer = r;
+    }
+    if (peer >= 0 && absl::StrContains(msg, strerror(ETIMEDOUT))) {
+      failed_ = absl::AbortedError(absl::StrCat(
+          prefix, "lost rank ", peer, " at ", peers_[peer],
+          ": its host acknowledged nothing for the peer timeout (host down or network cut): ",
+          msg));
+    } else if (peer >= 0) {
+      failed_ = absl::AbortedError(absl::StrCat(prefix, "lost the connection to rank ", peer,
+                                                " at ", peers_[peer],
+                                                " (it exited or its connection broke): ", msg));
+    } else if (absl::StrContains(msg, "imed out") || absl::StrContains(msg, "imeout")) {
       failed_ = absl::DeadlineExceededError(absl::StrCat(
           prefix, "no progress within ", absl::FormatDuration(timeout_),
           " (a peer rank hangs or is far behind): ", msg));

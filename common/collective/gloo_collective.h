@@ -5,14 +5,19 @@
 //
 // Failure handling: a peer that exits closes its sockets, so the ranks talking to it
 // fail at once with kAborted and exit; their exit closes their own sockets, so the
-// failure reaches every rank within one round trip. A peer that hangs without exiting
-// is caught by `timeout`. Gloo throws C++ exceptions; they are caught here and never
-// leave this class.
+// failure reaches every rank within one round trip. A peer whose host vanishes (power,
+// cable, partition: no FIN or RST ever arrives) is caught by `peer_timeout`: every
+// connection to a peer has TCP keepalive and TCP_USER_TIMEOUT set, so the kernel aborts
+// it once the peer's kernel has acknowledged nothing for that long, and the waiting
+// operation fails with kAborted naming the peer's rank and address. A peer that hangs
+// without exiting (its kernel still acknowledges) is caught by `timeout`. Gloo throws C++
+// exceptions; they are caught here and never leave this class.
 #ifndef DET_COMMON_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define DET_COMMON_COLLECTIVE_GLOO_COLLECTIVE_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -33,6 +38,12 @@ struct GlooOptions {
   std::string iface;
   // Longest wait of any single operation (and of connecting) for the other ranks.
   absl::Duration timeout = absl::Minutes(5);
+  // How long a peer's host may leave what this rank sent, and its keepalive probes,
+  // unacknowledged before the connection counts as lost (TCP_USER_TIMEOUT, with keepalive
+  // probes every peer_timeout / 5, at least 1s). Only the peer's kernel answers these,
+  // so a peer busy in a long step never trips it. Zero: the kernel's defaults (about 15
+  // minutes with data unacknowledged, never while idle).
+  absl::Duration peer_timeout = absl::Seconds(15);
   // Longest wait for every rank to publish its addresses.
   absl::Duration rendezvous_timeout = absl::Minutes(5);
 };
@@ -65,9 +76,14 @@ class GlooCollective : public Collective {
   // same connections. Do not use it while another operation runs.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
 
+  // The address ("10.0.0.7:41234") at the other end of this rank's connection to rank
+  // `peer`; "" for this rank itself or an unknown rank.
+  std::string PeerAddress(int peer) const;
+
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                 absl::Duration timeout);
+                 absl::Duration timeout, std::vector<std::string> gloo_peers,
+                 std::vector<std::string> peers);
 
   // Runs `op` (which may throw), mapping exceptions to a status that names the
   // operation (`what()`, built only on failure) and marking the collective failed.
@@ -78,6 +94,9 @@ class GlooCollective : public Collective {
   const int size_;
   std::shared_ptr<gloo::Context> context_;
   const absl::Duration timeout_;
+  // rank -> its address as Gloo's errors name it, and PeerAddress(rank).
+  const std::vector<std::string> gloo_peers_;
+  const std::vector<std::string> peers_;
   uint32_t next_tag_ = 1;
   absl::Status failed_;
 };
