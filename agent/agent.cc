@@ -121,6 +121,17 @@ absl::Status Agent::RegisterOnce() {
     }
   }
   req.set_advertise_address(advertise);
+  std::string interface;
+  if (!advertise.empty()) {
+    absl::StatusOr<std::string> held = InterfaceHolding(advertise);
+    if (held.ok()) {
+      interface = *held;
+    } else {
+      Logger("agent")->warn(
+          "workers of trials across agents get no GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME: {}",
+          held.status().ToString());
+    }
+  }
   req.set_chief_port_first(config_.chief_port_first);
   req.set_chief_port_last(config_.chief_port_last);
   for (const auto& s : slots_) *req.add_slots() = s;
@@ -141,14 +152,17 @@ absl::Status Agent::RegisterOnce() {
   for (const auto& id : resp->kill_allocations()) Kill(id, "the master no longer runs it");
   absl::MutexLock l(&mu_);
   session_ = resp->session_id();
+  launch_context_.advertise_address = advertise;
+  launch_context_.network_interface = interface;
   if (resp->heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp->heartbeat_interval_ms());
   }
   Logger("agent")->info(
       "agent {} joined master {} with {} {} slot(s), {} running allocation(s); advertised as "
-      "{}, chief ports {}-{}",
+      "{} (interface {}), chief ports {}-{}",
       config_.agent_id, config_.master, slots_.size(), launch_context_.slot_type,
-      req.running_allocations_size(), advertise, config_.chief_port_first,
+      req.running_allocations_size(), advertise, interface.empty() ? "unknown" : interface,
+      config_.chief_port_first,
       config_.chief_port_last);
   return absl::OkStatus();
 }
@@ -563,9 +577,11 @@ void Agent::Restore() {
 
 void Agent::Launch(const v1::LaunchCommand& launch) {
   const std::string& id = launch.allocation_id();
+  LaunchContext launch_context;
   {
     absl::MutexLock l(&mu_);
     if (stopping_ || allocations_.count(id)) return;
+    launch_context = launch_context_;
   }
   auto alloc = std::make_unique<Allocation>();
   alloc->work_dir = absl::StrCat(config_.work_dir, "/", SafeName(id));
@@ -581,7 +597,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
         absl::StrCat("cannot create directory '", alloc->run_dir, "': ", ec.message()));
   }
   std::vector<std::string> argv =
-      WorkerArgv({launch.argv().begin(), launch.argv().end()}, launch_context_);
+      WorkerArgv({launch.argv().begin(), launch.argv().end()}, launch_context);
   if (st.ok() && launch.has_checkpoint_gc()) {
     // A checkpoint GC task: this binary deletes the checkpoints, supervised as a worker.
     std::string spec_file = alloc->work_dir + "/checkpoint-gc.json";
@@ -599,7 +615,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
       WorkerSpec spec;
       spec.shim_path = options_.shim_path;
       spec.argv = argv;
-      spec.env = WorkerEnvironment(launch, r, launch_context_, alloc->work_dir, base);
+      spec.env = WorkerEnvironment(launch, r, launch_context, alloc->work_dir, base);
       spec.cwd = alloc->work_dir;
       spec.stdout_path = RankOutputPath(alloc->run_dir, r.rank(), 0);
       spec.stderr_path = RankOutputPath(alloc->run_dir, r.rank(), 1);

@@ -127,6 +127,8 @@ class Agent {
   MasterClient& client_;
   std::vector<v1::Slot> slots_;
   AgentOptions options_;
+  // Fixed at construction, except advertise_address and network_interface: written under
+  // mu_ at each registration; Launch() copies the whole under mu_.
   LaunchContext launch_context_;
 
   absl::Mutex mu_;

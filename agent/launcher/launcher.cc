@@ -94,6 +94,23 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
   if (launch.chief_port() > 0) overrides.emplace_back("MASTER_PORT", absl::StrCat(launch.chief_port()));
   if (!launch.run_id().empty()) overrides.emplace_back("TORCHELASTIC_RUN_ID", launch.run_id());
   if (!ctx.worker_python.empty()) overrides.emplace_back("DET_PYTHON", ctx.worker_python);
+  auto set_anywhere = [&](const std::string& name) {
+    if (launch_env(name) != nullptr) return true;
+    for (const auto& kv : base) {
+      if (kv.first == name) return true;
+    }
+    return false;
+  };
+  if (launch.num_agents() > 1) {
+    const std::pair<const char*, const std::string*> network[] = {
+        {"DET_COLLECTIVE_HOST", &ctx.advertise_address},
+        {"GLOO_SOCKET_IFNAME", &ctx.network_interface},
+        {"NCCL_SOCKET_IFNAME", &ctx.network_interface},
+    };
+    for (const auto& [name, value] : network) {
+      if (!value->empty() && !set_anywhere(name)) overrides.emplace_back(name, *value);
+    }
+  }
   if (launch_env("OMP_NUM_THREADS") == nullptr) {
     int threads = std::max(1, ctx.cpu_count / std::max(1, local_world));
     overrides.emplace_back("OMP_NUM_THREADS", absl::StrCat(threads));

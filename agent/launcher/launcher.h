@@ -27,6 +27,10 @@ struct LaunchContext {
   std::vector<std::string> python_path;
   // The CPUs this agent may use (OMP_NUM_THREADS is shared out of them). >= 1.
   int cpu_count = 1;
+  // Where other agents reach this one (what it advertised to the master) and the local
+  // network interface holding that address; either may be empty (unknown).
+  std::string advertise_address;
+  std::string network_interface;
 };
 
 // The complete environment of the worker running `rank` of `launch` in `work_dir` (its
@@ -59,6 +63,11 @@ struct LaunchContext {
 //   TORCHELASTIC_RUN_ID         launch.run_id, stable across restarts; only when non-empty
 //   OMP_NUM_THREADS             max(1, cpu_count / LOCAL_WORLD_SIZE), unless the launch's
 //                               variables set it (then theirs)
+// Where the ranks of a launch that spans agents (num_agents > 1) listen for each other,
+// each set only when known and neither the launch's variables nor `base` set it:
+//   DET_COLLECTIVE_HOST         ctx.advertise_address (det's Gloo collective listens there)
+//   GLOO_SOCKET_IFNAME,         ctx.network_interface (PyTorch's Gloo and NCCL's sockets
+//   NCCL_SOCKET_IFNAME          use it instead of guessing from the host name)
 EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
                                        const v1::RankPlacement& rank, const LaunchContext& ctx,
                                        const std::string& work_dir,

@@ -177,6 +177,58 @@ TEST(WorkerEnvironment, TorchrunContract) {
   }
 }
 
+TEST(WorkerEnvironment, RanksAcrossAgentsListenWhereTheAgentIsReached) {
+  LaunchContext ctx{"b", "m:1", "cpu", {}, "", {}, 1, "10.0.0.7", "eth1"};
+  struct Case {
+    std::string name;
+    int num_agents;
+    std::map<std::string, std::string> experiment;
+    EnvironmentVariables base;
+    std::map<std::string, std::string> want;
+  };
+  std::vector<Case> cases = {
+      {"across agents: the advertised address and its interface",
+       2,
+       {},
+       {},
+       {{"DET_COLLECTIVE_HOST", "10.0.0.7"},
+        {"GLOO_SOCKET_IFNAME", "eth1"},
+        {"NCCL_SOCKET_IFNAME", "eth1"}}},
+      {"one agent: nothing (loopback serves)",
+       1,
+       {},
+       {},
+       {{"DET_COLLECTIVE_HOST", kAbsent},
+        {"GLOO_SOCKET_IFNAME", kAbsent},
+        {"NCCL_SOCKET_IFNAME", kAbsent}}},
+      {"the experiment's and the agent's own settings win, each alone",
+       2,
+       {{"GLOO_SOCKET_IFNAME", "ib0"}},
+       {{"NCCL_SOCKET_IFNAME", "ib1"}, {"DET_COLLECTIVE_HOST", "10.9.9.9"}},
+       {{"DET_COLLECTIVE_HOST", "10.9.9.9"},
+        {"GLOO_SOCKET_IFNAME", "ib0"},
+        {"NCCL_SOCKET_IFNAME", "ib1"}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::LaunchCommand l = TwoAgentLaunch();
+    l.set_num_agents(c.num_agents);
+    for (const auto& [k, v] : c.experiment) (*l.mutable_env())[k] = v;
+    auto env = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, "/w", c.base));
+    for (const auto& [name, value] : c.want) {
+      if (value == kAbsent) {
+        EXPECT_EQ(env.count(name), 0u) << name << "=" << env[name];
+      } else {
+        EXPECT_EQ(env[name], value) << name;
+      }
+    }
+  }
+  // Unknown address and interface: nothing set.
+  v1::LaunchCommand l = TwoAgentLaunch();
+  auto env = AsMap(WorkerEnvironment(l, l.ranks(0), LaunchContext{"b", "m:1"}, "/w", {}));
+  EXPECT_EQ(env.count("DET_COLLECTIVE_HOST") + env.count("GLOO_SOCKET_IFNAME"), 0u);
+}
+
 TEST(WorkerEnvironment, RanksOfAnotherAgentAreNotLocal) {
   v1::LaunchCommand l = WithChief(TwoAgentLaunch());
   // A rank of the same allocation on agent "a" does not count towards this agent's ranks.

@@ -1,6 +1,8 @@
 #include "agent/net/local_address.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -8,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -86,6 +89,52 @@ absl::StatusOr<std::string> LocalAddressTowards(absl::string_view host_port) {
   if (found.empty()) {
     return absl::UnavailableError(
         absl::StrCat("no local interface routes to '", host_port, "': ", last_error));
+  }
+  return found;
+}
+
+namespace {
+
+// The numeric form of a socket address's IP ("" for other families).
+std::string NumericHost(const sockaddr* sa) {
+  if (sa == nullptr) return "";
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, text, sizeof(text));
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, text, sizeof(text));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> InterfaceHolding(absl::string_view address) {
+  std::string host(address);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* results = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &results);
+  if (rc != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot resolve '", address, "': ", gai_strerror(rc)));
+  }
+  std::set<std::string> wanted;
+  for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) wanted.insert(NumericHost(ai->ai_addr));
+  freeaddrinfo(results);
+  wanted.erase("");
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) != 0) {
+    return absl::InternalError(absl::StrCat("cannot list network interfaces: ", strerror(errno)));
+  }
+  std::string found;
+  for (ifaddrs* i = interfaces; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (wanted.count(NumericHost(i->ifa_addr)) && i->ifa_name != nullptr) found = i->ifa_name;
+  }
+  freeifaddrs(interfaces);
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat("no local network interface holds '", address, "'"));
   }
   return found;
 }

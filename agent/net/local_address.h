@@ -19,6 +19,12 @@ namespace det::agent {
 // Unavailable when no address of it has a route; each message names `host_port`.
 absl::StatusOr<std::string> LocalAddressTowards(absl::string_view host_port);
 
+// The name of the local network interface (e.g. "eth0") holding `address`: a numeric
+// address, or a name resolved first (any of its addresses that an interface holds).
+// Errors name `address`: NotFound when no interface holds it (an address behind NAT, or a
+// name that does not resolve), Internal when the interfaces cannot be listed.
+absl::StatusOr<std::string> InterfaceHolding(absl::string_view address);
+
 }  // namespace det::agent
 
 #endif  // DET_AGENT_NET_LOCAL_ADDRESS_H_

@@ -82,5 +82,23 @@ TEST(LocalAddressTowards, ErrorsNameTheAddress) {
   EXPECT_THAT(addr.status().message(), HasSubstr("cannot resolve 'no-such-host.invalid'"));
 }
 
+TEST(InterfaceHolding, NamesTheInterfaceOfAnAddressOrName) {
+  for (const char* address : {"127.0.0.1", "localhost"}) {
+    absl::StatusOr<std::string> r = InterfaceHolding(address);
+    ASSERT_TRUE(r.ok()) << address << ": " << r.status();
+    EXPECT_EQ(*r, "lo") << address;
+  }
+}
+
+TEST(InterfaceHolding, AnAddressNoInterfaceHoldsIsNotFoundNamingIt) {
+  // 192.0.2.0/24 is TEST-NET-1: never assigned.
+  absl::StatusOr<std::string> r = InterfaceHolding("192.0.2.77");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("192.0.2.77"));
+  r = InterfaceHolding("no-such-host.invalid");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("no-such-host.invalid"));
+}
+
 }  // namespace
 }  // namespace det::agent

@@ -136,6 +136,10 @@ TEST_F(CrossHost, ExampleOnTwoAgentsTimesTwoSlotsAllReducesBetweenTheHosts) {
     EXPECT_EQ(env["CROSS_SIZE"], "2");
     EXPECT_EQ(env["DET_MASTER"], cluster_->master_address());
     EXPECT_EQ(env["MASTER_ADDR"], cluster_->net().Address(chief_agent));
+    // Where the agent is reached: the collective listens there.
+    EXPECT_EQ(env["DET_COLLECTIVE_HOST"], cluster_->net().Address(agent));
+    EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth0");
+    EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth0");
 
     // Every TCP connection of the rank leaves from its host's address; it has Gloo
     // connections to both ranks of the other host, and one to the master.
@@ -237,13 +241,12 @@ TEST_F(CrossHost, PlainDdpScriptOnTwoAgentsWithTheInterfaceNamed) {
   DdpAcrossHosts("environment:\n  environment_variables:\n    GLOO_SOCKET_IFNAME: eth0\n");
 }
 
-// KNOWN GAP (cross_host_known_gaps_test, tagged manual): a DDP script with nothing set.
-// torch's Gloo picks its listening address from the host name, which resolves to no
-// usable address in the host (on Debian: 127.0.1.1), falls back to 127.0.0.1, and rank 1
-// fails with "connect [127.0.0.1]:PORT: Connection refused". The agent would have to give
-// workers GLOO_SOCKET_IFNAME (the interface holding its advertised address) unless the
-// experiment sets it.
-TEST_F(CrossHost, KnownGap_PlainDdpScriptOnTwoAgentsWithNothingSet) { DdpAcrossHosts(""); }
+// With nothing set: torch's Gloo would pick its listening address from the host name,
+// which resolves to no usable address in the host (on Debian: 127.0.1.1), and rank 1
+// would fail with "connect [127.0.0.1]:PORT: Connection refused"; the agent gives workers
+// of a trial across agents GLOO_SOCKET_IFNAME, the interface holding its advertised
+// address.
+TEST_F(CrossHost, PlainDdpScriptOnTwoAgentsWithNothingSet) { DdpAcrossHosts(""); }
 
 }  // namespace
 }  // namespace det::testing
