@@ -186,6 +186,16 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   turns_.RequestSchedule();
 }
 
+size_t CheckpointManager::running() const {
+  DET_CHECK_ON_LOOP(loop_);
+  return gc_allocations_.size();
+}
+
+const std::map<int64_t, CheckpointManager::GcTaskState>& CheckpointManager::tasks() const {
+  DET_CHECK_ON_LOOP(loop_);
+  return gc_tasks_;
+}
+
 void CheckpointManager::SetPendingReason(int64_t task_id, const std::string& why) {
   DET_CHECK_ON_LOOP(loop_);
   gc_tasks_.at(task_id).pending_reason = why;

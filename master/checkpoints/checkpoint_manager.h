@@ -51,7 +51,7 @@ class CheckpointManager {
   // register again with it (LoseUnreturned requeues it if it does not).
   void Restore(std::vector<v1::CheckpointGcTask> tasks);
   // How many tasks are running (placed on an agent).
-  size_t running() const { return gc_allocations_.size(); }
+  size_t running() const;
 
   // Worker API: registers the checkpoint of the run `req.auth` names (idempotent for a
   // retried report), then records it as the trial's latest.
@@ -65,7 +65,7 @@ class CheckpointManager {
 
   // Scheduling: the queued tasks, by id; why one waits; placing one on `agent_id`
   // (persisted RUNNING, then launched).
-  const std::map<int64_t, GcTaskState>& tasks() const { return gc_tasks_; }
+  const std::map<int64_t, GcTaskState>& tasks() const;
   void SetPendingReason(int64_t task_id, const std::string& why);
   void Start(int64_t task_id, const std::string& agent_id);
 
