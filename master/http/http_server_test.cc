@@ -798,72 +798,8 @@ TEST_F(RestTest, CheckpointGcIsAZeroSlotTaskOnAnAgent) {
   EXPECT_FALSE(NextLaunchOrNone("a1", session));  // Nothing else to run.
 }
 
-TEST_F(RestTest, AFailedCheckpointGcRecordsItsError) {
-  std::string session = RegisterAgent("a1", 1);
-  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
-  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
-  ShipLog("a1", session, gc.allocation_id(), 1,
-          "checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied", "stderr");
-  ReportExit("a1", session, gc.allocation_id(), 1);
-  std::vector<json> tasks = GcTasks();
-  ASSERT_EQ(tasks.size(), 1u);
-  EXPECT_EQ(tasks[0]["state"], "STATE_ERROR");
-  EXPECT_EQ(tasks[0]["error"], "exit code 1: checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
-  EXPECT_EQ(CheckpointStates()["c-10"], "STATE_COMPLETED");  // Not known to be gone.
-  EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 failed on a1: exit code 1: "
-                                     "checkpoint c-20"));
-  // Still listed after a restart, with its error.
-  RestartMaster();
-  tasks = GcTasks();
-  ASSERT_EQ(tasks.size(), 1u);
-  EXPECT_EQ(tasks[0]["state"], "STATE_ERROR");
-  EXPECT_THAT(tasks[0]["error"].get<std::string>(), HasSubstr("c-20"));
-}
-
-// An agent that goes silent while its GC task runs, or does not come back after a master
-// restart, loses the task: it is requeued (attempt + 1) as a trial would be, and runs
-// again once an agent is there.
-TEST_F(RestTest, ACheckpointGcWhoseAgentIsLostIsRequeued) {
-  config_.agent_timeout = absl::Seconds(1);
-  config_.agent_reconnect_wait = absl::Seconds(1);
-  RestartMaster();
-  std::string session = RegisterAgent("a1", 1);
-  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
-  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
-  // No heartbeats: silent after agent_timeout, lost after agent_reconnect_wait.
-  auto requeued_as = [&](const std::string& alloc) {
-    absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      std::vector<json> tasks = GcTasks();
-      // The whole condition the test checks: requeued, and saying why it waits.
-      if (tasks.size() == 1 && tasks[0]["allocation_id"] == alloc &&
-          tasks[0]["state"] == "STATE_QUEUED" &&
-          absl::StrContains(tasks[0].value("pending_reason", ""), "no agents in resource pool")) {
-        return tasks[0];
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "not requeued as " << alloc << ": " << Get("/api/v1/tasks").text;
-    return json();
-  };
-  json queued = requeued_as("gc-1.1");
-  EXPECT_EQ(queued["agents"], json::array());
-  EXPECT_THAT(queued.value("pending_reason", ""), HasSubstr("no agents in resource pool 'default'"));
-  EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 lost: agent a1 did not "
-                                     "return within 1s"));
-  session = RegisterAgent("a1", 1);
-  EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "gc-1.1");
-
-  // The master restarts while it runs and the agent does not come back in time.
-  RestartMaster();
-  requeued_as("gc-1.2");
-  EXPECT_THAT(TrialLogs(), HasSubstr("gc-1.1 lost: agent a1 did not return after the master restarted"));
-  session = RegisterAgent("a1", 1);
-  EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "gc-1.2");
-  ReportExit("a1", session, "gc-1.2", 0);
-  EXPECT_EQ(GcTasks()[0]["state"], "STATE_COMPLETED");
-  EXPECT_EQ(CheckpointStates()["c-20"], "STATE_DELETED");
-}
+// The behaviour of checkpoint GC tasks whose run fails or whose agent is lost is tested
+// on the managers (master/checkpoints:checkpoint_manager_test, FakeClock, no sockets).
 
 // Every route, as (method, path, body).
 struct RouteCase {

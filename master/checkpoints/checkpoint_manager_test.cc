@@ -1,0 +1,148 @@
+// CheckpointManager with the managers it works with (master/testing:manager_harness), on
+// a FakeClock loop over an InMemoryStore: no sockets, no sleeps. A second harness on the
+// same store is a restarted master.
+#include "master/checkpoints/checkpoint_manager.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/in_memory_store.h"
+#include "master/testing/manager_harness.h"
+#include "master/testing/master_testing.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ManagerHarness;
+
+class CheckpointManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartMaster(); }
+
+  void StartMaster() {
+    h_ = std::make_unique<ManagerHarness>(testing::LoopbackMasterConfig("/unused"), store_, clock_);
+    ASSERT_TRUE(h_->Start().ok());
+  }
+  void RestartMaster() {
+    h_.reset();
+    StartMaster();
+  }
+
+  // Trial `trial_` of experiment "gc" on agent a1 reports checkpoints at batches 10, 20,
+  // 30 and ends; returns the GC task's launch (the latest checkpoint is kept).
+  v1::LaunchCommand TrialWithThreeCheckpointsEnds(const std::string& session) {
+    trial_ = h_->CreateExperiment("gc");
+    v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+    for (int b : {10, 20, 30}) {
+      EXPECT_TRUE(h_->ReportCheckpoint(launch, absl::StrCat("c-", b), b).ok());
+    }
+    EXPECT_TRUE(h_->GcTasks().empty());  // Nothing to collect while the trial runs.
+    EXPECT_TRUE(h_->ReportExit("a1", session, launch.allocation_id(), 0).ok());
+    return h_->NextLaunch("a1", session);
+  }
+  std::map<std::string, v1::State> CheckpointStates() {
+    std::map<std::string, v1::State> out;
+    auto stored = store_.GetCheckpoints(trial_);
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    if (stored.ok()) {
+      for (const auto& c : *stored) out[c.uuid()] = c.state();
+    }
+    return out;
+  }
+  // The one GC task, which must be queued as attempt `allocation`, saying why it waits.
+  void ExpectRequeuedAs(const std::string& allocation) {
+    std::vector<v1::Task> tasks = h_->GcTasks();
+    ASSERT_EQ(tasks.size(), 1u);
+    EXPECT_EQ(tasks[0].allocation_id(), allocation);
+    EXPECT_EQ(tasks[0].state(), v1::STATE_QUEUED);
+    EXPECT_EQ(tasks[0].agents_size(), 0);
+    EXPECT_THAT(tasks[0].pending_reason(), HasSubstr("no agents in resource pool 'default'"));
+  }
+
+  FakeClock clock_;
+  InMemoryStore store_;
+  std::unique_ptr<ManagerHarness> h_;
+  int64_t trial_ = 0;
+};
+
+// An agent that goes silent while its GC task runs, or does not come back after a master
+// restart, loses the task: it is requeued (attempt + 1) as a trial would be, says why it
+// waits, and runs again once an agent is there. (Moved from http_server_test, where it
+// ran on real time and failed about 1 run in 6.)
+TEST_F(CheckpointManagerTest, ACheckpointGcWhoseAgentIsLostIsRequeued) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
+
+  // No heartbeats: silent after agent_timeout, lost after agent_reconnect_wait.
+  const config::MasterConfig& config = h_->config;
+  h_->Advance(config.agent_timeout + absl::Seconds(1));
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_RUNNING);
+  EXPECT_THAT(h_->Logs(trial_), HasSubstr("agent a1 stopped answering during checkpoint garbage "
+                                          "collection gc-1.0"));
+  h_->Advance(config.agent_reconnect_wait);
+  ExpectRequeuedAs("gc-1.1");
+  EXPECT_THAT(h_->Logs(trial_), HasSubstr("checkpoint garbage collection gc-1.0 lost: agent a1 did "
+                                          "not return within 1m (agent_reconnect_wait); requeued"));
+  session = h_->Register("a1", 1);
+  EXPECT_EQ(h_->NextLaunch("a1", session).allocation_id(), "gc-1.1");
+
+  // The master restarts while it runs and the agent does not come back in time.
+  RestartMaster();
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_RUNNING);
+  h_->Advance(config.agent_reconnect_wait + absl::Seconds(1));
+  ExpectRequeuedAs("gc-1.2");
+  EXPECT_THAT(h_->Logs(trial_),
+              HasSubstr("gc-1.1 lost: agent a1 did not return after the master restarted"));
+  session = h_->Register("a1", 1);
+  EXPECT_EQ(h_->NextLaunch("a1", session).allocation_id(), "gc-1.2");
+  ASSERT_TRUE(h_->ReportExit("a1", session, "gc-1.2", 0).ok());
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_COMPLETED);
+  std::map<std::string, v1::State> states = CheckpointStates();
+  EXPECT_EQ(states["c-10"], v1::STATE_DELETED);
+  EXPECT_EQ(states["c-20"], v1::STATE_DELETED);
+  EXPECT_EQ(states["c-30"], v1::STATE_COMPLETED);
+}
+
+TEST_F(CheckpointManagerTest, AnAgentBackInTimeKeepsItsGcTaskAndAnExitEndsIt) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_EQ(gc.allocation_id(), "gc-1.0");
+  h_->Advance(h_->config.agent_timeout + absl::Seconds(1));
+  v1::RegisterResponse resp;
+  session = h_->Register("a1", 1, {"gc-1.0"}, &resp);
+  EXPECT_EQ(resp.kill_allocations_size(), 0);
+  h_->Advance(h_->config.agent_reconnect_wait + absl::Seconds(1));
+  EXPECT_EQ(h_->GcTasks().at(0).allocation_id(), "gc-1.0");
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_RUNNING);
+  EXPECT_THAT(h_->Logs(trial_), HasSubstr("agent a1 reattached checkpoint garbage collection gc-1.0"));
+  session = h_->Register("a1", 1, {"gc-1.0"});  // Silent again meanwhile (no heartbeats).
+
+  // Its stderr names what failed; a failing exit records it as the task's error.
+  h_->Turn([&] {
+    v1::LogLine line;
+    line.set_allocation_id("gc-1.0");
+    line.set_stream("stderr");
+    line.set_message("checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
+    EXPECT_TRUE(h_->checkpoints.RouteLogLine(&line));
+    EXPECT_EQ(line.trial_id(), trial_);
+  });
+  ASSERT_TRUE(h_->ReportExit("a1", session, "gc-1.0", 1).ok());
+  v1::Task task = h_->GcTasks().at(0);
+  EXPECT_EQ(task.state(), v1::STATE_ERROR);
+  EXPECT_EQ(task.error(),
+            "exit code 1: checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
+  EXPECT_EQ(CheckpointStates()["c-10"], v1::STATE_COMPLETED);  // Not known to be gone.
+  RestartMaster();  // Still listed, with its error.
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_ERROR);
+  EXPECT_THAT(h_->GcTasks().at(0).error(), HasSubstr("c-20"));
+}
+
+}  // namespace
+}  // namespace det::master
