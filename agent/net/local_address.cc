@@ -111,7 +111,9 @@ std::string NumericHost(const sockaddr* sa) {
 
 absl::StatusOr<std::string> InterfaceHolding(absl::string_view address) {
   std::string host(address);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -121,7 +123,9 @@ absl::StatusOr<std::string> InterfaceHolding(absl::string_view address) {
     return absl::NotFoundError(absl::StrCat("cannot resolve '", address, "': ", gai_strerror(rc)));
   }
   std::set<std::string> wanted;
-  for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) wanted.insert(NumericHost(ai->ai_addr));
+  for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
+    wanted.insert(NumericHost(ai->ai_addr));
+  }
   freeaddrinfo(results);
   wanted.erase("");
   ifaddrs* interfaces = nullptr;

@@ -136,6 +136,19 @@ std::vector<std::string> HostPorts(std::string text) {
   return {absl::StrCat(ip, ":", port), absl::StrCat(ip, ":", swapped)};
 }
 
+// The "ip:port"s that the "[ip]:port" addresses in a Gloo error message may stand for.
+std::vector<std::string> NamedAddresses(const std::string& msg) {
+  std::vector<std::string> out;
+  for (size_t open = msg.find('['); open != std::string::npos; open = msg.find('[', open + 1)) {
+    size_t close = msg.find("]:", open);
+    if (close == std::string::npos) break;
+    size_t end = close + 2;
+    while (end < msg.size() && isdigit(static_cast<unsigned char>(msg[end]))) ++end;
+    for (std::string& a : HostPorts(msg.substr(open, end - open))) out.push_back(std::move(a));
+  }
+  return out;
+}
+
 // "ip:port" of a socket address; "" for anything but IPv4/IPv6.
 std::string HostPort(const sockaddr_storage& sa) {
   char ip[INET6_ADDRSTRLEN] = {0};
@@ -252,18 +265,21 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
       std::string address = peer == rank ? "" : context->getPair(peer)->address().str();
       AppendField(&mine, address.data(), address.size());
     }
-    auto all = rendezvous.AllGather(absl::StrCat(key, "/pairs"), mine, options.rendezvous_timeout);
+    auto all =
+        rendezvous.AllGather(absl::StrCat(key, "/pairs"), mine, options.rendezvous_timeout);
     if (!all.ok()) {
       return absl::Status(all.status().code(),
-                          absl::StrCat("gloo: rank ", rank, " of ", size, " could not exchange pair addresses under '",
-                                       key, "/pairs': ", all.status().message()));
+                          absl::StrCat("gloo: rank ", rank, " of ", size,
+                                       " could not exchange pair addresses under '", key,
+                                       "/pairs': ", all.status().message()));
     }
     for (int peer = 0; peer < size; ++peer) {
       size_t pos = 0;
       std::string field;
       for (int i = 0; i <= rank; ++i) {
         if (!ReadField((*all)[peer], &pos, &field)) {
-          return absl::DataLossError(absl::StrCat("gloo: the pair addresses of rank ", peer, " are malformed"));
+          return absl::DataLossError(
+              absl::StrCat("gloo: the pair addresses of rank ", peer, " are malformed"));
         }
       }
       if (peer != rank) peers[peer] = field;
@@ -291,27 +307,40 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
       }
       absl::Status st = absl::OkStatus();
       if (fd < 0) {
-        st = absl::NotFoundError(absl::StrCat("no socket from ", peer_local, " or to ", peers[peer]));
+        st = absl::NotFoundError(
+            absl::StrCat("no socket from ", peer_local, " or to ", peers[peer]));
       } else if (options.peer_timeout > absl::ZeroDuration()) {
         st = SetPeerTimeout(fd, options.peer_timeout);
       }
       if (!st.ok()) {
-        return absl::InternalError(absl::StrCat("gloo: rank ", rank, " cannot set the peer timeout on its connection to rank ", peer, " at ", peers[peer], ": ", st.message()));
+        return absl::InternalError(absl::StrCat("gloo: rank ", rank,
+                                                " cannot set the peer timeout on its connection "
+                                                "to rank ",
+                                                peer, " at ", peers[peer], ": ", st.message()));
       }
     }
   }
+  // Gloo's errors name a connection by its peer's address as Gloo holds it: the peer's
+  // listening address, or where an accepted connection came from.
+  std::vector<std::vector<std::string>> aliases(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    aliases[peer] = HostPorts(peers[peer]);
+    if (!shown[peer].empty()) aliases[peer].push_back(shown[peer]);
+  }
   return std::unique_ptr<GlooCollective>(new GlooCollective(
-      rank, size, std::move(context), options.timeout, std::move(peers), std::move(shown)));
+      rank, size, std::move(context), options.timeout, std::move(aliases), std::move(shown)));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                               absl::Duration timeout, std::vector<std::string> gloo_peers,
+                               absl::Duration timeout,
+                               std::vector<std::vector<std::string>> aliases,
                                std::vector<std::string> peers)
     : rank_(rank),
       size_(size),
       context_(std::move(context)),
       timeout_(timeout),
-      gloo_peers_(std::move(gloo_peers)),
+      aliases_(std::move(aliases)),
       peers_(std::move(peers)) {}
 
 std::string GlooCollective::PeerAddress(int peer) const {
@@ -335,18 +364,24 @@ absl::Status GlooCollective::Run(Describe what, Op op) {
     std::string prefix = absl::StrCat("gloo ", what(), " on rank ", rank_, " of ", size_, " failed: ");
     std::string msg = e.what();
     // Gloo names the connection that broke by its peer's address.
+    std::vector<std::string> named = NamedAddresses(msg);
     int peer = -1;
     for (int r = 0; r < size_ && peer < 0; ++r) {
-      if (!gloo_peers_[r].empty() && absl::StrContains(msg, gloo_peers_[r])) peer = r;
+      for (const std::string& alias : aliases_[r]) {
+        if (std::find(named.begin(), named.end(), alias) != named.end()) peer = r;
+      }
     }
-    if (peer >= 0 && absl::StrContains(msg, strerror(ETIMEDOUT))) {
+    const bool host_silent = absl::StrContains(msg, strerror(ETIMEDOUT));
+    const std::string who =
+        peer >= 0 ? absl::StrCat("rank ", peer, " at ", peers_[peer])
+                  : absl::StrCat("the rank at ", named.empty() ? "an unknown address" : named[0]);
+    if (host_silent) {
       failed_ = absl::AbortedError(absl::StrCat(
-          prefix, "lost rank ", peer, " at ", peers_[peer],
+          prefix, "lost ", who,
           ": its host acknowledged nothing for the peer timeout (host down or network cut): ",
           msg));
     } else if (peer >= 0) {
-      failed_ = absl::AbortedError(absl::StrCat(prefix, "lost the connection to rank ", peer,
-                                                " at ", peers_[peer],
+      failed_ = absl::AbortedError(absl::StrCat(prefix, "lost the connection to ", who,
                                                 " (it exited or its connection broke): ", msg));
     } else if (absl::StrContains(msg, "imed out") || absl::StrContains(msg, "imeout")) {
       failed_ = absl::DeadlineExceededError(absl::StrCat(

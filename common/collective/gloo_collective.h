@@ -82,7 +82,7 @@ class GlooCollective : public Collective {
 
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                 absl::Duration timeout, std::vector<std::string> gloo_peers,
+                 absl::Duration timeout, std::vector<std::vector<std::string>> aliases,
                  std::vector<std::string> peers);
 
   // Runs `op` (which may throw), mapping exceptions to a status that names the
@@ -94,8 +94,8 @@ class GlooCollective : public Collective {
   const int size_;
   std::shared_ptr<gloo::Context> context_;
   const absl::Duration timeout_;
-  // rank -> its address as Gloo's errors name it, and PeerAddress(rank).
-  const std::vector<std::string> gloo_peers_;
+  // rank -> the "ip:port"s Gloo's errors may name its connection by, and PeerAddress(rank).
+  const std::vector<std::vector<std::string>> aliases_;
   const std::vector<std::string> peers_;
   uint32_t next_tag_ = 1;
   absl::Status failed_;
