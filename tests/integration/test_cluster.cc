@@ -175,7 +175,8 @@ bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
   return condition();
 }
 
-TestCluster::TestCluster(const std::string& name) {
+TestCluster::TestCluster(const std::string& name, TestClusterHosts hosts)
+    : hosts_(std::move(hosts)) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
   std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
@@ -200,11 +201,26 @@ std::string TestCluster::LogTail(const std::string& name) {
   return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
 }
 
+std::vector<std::string> TestCluster::InHost(const std::string& host,
+                                             std::vector<std::string> argv) const {
+  if (!hosts_.launch_prefix) return argv;
+  std::vector<std::string> out = hosts_.launch_prefix(host);
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::vector<std::string> TestCluster::AgentIds() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, a] : agents_) ids.push_back(id);
+  return ids;
+}
+
 absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
-  std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
+  const std::string any_port = hosts_.master_address + ":0";
+  std::string listen = address_.empty() ? any_port : address_;
   std::string addr_file = dir_ + "/master.addr";
   unlink(addr_file.c_str());
-  std::string http_listen = http_address_.empty() ? "127.0.0.1:0" : http_address_;
+  std::string http_listen = http_address_.empty() ? any_port : http_address_;
   std::string http_addr_file = dir_ + "/master.http_addr";
   unlink(http_addr_file.c_str());
   std::string config = WriteFile(
@@ -219,7 +235,7 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
                                       : "",
                                   extra_yaml));
   SpawnOptions opts;
-  opts.argv = {BinDir() + "/det-master", "--config", config};
+  opts.argv = InHost(TestClusterHosts::kMaster, {BinDir() + "/det-master", "--config", config});
   opts.env = CurrentEnvironment();
   opts.env.emplace_back("DET_ADMIN_PASSWORD", kTestAdminPassword);  // Used on first start.
   opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
@@ -245,7 +261,9 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
     // then sent by every Det() call.
     std::string home = dir_ + "/home";
     mkdir(home.c_str(), 0700);
-    CommandResult login = RunCommand({BinDir() + "/det", "-m", address_, "user", "login", "admin"},
+    CommandResult login = RunCommand(InHost(TestClusterHosts::kMaster,
+                                            {BinDir() + "/det", "-m", address_, "user", "login",
+                                             "admin"}),
                                      absl::Seconds(60),
                                      {{"HOME", home},
                                       {"DET_PASSWORD", kTestAdminPassword},
@@ -315,23 +333,12 @@ absl::Status TestCluster::StartAgentWithYaml(const std::string& id, const std::s
                                              const std::vector<std::string>& extra_args,
                                              bool wait_joined) {
   // Registration time of an earlier instance of the agent, so that a restart is seen.
-  auto registered_ms = [&]() -> int64_t {
-    nlohmann::json agents = DetJson({"agent", "list"});
-    if (!agents.is_object() || !agents.contains("agents")) return -1;
-    for (const auto& a : agents["agents"]) {
-      if (a.value("id", "") != id || !a.value("connected", false)) continue;
-      const nlohmann::json& t = a["registered_time_ms"];
-      int64_t ms = 0;
-      if (t.is_number()) return t.get<int64_t>();
-      return t.is_string() && absl::SimpleAtoi(t.get<std::string>(), &ms) ? ms : 0;
-    }
-    return -1;
-  };
-  int64_t before = registered_ms();
+  int64_t before = AgentRegisteredMs(id);
   std::string config = WriteFile(id + ".yaml", yaml);
   SpawnOptions opts;
-  opts.argv = {BinDir() + "/det-agent", "--config", config};
-  opts.argv.insert(opts.argv.end(), extra_args.begin(), extra_args.end());
+  std::vector<std::string> argv = {BinDir() + "/det-agent", "--config", config};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  opts.argv = InHost(id, std::move(argv));
   opts.env = CurrentEnvironment();
   opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;
   opts.stdout_path = opts.stderr_path = dir_ + "/" + id + ".log";
@@ -339,7 +346,7 @@ absl::Status TestCluster::StartAgentWithYaml(const std::string& id, const std::s
   if (!proc.ok()) return proc.status();
   agents_[id] = std::move(*proc);
   if (!wait_joined) return absl::OkStatus();
-  bool joined = WaitUntil([&] { return registered_ms() > before; }, absl::Seconds(30));
+  bool joined = WaitUntil([&] { return AgentRegisteredMs(id) > before; }, absl::Seconds(30));
   if (!joined) return absl::UnavailableError(absl::StrCat("agent ", id, " did not join:\n", LogTail(id)));
   return absl::OkStatus();
 }
@@ -367,7 +374,19 @@ std::optional<ExitStatus> TestCluster::WaitAgentExit(const std::string& id,
 CommandResult TestCluster::Det(const std::vector<std::string>& args, absl::Duration timeout) {
   std::vector<std::string> argv = {BinDir() + "/det", "-m", address_};
   argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv, timeout, {{"DET_USER_TOKEN", token_}});
+  return RunCommand(InHost(TestClusterHosts::kMaster, std::move(argv)), timeout,
+                    {{"DET_USER_TOKEN", token_}});
+}
+
+int64_t TestCluster::AgentRegisteredMs(const std::string& id) {
+  nlohmann::json agents = DetJson({"agent", "list"});
+  if (!agents.is_object() || !agents.contains("agents")) return -1;
+  for (const auto& a : agents["agents"]) {
+    if (a.value("id", "") != id || !a.value("connected", false)) continue;
+    int64_t ms = Int(a["registered_time_ms"]);
+    return ms < 0 ? 0 : ms;
+  }
+  return -1;
 }
 
 nlohmann::json TestCluster::DetJson(const std::vector<std::string>& args) {

@@ -96,10 +96,22 @@ struct ExampleExperiment {
   std::string Yaml() const;
 };
 
+// Where a TestCluster's processes run. Default: all on this machine, on loopback.
+struct TestClusterHosts {
+  // The host name for det-master and the det CLI (agents are named by their id).
+  static constexpr char kMaster[] = "master";
+  // The address the master listens on (gRPC and HTTP, both port 0 at first).
+  std::string master_address = "127.0.0.1";
+  // The argv put before every program started in host `host` (kMaster or an agent's id),
+  // e.g. {"ip", "netns", "exec", NAMESPACE}; it must exec the program in place, so that
+  // the process started is the program. Unset: none.
+  std::function<std::vector<std::string>(const std::string& host)> launch_prefix;
+};
+
 class TestCluster {
  public:
   // A fresh directory under TEST_TMPDIR named `name`.
-  explicit TestCluster(const std::string& name);
+  explicit TestCluster(const std::string& name, TestClusterHosts hosts = {});
   // Kills every daemon still running.
   ~TestCluster();
 
@@ -136,6 +148,11 @@ class TestCluster {
                     absl::Duration timeout = absl::Seconds(120));
   // Runs det with --json appended and parses stdout (null on failure).
   nlohmann::json DetJson(const std::vector<std::string>& args);
+  // The registration time (ms) of agent `id` while the master lists it connected (0 when
+  // the master gives none), else -1.
+  int64_t AgentRegisteredMs(const std::string& id);
+  // The ids of the agents started, in id order.
+  std::vector<std::string> AgentIds() const;
 
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
@@ -153,6 +170,10 @@ class TestCluster {
   static std::string BinDir();
 
  private:
+  // `argv` prefixed with host `host`'s launch prefix.
+  std::vector<std::string> InHost(const std::string& host, std::vector<std::string> argv) const;
+
+  const TestClusterHosts hosts_;
   std::string dir_;
   std::string address_;
   std::string http_address_;

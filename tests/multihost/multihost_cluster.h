@@ -1,7 +1,8 @@
-// A real det cluster spread over VirtualNetwork hosts: det-master in host "m", each
-// det-agent in a host of its own (the host's label is the agent's id), the det CLI run in
-// the master's host; all binaries from //deploy:bin. Agents get no advertise_address: they
-// find the address of their interface towards the master themselves.
+// A real det cluster spread over VirtualNetwork hosts: a TestCluster whose det-master runs
+// in host "m", each det-agent in a host of its own (the host's label is the agent's id),
+// and the det CLI in the master's host (launched there with `ip netns exec`); all binaries
+// from //deploy:bin. Agents get no advertise_address: they find the address of their
+// interface towards the master themselves.
 //
 // Destruction terminates the agents, then the master, then SIGKILLs whatever still runs in
 // the hosts (workers whose agent was cut off) and deletes the network, also when a test
@@ -17,7 +18,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/process/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_cluster.h"
 #include "tests/multihost/virtual_network.h"
@@ -37,7 +37,9 @@ class MultiHostCluster {
 
   // Starts det-master in host "m", listening on the host's address (port 0); `extra_yaml`
   // is appended to its master.yaml (agent_reconnect_wait defaults to 30s). Logs in as admin.
-  absl::Status StartMaster(const std::string& extra_yaml = "");
+  absl::Status StartMaster(const std::string& extra_yaml = "") {
+    return cluster_->StartMaster(extra_yaml);
+  }
   // Starts det-agent `id` ([a-z0-9], 1..4 characters) with `slots` CPU slots in host `id`
   // (added on first use), `extra_yaml` appended to its agent.yaml; waits until the master
   // lists it connected with a registration newer than any earlier one.
@@ -45,11 +47,13 @@ class MultiHostCluster {
 
   // Runs the det CLI in the master's host against the master, as admin.
   CommandResult Det(const std::vector<std::string>& args,
-                    absl::Duration timeout = absl::Seconds(120));
+                    absl::Duration timeout = absl::Seconds(120)) {
+    return cluster_->Det(args, timeout);
+  }
   // Det() with --json appended, stdout parsed (null on failure).
-  nlohmann::json DetJson(const std::vector<std::string>& args);
+  nlohmann::json DetJson(const std::vector<std::string>& args) { return cluster_->DetJson(args); }
   // Whether `det agent list` shows agent `id` connected.
-  bool AgentConnected(const std::string& id);
+  bool AgentConnected(const std::string& id) { return cluster_->AgentRegisteredMs(id) >= 0; }
   // `det trial describe --json` of trial `id`'s "trial" object (null on failure).
   nlohmann::json Trial(int64_t id);
   // `det trial logs` of trial `id`.
@@ -58,32 +62,24 @@ class MultiHostCluster {
   std::map<int, std::string> RankAgents(int64_t id);
 
   VirtualNetwork& net() { return *net_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return cluster_->dir(); }
   // host:port of the master's gRPC server (on host "m"'s address).
-  const std::string& master_address() const { return address_; }
+  const std::string& master_address() const { return cluster_->address(); }
   // Writes `text` to dir()/name; returns the path.
-  std::string WriteFile(const std::string& name, const std::string& text);
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    return cluster_->WriteFile(name, text);
+  }
   // The tail of daemon `name`'s log ("master" or an agent id).
-  std::string LogTail(const std::string& name);
+  std::string LogTail(const std::string& name) { return cluster_->LogTail(name); }
   // Every daemon's log tail, for failure messages.
   std::string Diagnostics();
 
  private:
-  MultiHostCluster(std::unique_ptr<VirtualNetwork> net, std::string dir);
-  // Registration time of agent `id` when the master lists it connected, else -1.
-  int64_t RegisteredMs(const std::string& id);
-  absl::StatusOr<std::unique_ptr<Subprocess>> SpawnIn(const std::string& host,
-                                                      const std::vector<std::string>& argv,
-                                                      const std::string& log,
-                                                      const EnvironmentVariables& more_env = {});
+  MultiHostCluster(std::unique_ptr<VirtualNetwork> net, const std::string& name);
 
-  // Declared first: destroyed last, after every process below.
+  // Declared first: destroyed last, after the cluster's processes.
   std::unique_ptr<VirtualNetwork> net_;
-  std::string dir_;
-  std::string address_;
-  std::string token_;
-  std::unique_ptr<Subprocess> master_;
-  std::map<std::string, std::unique_ptr<Subprocess>> agents_;
+  std::unique_ptr<TestCluster> cluster_;
 };
 
 }  // namespace det::testing
