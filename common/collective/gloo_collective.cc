@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -240,6 +241,12 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " cannot listen on ", where, ": ", e.what()));
+  }
+  // Gloo writes with writev(), which raises SIGPIPE on a connection the peer reset: the
+  // rank would die by the signal, saying nothing, instead of failing the operation.
+  struct sigaction current{};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(ToChrono(options.timeout));

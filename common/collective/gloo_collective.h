@@ -52,7 +52,9 @@ class GlooCollective : public Collective {
  public:
   // Connects rank `rank` of `size` to the others: creates its TCP endpoints, publishes
   // them through `rendezvous` under `key` (which must be fresh for this membership) and
-  // connects to every other rank. Errors name the rank, the key and the cause.
+  // connects to every other rank. Errors name the rank, the key and the cause. Sets
+  // SIGPIPE to SIG_IGN in this process when it has the default action (Gloo's writes would
+  // otherwise kill the rank silently when a peer resets a connection).
   // REQUIRES: 0 <= rank < size. `rendezvous` is used only during Create().
   static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int size,
                                                                Rendezvous& rendezvous,
