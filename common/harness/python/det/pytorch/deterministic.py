@@ -67,7 +67,9 @@ class DeterministicDDP(torch.nn.Module):
     (global_batch_size // world_size samples, e.g. from an ElasticSampler), then the
     optimizer's step(). backward() leaves in every parameter's .grad the mean gradient over
     the global batch, identical to the bit on every rank and at every rank count, and
-    returns the global mean loss (a Python float, the same on every rank).
+    returns the global mean loss (a Python float, the same on every rank). The .grad
+    tensors are views of a flat buffer per dtype that backward() reuses (it sets them again
+    if the optimizer set them to None).
 
     REQUIRES: world_size divides global_batch_size and micro_batch_size divides the
     per-rank batch; global_batch_size // micro_batch_size <= 1024; loss_fn returns the mean
@@ -123,17 +125,29 @@ class DeterministicDDP(torch.nn.Module):
         self._numel = sum(p.numel() for p in self._params)
         self._micro_batches = global_batch_size // micro_batch_size
         self._bound = fixed_point_bound(self._micro_batches)
-        # Per parameter and the loss: the step's fixed-point sum (exact integers in float64,
-        # then int64 for the all-reduce).
+        # The step's fixed-point sum per parameter value and the loss (exact integers in
+        # float64, then int64 for the all-reduce), laid out by parameter dtype. Each group
+        # of parameters of one dtype has a flat gradient buffer whose views are their .grad:
+        # backward() accumulates a micro-batch's gradient there (into zeros: exact), and
+        # each micro-batch costs a handful of whole-buffer operations whatever the number of
+        # parameters. Preallocated: fresh large tensors cost page faults every time.
         self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
         self._fixed = torch.zeros(self._numel + 1, dtype=torch.int64)
-        views, offset = [], 0
-        for p in self._params:
-            views.append(self._sum[offset:offset + p.numel()].view(p.shape))
-            offset += p.numel()
-        self._sum_views = views
-        self._scratch = [torch.empty_like(p, memory_format=torch.contiguous_format)
-                         for p in self._params]
+        self._groups = []  # (params, flat grad buffer, its .grad views, scratch, slice of _sum)
+        offset = 0
+        for dtype in (torch.float32, torch.float64):
+            params = [p for p in self._params if p.dtype == dtype]
+            if not params:
+                continue
+            n = sum(p.numel() for p in params)
+            flat = torch.zeros(n, dtype=dtype)
+            views, at = [], 0
+            for p in params:
+                views.append(flat[at:at + p.numel()].view(p.shape))
+                at += p.numel()
+            self._groups.append((params, flat, views, torch.empty_like(flat),
+                                 self._sum[offset:offset + n]))
+            offset += n
         if self.world_size > 1:
             with torch.no_grad():
                 for t in list(module.parameters()) + list(module.buffers()):
@@ -159,18 +173,23 @@ class DeterministicDDP(torch.nn.Module):
         total, fixed = self._sum, self._fixed
         total.zero_()
         loss_sum = 0
+        for params, flat, views, _, _ in self._groups:
+            # The optimizer may have set .grad to None (zero_grad(set_to_none=True)).
+            for p, v in zip(params, views):
+                if p.grad is not v:
+                    p.grad = v
         for k, lo in enumerate(range(0, self.per_rank_batch, m)):
             if self.rng_seed is not None and step is not None:
                 torch.manual_seed(_micro_batch_seed(self.rng_seed, step, first_micro + k))
+            for _, flat, _, _, _ in self._groups:
+                flat.zero_()
             loss = loss_fn(*(t[lo:lo + m] for t in tensors))
-            grads = torch.autograd.grad(loss, self._params, allow_unused=True)
-            for g, acc, q in zip(grads, self._sum_views, self._scratch):
-                if g is not None:
-                    # Exact in float32: scaling by a power of two and rounding to an integer;
-                    # the float64 sum of integers below 2^53 is exact in any order. Into
-                    # preallocated buffers: fresh large tensors cost page faults every time.
-                    torch.mul(g, FIXED_POINT_SCALE, out=q).round_().clamp_(-bound, bound)
-                    acc.add_(q)
+            loss.backward()
+            for _, flat, _, q, acc in self._groups:
+                # Exact in float32: scaling by a power of two and rounding to an integer;
+                # the float64 sum of integers below 2^53 is exact in any order.
+                torch.mul(flat, FIXED_POINT_SCALE, out=q).round_().clamp_(-bound, bound)
+                acc.add_(q)
             loss_sum += _to_fixed(float(loss), bound)
         total[self._numel] = float(loss_sum)
         fixed.copy_(total)
@@ -178,12 +197,8 @@ class DeterministicDDP(torch.nn.Module):
             dist.all_reduce(fixed, op=dist.ReduceOp.SUM, group=self.process_group)
         # The mean over the global batch's micro-batches, rounded once.
         total.copy_(fixed).div_(FIXED_POINT_SCALE * self._micro_batches)
-        with torch.no_grad():
-            for p, mean in zip(self._params, self._sum_views):
-                if p.grad is None:
-                    p.grad = mean.to(p.dtype, copy=True)
-                else:
-                    p.grad.copy_(mean)
+        for _, flat, _, _, mean in self._groups:
+            flat.copy_(mean)
         return float(total[self._numel])
 
 
