@@ -388,8 +388,8 @@ absl::Status GlooCollective::Run(Describe what, Op op) {
           ": its host acknowledged nothing for the peer timeout (host down or network cut): ",
           msg));
     } else if (peer >= 0) {
-      failed_ = absl::AbortedError(absl::StrCat(prefix, "lost the connection to ", who,
-                                                " (it exited or its connection broke): ", msg));
+      failed_ = absl::AbortedError(absl::StrCat(
+          prefix, "a peer rank exited or its connection broke (", who, "): ", msg));
     } else if (absl::StrContains(msg, "imed out") || absl::StrContains(msg, "imeout")) {
       failed_ = absl::DeadlineExceededError(absl::StrCat(
           prefix, "no progress within ", absl::FormatDuration(timeout_),
