@@ -86,7 +86,11 @@ class GrpcWorkerClient(WorkerClient):
                 code, details = e.code(), e.details()
                 if self._closed:
                     raise MasterError(f"{name}: the connection to the master was closed") from None
-                if code == grpc.StatusCode.FAILED_PRECONDITION and "has ended" in (details or ""):
+                # The master says "has ended" (ShouldPreempt) or, for the other calls,
+                # PERMISSION_DENIED "allocation X is not running".
+                if (code == grpc.StatusCode.FAILED_PRECONDITION and "has ended" in (details or "")) \
+                        or (code == grpc.StatusCode.PERMISSION_DENIED
+                            and "is not running" in (details or "")):
                     raise AllocationEndedError(
                         f"{name} to master {self._master}: {details}; this process's allocation "
                         "is over, so nothing more can be reported") from None

@@ -90,6 +90,16 @@ class CoreTest(unittest.TestCase):
                                                          "PERMISSION_DENIED: wrong token"):
                 core.train.report_training_metrics(steps_completed=1, metrics={"loss": 1})
 
+    def test_a_report_after_the_allocation_ended_is_a_clear_error(self):
+        # What det-master answers a worker of an allocation that is no longer running.
+        self.service.metrics_error = (grpc.StatusCode.PERMISSION_DENIED,
+                                      "allocation 7.1 is not running")
+        with self.env(), det.core.init() as core:
+            with self.assertRaisesRegex(det.AllocationEndedError,
+                                        "ReportMetrics to master .*allocation 7.1 is not running; "
+                                        "this process's allocation is over"):
+                core.train.report_training_metrics(steps_completed=1, metrics={"loss": 1})
+
     def test_progress_is_recorded_in_batches(self):
         with self.env(target_batches=200), det.core.init() as core:
             core.train.report_progress(0.25)
