@@ -169,7 +169,7 @@ TEST_F(CoreApi, ExampleReportsMetricsValidationCheckpointsAndTimings) {
 }
 
 TEST_F(CoreApi, KilledRankResumesFromTheLatestCheckpoint) {
-  ASSERT_TRUE(Create(CnnConfig(2, 400, 100, storage_, "max_restarts: 1\n")));
+  ASSERT_TRUE(Create(CnnConfig(2, 300, 100, storage_, "max_restarts: 1\n")));
   // Once a checkpoint is registered, kill rank 1.
   ASSERT_TRUE(WaitUntil([&] { return !Trial(1).value("latest_checkpoint", "").empty(); },
                         absl::Minutes(5)))
@@ -181,13 +181,13 @@ TEST_F(CoreApi, KilledRankResumesFromTheLatestCheckpoint) {
   ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << Logs(1);
   const nlohmann::json t = Trial(1);
   EXPECT_EQ(t["restarts"], 1);
-  EXPECT_EQ(Int(t["total_batches"]), 400);
+  EXPECT_EQ(Int(t["total_batches"]), 300);
   std::string logs = Logs(1);
   int64_t resumed = ResumedAt(logs);
   EXPECT_GE(resumed, 100) << logs;
-  EXPECT_LT(resumed, 400) << logs;
+  EXPECT_LT(resumed, 300) << logs;
   EXPECT_EQ(resumed % 100, 0) << logs;
-  EXPECT_THAT(logs, HasSubstr("validation at batch 400"));
+  EXPECT_THAT(logs, HasSubstr("validation at batch 300"));
 }
 
 TEST_F(CoreApi, PauseIsSeenByShouldPreemptThenResizeAndActivateContinue) {
@@ -223,7 +223,7 @@ TEST_F(CoreApi, PauseIsSeenByShouldPreemptThenResizeAndActivateContinue) {
 }
 
 TEST_F(CoreApi, AdaptiveAshaStopsWeakTrialsThroughSearcherOperations) {
-  constexpr int kMaxLength = 200;
+  constexpr int kMaxLength = 100;
   std::string path = cluster_.WriteFile("asha.yaml", absl::StrCat(R"(name: asha
 entrypoint: python3 train.py
 hyperparameters:
@@ -241,7 +241,7 @@ searcher:
   mode: aggressive
   max_concurrent_trials: 2
 reproducibility: {experiment_seed: 31}
-min_validation_period: {batches: 50}
+min_validation_period: {batches: 25}
 checkpoint_storage: {type: shared_fs, host_path: ')", storage_, R"('}
 data: {dir: /usr/share/datasets/fashion-mnist}
 )"));
