@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging/logging.h"
@@ -76,15 +77,66 @@ absl::StatusOr<std::string> ToJson(const pb::Message& message) {
   return json;
 }
 
+// Protobuf's JSON parse error without the body it quotes: its first line, with quoted
+// text (values from the body) left out.
+std::string BodyFreeError(absl::string_view message) {
+  absl::string_view first = message.substr(0, message.find('\n'));
+  std::string out;
+  bool quoted = false;
+  for (char c : first) {
+    if (c == '"') {
+      if (!quoted) out += "\"...\"";
+      quoted = !quoted;
+    } else if (!quoted) {
+      out += c;
+    }
+  }
+  if (out.size() > 200) out = absl::StrCat(out.substr(0, 200), "...");
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
+// The request body as `message`, whatever the Content-Type says (curl -d sends
+// application/x-www-form-urlencoded). An error never repeats the body (a password).
 absl::Status ParseBody(const std::string& body, pb::Message* message) {
   if (absl::StripAsciiWhitespace(body).empty()) return absl::OkStatus();
   pb::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   auto st = pb::util::JsonStringToMessage(body, message, options);
   if (!st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("request body is not a valid ",
-                                                   message->GetDescriptor()->name(),
-                                                   " in JSON: ", std::string(st.message())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request body is not a valid ", message->GetDescriptor()->name(), " in JSON: ",
+        BodyFreeError(std::string(st.message()))));
+  }
+  return absl::OkStatus();
+}
+
+// The parameters of the URL's query string only (httplib also adds those of a form
+// body, which here is JSON).
+Params QueryParams(const httplib::Request& hreq) {
+  Params params;
+  size_t q = hreq.target.find('?');
+  if (q == std::string::npos) return params;
+  httplib::Params parsed;
+  httplib::detail::parse_query_text(hreq.target.substr(q + 1), parsed);
+  for (const auto& [k, v] : parsed) params[k].push_back(v);
+  return params;
+}
+
+// Query parameters that count or point into a list: never negative.
+constexpr const char* kNonNegativeParams[] = {"limit", "offset", "max_points", "after_id",
+                                              "wait_ms", "rank"};
+
+absl::Status CheckNonNegative(const Params& params) {
+  for (const char* name : kNonNegativeParams) {
+    auto it = params.find(name);
+    if (it == params.end()) continue;
+    for (const std::string& v : it->second) {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(v, &n) && n < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", name, "': expected a non-negative integer, got \"", v, "\""));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -123,6 +175,27 @@ void Reply(httplib::Response& res, const absl::StatusOr<std::string>& body) {
   } else {
     res.status = HttpStatusFor(body.status().code());
     res.set_content(ErrorJson(body.status()), "application/json");
+  }
+}
+
+std::string NoRouteMessage(const httplib::Request& req) {
+  return absl::StrCat("no route for ", req.method, " ", req.path,
+                      " (the routes are listed in docs/rest-api.md)");
+}
+
+// The status of an error httplib answered by itself with HTTP status `http`.
+absl::Status HttpError(const httplib::Request& req, int http) {
+  switch (http) {
+    case 404: return absl::NotFoundError(NoRouteMessage(req));
+    case 405: return absl::InvalidArgumentError(absl::StrCat("method ", req.method, " is not served"));
+    case 413: return absl::ResourceExhaustedError(absl::StrCat(
+        "request body larger than ", kMaxBodyBytes >> 20, " MiB"));
+    case 414: return absl::InvalidArgumentError("request URI too long");
+    case 400: return absl::InvalidArgumentError(absl::StrCat(
+        "bad request: ", req.method.empty() ? std::string("unreadable request") :
+        absl::StrCat("cannot read ", req.method, " ", req.path,
+                     " (a method this server does not serve, or a malformed header or body)")));
+    default: return absl::UnknownError(absl::StrCat("HTTP ", http));
   }
 }
 
@@ -188,8 +261,8 @@ absl::StatusOr<std::string> Handle(const Route<Req, Resp>& route, UserHandler* u
     }));
   }
   if (hreq.method != "GET") RETURN_IF_ERROR(ParseBody(hreq.body, &call->request));
-  Params params;
-  for (const auto& [k, v] : hreq.params) params[k].push_back(v);
+  Params params = QueryParams(hreq);
+  RETURN_IF_ERROR(CheckNonNegative(params));
   for (size_t i = 0; i < route.path_fields.size() && i + 1 < hreq.matches.size(); ++i) {
     params[route.path_fields[i]] = {hreq.matches[i + 1].str()};
   }
@@ -202,10 +275,18 @@ absl::StatusOr<std::string> Handle(const Route<Req, Resp>& route, UserHandler* u
   return ToJson(call->response);
 }
 
-// Serves `route` at `method` `pattern` (a regex over the whole path) on `srv`.
+// "GET /api/v1/trials/{id}" for `method` and the path regex `pattern`.
+std::string RouteName(const std::string& method, const std::string& pattern) {
+  return absl::StrCat(method, " ",
+                      absl::StrReplaceAll(pattern, {{"(\\d+)", "{id}"}, {"([^/]+)", "{name}"}}));
+}
+
+// Serves `route` at `method` `pattern` (a regex over the whole path) on `srv`; adds it
+// to `table`.
 template <typename Req, typename Resp>
-void Register(httplib::Server& srv, const std::string& method, const std::string& pattern,
-              Route<Req, Resp> route, UserHandler* users) {
+void Register(httplib::Server& srv, std::vector<std::string>& table, const std::string& method,
+              const std::string& pattern, Route<Req, Resp> route, UserHandler* users) {
+  table.push_back(RouteName(method, pattern));
   auto handler = [route = std::move(route), users](const httplib::Request& hreq,
                                                    httplib::Response& hres) {
     Reply(hres, Handle(route, users, hreq));
@@ -319,7 +400,11 @@ absl::Status PrepareLogs(Params& params, v1::GetTrialLogsRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter 'wait_ms': expected an integer, got \"", *w, "\""));
   }
-  req.set_wait_ms(std::clamp(wait_ms, 0, kMaxLogWaitMs));
+  if (wait_ms < 0 || wait_ms > kMaxLogWaitMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter 'wait_ms': expected 0 to ", kMaxLogWaitMs, " (milliseconds), got ", wait_ms));
+  }
+  req.set_wait_ms(wait_ms);
   return absl::OkStatus();
 }
 
@@ -345,6 +430,7 @@ void HttpServer::AddRoutes() {
   const std::string id = "(\\d+)";
   const std::string name = "([^/]+)";
 
+  routes_.push_back("GET /health");
   srv.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
@@ -389,48 +475,63 @@ void HttpServer::AddRoutes() {
     };
     srv.Get("/metrics", handler);
     srv.Get("/prom/det-state-metrics", handler);
+    routes_.push_back("GET /metrics");
+    routes_.push_back("GET /prom/det-state-metrics");
   }
 
   const std::string v1 = "/api/v1";
-  Register(srv, "GET", v1 + "/master", HandlerRoute(api, &ApiHandler::GetMasterInfo), users);
-  Register(srv, "GET", v1 + "/master/stats", HandlerRoute(api, &ApiHandler::GetMasterStats), users);
+  Register(srv, routes_, "GET", v1 + "/master", HandlerRoute(api, &ApiHandler::GetMasterInfo), users);
+  Register(srv, routes_, "GET", v1 + "/master/stats", HandlerRoute(api, &ApiHandler::GetMasterStats), users);
 
   if (users != nullptr) {
     Route<v1::LoginRequest, v1::LoginResponse> login;
     login.call = [users](const Caller&, const v1::LoginRequest& q, v1::LoginResponse* p,
                          Done d) { users->Login(q, p, std::move(d)); };
     login.open = true;
-    Register(srv, "POST", v1 + "/auth/login", login, users);
-    Register(srv, "POST", v1 + "/auth/logout", HandlerRoute(*users, &UserHandler::Logout), users);
-    Register(srv, "GET", v1 + "/me", HandlerRoute(*users, &UserHandler::WhoAmI), users);
-    Register(srv, "GET", v1 + "/users", HandlerRoute(*users, &UserHandler::ListUsers), users);
-    Register(srv, "POST", v1 + "/users", HandlerRoute(*users, &UserHandler::CreateUser), users);
-    Register(srv, "POST", v1 + "/users/" + name + "/password",
+    Register(srv, routes_, "POST", v1 + "/auth/login", login, users);
+    Register(srv, routes_, "POST", v1 + "/auth/logout", HandlerRoute(*users, &UserHandler::Logout), users);
+    Register(srv, routes_, "GET", v1 + "/me", HandlerRoute(*users, &UserHandler::WhoAmI), users);
+    Register(srv, routes_, "GET", v1 + "/users", HandlerRoute(*users, &UserHandler::ListUsers), users);
+    Register(srv, routes_, "POST", v1 + "/users", HandlerRoute(*users, &UserHandler::CreateUser), users);
+    Register(srv, routes_, "POST", v1 + "/users/" + name + "/password",
              HandlerRoute(*users, &UserHandler::ChangePassword, {"username"}), users);
   }
 
-  Register(srv, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),
+  Register(srv, routes_, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),
            users);
-  Register(srv, "POST", v1 + "/experiments", HandlerRoute(api, &ApiHandler::CreateExperiment),
+  Register(srv, routes_, "POST", v1 + "/experiments", HandlerRoute(api, &ApiHandler::CreateExperiment),
            users);
-  Register(srv, "GET", v1 + "/experiments/" + id,
+  Register(srv, routes_, "GET", v1 + "/experiments/" + id,
            HandlerRoute(api, &ApiHandler::GetExperiment, {"id"}), users);
-  Register(srv, "POST", v1 + "/experiments/" + id + "/kill",
+  Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/kill",
            HandlerRoute(api, &ApiHandler::KillExperiment, {"id"}), users);
-  Register(srv, "POST", v1 + "/experiments/" + id + "/pause",
+  Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/pause",
            HandlerRoute(api, &ApiHandler::PauseExperiment, {"id"}), users);
-  Register(srv, "POST", v1 + "/experiments/" + id + "/activate",
+  Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/activate",
            HandlerRoute(api, &ApiHandler::ActivateExperiment, {"id"}), users);
-  Register(srv, "POST", v1 + "/experiments/" + id + "/slots",
+  Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/slots",
            HandlerRoute(api, &ApiHandler::SetExperimentSlots, {"id"}), users);
 
-  Register(srv, "GET", v1 + "/experiments/" + id + "/checkpoints",
+  Register(srv, routes_, "GET", v1 + "/experiments/" + id + "/checkpoints",
            HandlerRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);
 
-  Register(srv, "GET", v1 + "/trials/" + id, HandlerRoute(api, &ApiHandler::GetTrial, {"id"}),
+  Register(srv, routes_, "GET", v1 + "/trials/" + id, HandlerRoute(api, &ApiHandler::GetTrial, {"id"}),
            users);
-  Register(srv, "GET", v1 + "/trials/" + id + "/metrics",
-           HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"}), users);
+  {
+    auto metrics = HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"});
+    metrics.prepare = [](Params& params, v1::GetTrialMetricsRequest&) {
+      auto it = params.find("group");
+      if (it == params.end()) return absl::OkStatus();
+      for (const std::string& g : it->second) {
+        if (g != "training" && g != "validation" && g != "timings") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter 'group': expected training, validation or timings, got \"", g, "\""));
+        }
+      }
+      return absl::OkStatus();
+    };
+    Register(srv, routes_, "GET", v1 + "/trials/" + id + "/metrics", metrics, users);
+  }
   {
     auto timings = HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"});
     timings.prepare = [](Params& params, v1::GetTrialMetricsRequest& req) {
@@ -440,54 +541,61 @@ void HttpServer::AddRoutes() {
       req.set_group("timings");
       return absl::OkStatus();
     };
-    Register(srv, "GET", v1 + "/trials/" + id + "/timings", timings, users);
+    Register(srv, routes_, "GET", v1 + "/trials/" + id + "/timings", timings, users);
   }
   {
     auto logs = HandlerRoute(api, &ApiHandler::GetTrialLogs, {"trial_id"});
     logs.prepare = PrepareLogs;
-    Register(srv, "GET", v1 + "/trials/" + id + "/logs", logs, users);
+    Register(srv, routes_, "GET", v1 + "/trials/" + id + "/logs", logs, users);
   }
 
-  Register(srv, "GET", v1 + "/agents", HandlerRoute(api, &ApiHandler::ListAgents), users);
-  Register(srv, "POST", v1 + "/agents/" + name + "/enable",
+  Register(srv, routes_, "GET", v1 + "/agents", HandlerRoute(api, &ApiHandler::ListAgents), users);
+  Register(srv, routes_, "POST", v1 + "/agents/" + name + "/enable",
            HandlerRoute(api, &ApiHandler::EnableAgent, {"agent_id"}), users);
-  Register(srv, "POST", v1 + "/agents/" + name + "/disable",
+  Register(srv, routes_, "POST", v1 + "/agents/" + name + "/disable",
            HandlerRoute(api, &ApiHandler::DisableAgent, {"agent_id"}), users);
   {
     auto slots = HandlerRoute(api, &ApiHandler::ListAgents);
     slots.render = RenderSlots;
-    Register(srv, "GET", v1 + "/slots", slots, users);
+    Register(srv, routes_, "GET", v1 + "/slots", slots, users);
   }
 
-  Register(srv, "GET", v1 + "/jobs", HandlerRoute(api, &ApiHandler::ListJobs), users);
-  Register(srv, "POST", v1 + "/jobs/" + id + "/priority",
+  Register(srv, routes_, "GET", v1 + "/jobs", HandlerRoute(api, &ApiHandler::ListJobs), users);
+  Register(srv, routes_, "POST", v1 + "/jobs/" + id + "/priority",
            HandlerRoute(api, &ApiHandler::UpdateJobPriority, {"experiment_id"}), users);
-  Register(srv, "GET", v1 + "/tasks", HandlerRoute(api, &ApiHandler::ListTasks), users);
-  Register(srv, "GET", v1 + "/resource-pools", HandlerRoute(api, &ApiHandler::ListResourcePools),
+  Register(srv, routes_, "GET", v1 + "/tasks", HandlerRoute(api, &ApiHandler::ListTasks), users);
+  Register(srv, routes_, "GET", v1 + "/resource-pools", HandlerRoute(api, &ApiHandler::ListResourcePools),
            users);
 
-  Register(srv, "GET", v1 + "/templates", HandlerRoute(api, &ApiHandler::ListTemplates), users);
-  Register(srv, "GET", v1 + "/templates/" + name,
+  Register(srv, routes_, "GET", v1 + "/templates", HandlerRoute(api, &ApiHandler::ListTemplates), users);
+  Register(srv, routes_, "GET", v1 + "/templates/" + name,
            HandlerRoute(api, &ApiHandler::GetTemplate, {"name"}), users);
   for (const char* method : {"PUT", "POST"}) {
-    Register(srv, method, v1 + "/templates/" + name,
+    Register(srv, routes_, method, v1 + "/templates/" + name,
              HandlerRoute(api, &ApiHandler::SetTemplate, {"name"}), users);
   }
-  Register(srv, "DELETE", v1 + "/templates/" + name,
+  Register(srv, routes_, "DELETE", v1 + "/templates/" + name,
            HandlerRoute(api, &ApiHandler::RemoveTemplate, {"name"}), users);
 
   // Anything else: a JSON 404.
   auto no_route = [](const httplib::Request& req, httplib::Response& res) {
     res.status = 404;
-    res.set_content(
-        ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path))),
-        "application/json");
+    res.set_content(ErrorJson(absl::NotFoundError(NoRouteMessage(req))), "application/json");
   };
   srv.Get(".*", no_route);
   srv.Post(".*", no_route);
   srv.Put(".*", no_route);
   srv.Patch(".*", no_route);
   srv.Delete(".*", no_route);
+  srv.Options(".*", no_route);
+  // Errors httplib answers itself (a request it cannot read, an unknown method, a body
+  // too large) get the same JSON shape; answers with a body already are left alone.
+  srv.set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        res.set_content(ErrorJson(HttpError(req, res.status)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
 }
 
 }  // namespace det::master

@@ -4,8 +4,10 @@
 //
 // Each REST call turns the JSON body, query parameters and path parameters into the
 // handler's request message, calls the handler and waits (on the HTTP server's own
-// thread) for its Done; the response message is written as JSON. Errors are
-// {"code": "NOT_FOUND", "message": "..."} with the HTTP status of the code.
+// thread) for its Done; the response message is written as JSON. A body is read as JSON
+// whatever its Content-Type. Every error, unknown routes and unreadable requests
+// included, is {"code": "NOT_FOUND", "message": "..."} with the HTTP status of the code,
+// and never repeats the request body.
 #ifndef DET_MASTER_HTTP_HTTP_SERVER_H_
 #define DET_MASTER_HTTP_HTTP_SERVER_H_
 
@@ -14,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +64,9 @@ class HttpServer {
   const std::string& address() const { return address_; }
   // "http" or "https".
   const std::string& scheme() const { return scheme_; }
+  // Every route served, as "METHOD /path" with "{id}" (digits) and "{name}" (any text
+  // without "/") for path parameters, in the order added; docs/rest-api.md lists them all.
+  const std::vector<std::string>& routes() const { return routes_; }
   // Requests answered since Start (any route, any status). Thread-safe.
   int64_t requests_served() const { return requests_served_.load(); }
 
@@ -75,6 +81,7 @@ class HttpServer {
   std::string address_;
   std::string scheme_ = "http";
   std::atomic<int64_t> requests_served_{0};
+  std::vector<std::string> routes_;
 };
 
 }  // namespace det::master

@@ -6,11 +6,18 @@
 #include <httplib.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <regex>
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -963,6 +970,172 @@ TEST_F(RestTest, NamesFullOfQuotesAndSqlComeBackUnchanged) {
 
 
 // HTTPS with http_tls in master.yaml: a certificate made here with the openssl tool.
+TEST_F(RestTest, AJsonBodyIsReadWhateverItsContentTypeAndNeverEchoed) {
+  // The docs' `curl -d` login: curl says application/x-www-form-urlencoded.
+  const std::string login =
+      json{{"username", "admin"}, {"password", kAdminPassword}}.dump();
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", ""}) {
+    auto r = http_->Post("/api/v1/auth/login", login, type);
+    ASSERT_TRUE(r) << type;
+    EXPECT_EQ(r->status, 200) << type << ": " << r->body;
+    EXPECT_FALSE(json::parse(r->body, nullptr, false).value("token", "").empty()) << type;
+  }
+  // A broken body, a wrong field type or an unknown field: a JSON error that does not
+  // repeat the body's values (an unknown field's name is said).
+  const std::string secret = "s3cret-horse-battery";
+  for (const std::string& body :
+       {absl::StrCat("{\"username\": \"admin\", \"password\": \"", secret, "\""),
+        absl::StrCat("{\"username\": \"admin\", \"password\": {\"", secret, "\": 1}}"),
+        absl::StrCat("{\"username\": \"admin\", \"passwd\": \"", secret, "\"}"),
+        absl::StrCat("{\"username\": \"admin\", \"password\": [\"", secret, "\"]}"),
+        absl::StrCat("username=admin&password=", secret)}) {
+    for (const char* type : {"application/x-www-form-urlencoded", "application/json"}) {
+      auto r = http_->Post("/api/v1/auth/login", body, type);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 400) << body;
+      json j = json::parse(r->body, nullptr, false);
+      EXPECT_EQ(j.value("code", ""), "INVALID_ARGUMENT") << r->body;
+      EXPECT_THAT(j.value("message", ""), HasSubstr("LoginRequest")) << r->body;
+      EXPECT_THAT(r->body, ::testing::Not(HasSubstr(secret))) << r->body;
+    }
+  }
+}
+
+TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
+  ASSERT_EQ(CreateExperiment("shapes"), 1);
+  auto expect_error = [&](const std::string& what, const httplib::Result& r, int status,
+                          const std::string& code, const std::string& mentions) {
+    ASSERT_TRUE(r) << what;
+    EXPECT_EQ(r->status, status) << what << ": " << r->body;
+    EXPECT_THAT(r->get_header_value("Content-Type"), HasSubstr("application/json")) << what;
+    json j = json::parse(r->body, nullptr, false);
+    EXPECT_EQ(j.value("code", ""), code) << what << ": " << r->body;
+    EXPECT_THAT(j.value("message", ""), HasSubstr(mentions)) << what << ": " << r->body;
+  };
+  httplib::Headers auth = {{"Authorization", "Bearer " + token_}};
+  expect_error("unknown route", http_->Get("/api/v1/nothing", auth), 404, "NOT_FOUND",
+               "no route for GET /api/v1/nothing");
+  expect_error("unknown POST route", http_->Post("/nothing", auth, "{}", "application/json"), 404,
+               "NOT_FOUND", "no route for POST /nothing");
+  expect_error("PATCH", http_->Patch("/api/v1/experiments/1", auth, "{}", "application/json"),
+               404, "NOT_FOUND", "no route for PATCH");
+  expect_error("OPTIONS", http_->Options("/api/v1/experiments", auth), 404, "NOT_FOUND",
+               "no route for OPTIONS");
+  expect_error("a body that is no JSON",
+               http_->Post("/api/v1/jobs/1/priority", auth, "priority=5", "text/plain"), 400,
+               "INVALID_ARGUMENT", "UpdateJobPriorityRequest");
+  expect_error("a body of the wrong message",
+               http_->Post("/api/v1/experiments", auth, "[1, 2]", "application/json"), 400,
+               "INVALID_ARGUMENT", "CreateExperimentRequest");
+  // No body at all: the empty request, which the handler judges.
+  expect_error("create with no body", http_->Post("/api/v1/experiments", auth, "", ""), 400,
+               "INVALID_ARGUMENT", "");
+  auto kill = http_->Post("/api/v1/experiments/1/kill", auth, "", "");
+  ASSERT_TRUE(kill);
+  EXPECT_EQ(kill->status, 200) << kill->body;
+
+  // Query parameters: 400 naming the parameter.
+  const std::vector<std::pair<std::string, std::string>> bad_params = {
+      {"/api/v1/experiments?limit=-5", "'limit'"},
+      {"/api/v1/experiments?offset=-1", "'offset'"},
+      {"/api/v1/experiments?limit=ten", "'limit'"},
+      {"/api/v1/trials/1/metrics?group=bogus", "'group'"},
+      {"/api/v1/trials/1/metrics?max_points=-3", "'max_points'"},
+      {"/api/v1/trials/1/logs?wait_ms=-1", "'wait_ms'"},
+      {"/api/v1/trials/1/logs?wait_ms=99999", "'wait_ms'"},
+      {"/api/v1/trials/1/logs?wait_ms=soon", "'wait_ms'"},
+      {"/api/v1/trials/1/logs?after_id=-2", "'after_id'"},
+      {"/api/v1/trials/1/logs?limit=-1", "'limit'"},
+      {"/api/v1/trials/1/logs?follow=maybe", "'follow'"},
+      {"/api/v1/trials/1/timings?group=training", "'group'"},
+      {"/api/v1/experiments?colour=red", "'colour'"},
+  };
+  for (const auto& [path, param] : bad_params) {
+    expect_error(path, http_->Get(path, auth), 400, "INVALID_ARGUMENT", param);
+  }
+  for (const std::string path :
+       {"/api/v1/experiments?limit=0&offset=0", "/api/v1/trials/1/metrics?group=validation",
+        "/api/v1/trials/1/logs?wait_ms=0&after_id=0&limit=5"}) {
+    EXPECT_EQ(Get(path).status, 200) << path;
+  }
+}
+
+// A UserHandler that only makes HttpServer register the user routes.
+class NoUsers : public UserHandler {
+ public:
+  void Authenticate(const std::string&, Caller*, Done done) override { done(Unimplemented()); }
+  void Login(const v1::LoginRequest&, v1::LoginResponse*, Done done) override {
+    done(Unimplemented());
+  }
+  void Logout(const Caller&, const v1::LogoutRequest&, v1::LogoutResponse*, Done done) override {
+    done(Unimplemented());
+  }
+  void WhoAmI(const Caller&, const v1::WhoAmIRequest&, v1::WhoAmIResponse*, Done done) override {
+    done(Unimplemented());
+  }
+  void CreateUser(const Caller&, const v1::CreateUserRequest&, v1::CreateUserResponse*,
+                  Done done) override {
+    done(Unimplemented());
+  }
+  void ListUsers(const Caller&, const v1::ListUsersRequest&, v1::ListUsersResponse*,
+                 Done done) override {
+    done(Unimplemented());
+  }
+  void ChangePassword(const Caller&, const v1::ChangePasswordRequest&,
+                      v1::ChangePasswordResponse*, Done done) override {
+    done(Unimplemented());
+  }
+
+ private:
+  static absl::Status Unimplemented() { return absl::UnimplementedError("no users here"); }
+};
+
+// docs/rest-api.md of the source tree: found from web/index.html (a data file of this
+// test, a link to the source) three directories up.
+std::string RestApiDocPath() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  std::string page = absl::StrCat(srcdir ? srcdir : ".", "/", workspace ? workspace : "det",
+                                  "/master/http/web/index.html");
+  char real[PATH_MAX];
+  if (realpath(page.c_str(), real) == nullptr) return "";
+  std::string path = real;
+  for (int i = 0; i < 4; ++i) path = path.substr(0, path.rfind('/'));
+  return path + "/docs/rest-api.md";
+}
+
+TEST_F(RestTest, DocsListEveryRouteAndNoOther) {
+  const std::string path = RestApiDocPath();
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read docs/rest-api.md (tried '" << path << "')";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_THAT(doc, HasSubstr("# REST API")) << path;
+
+  NoUsers users;
+  HttpServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.threads = 2;
+  auto server = HttpServer::Start(options, master_->service(), &users);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<std::string>& routes = (*server)->routes();
+  ASSERT_GT(routes.size(), 30u);
+  // Every route is in the doc as `METHOD /path`.
+  for (const std::string& route : routes) {
+    EXPECT_THAT(doc, HasSubstr(absl::StrCat("`", route, "`")))
+        << route << " is served but docs/rest-api.md does not list it";
+  }
+  // Every `METHOD /path` of the doc is served.
+  std::regex doc_route("`((GET|POST|PUT|DELETE|PATCH) /[^`]*)`");
+  int listed = 0;
+  for (std::sregex_iterator it(doc.begin(), doc.end(), doc_route), end; it != end; ++it) {
+    ++listed;
+    const std::string route = (*it)[1].str();
+    EXPECT_NE(std::find(routes.begin(), routes.end(), route), routes.end())
+        << "docs/rest-api.md lists " << route << ", which is not served";
+  }
+  EXPECT_GE(listed, static_cast<int>(routes.size()));
+}
+
 TEST(HttpsTest, ServesTheApiOverTls) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/rest_tls");

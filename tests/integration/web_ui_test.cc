@@ -1,10 +1,14 @@
 // The web page in a real browser: headless Chromium (Debian's `chromium`, installed by
-// deploy/setup.sh) against a live master and agent after a short Fashion-MNIST experiment.
-// The page must show the experiment list, the agent table and the trial's loss curves
-// with the values the master stored. Screenshots go to TEST_UNDECLARED_OUTPUTS_DIR.
+// deploy/setup.sh) against a live master and agent after a short Fashion-MNIST experiment
+// and a small grid search. The page must show the experiment list, the agent table, the
+// trial's curves with the values the master stored, and what a person reads of a search:
+// hyperparameter columns, the best trial marked, an accuracy chart on accuracy's range,
+// no diagnostics unless asked, no raw floats. Screenshots (overview.png, experiments.png,
+// experiment.png, search.png, trial.png) go to TEST_UNDECLARED_OUTPUTS_DIR.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 #include <string>
@@ -19,6 +23,7 @@
 namespace det::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -57,7 +62,7 @@ class WebUi : public ::testing::Test {
   // Runs headless Chromium on the page at `fragment` ("#/trials/1") with `mode`
   // ("--dump-dom" or "--screenshot=PATH"); its stdout.
   std::string Browse(const std::string& fragment, const std::string& mode,
-                     bool with_token = true) {
+                     bool with_token = true, const std::string& window = "1280,900") {
     std::string profile = absl::StrCat(cluster_.dir(), "/chromium-", runs_++);
     mkdir(profile.c_str(), 0700);
     std::string url = absl::StrCat("http://", cluster_.http_address(), "/", fragment);
@@ -69,16 +74,17 @@ class WebUi : public ::testing::Test {
         {chromium_, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
-         "--window-size=1280,900", "--virtual-time-budget=5000", mode, url},
+         "--window-size=" + window, "--virtual-time-budget=5000", mode, url},
         absl::Seconds(90));
     EXPECT_TRUE(r.exit.ok()) << "chromium failed (" << r.exit.ToString() << "):\n" << r.err;
     return r.out;
   }
 
-  void Screenshot(const std::string& fragment, const std::string& file) {
+  void Screenshot(const std::string& fragment, const std::string& file,
+                  const std::string& window = "1280,900") {
     std::string path = outputs_ + "/" + file;
     unlink(path.c_str());
-    Browse(fragment, "--screenshot=" + path);
+    Browse(fragment, "--screenshot=" + path, /*with_token=*/true, window);
     struct stat st;
     ASSERT_EQ(stat(path.c_str(), &st), 0) << "no screenshot at " << path;
     EXPECT_GT(st.st_size, 10000) << path;
@@ -102,6 +108,56 @@ std::string Attr(const std::string& element, const std::string& name) {
   std::smatch m;
   return std::regex_search(element, m, re) ? m[1].str() : "";
 }
+
+// What a person reads of `dom`: the text outside tags, without scripts, logs (the
+// program's own text) and <code> (ids, paths).
+std::string VisibleText(const std::string& dom) {
+  // Plain string scans: std::regex recurses per character and overflows on long pages.
+  std::string text = dom;
+  auto drop = [&text](const std::string& open, const std::string& close) {
+    for (size_t at = text.find(open); at != std::string::npos; at = text.find(open, at)) {
+      size_t end = text.find(close, at);
+      text.erase(at, end == std::string::npos ? std::string::npos : end + close.size() - at);
+    }
+  };
+  drop("<script", "</script>");
+  drop("<pre class=\"logs\"", "</pre>");
+  drop("<code>", "</code>");
+  std::string out;
+  bool in_tag = false;
+  for (char c : text) {
+    if (c == '<') in_tag = true;
+    if (!in_tag) out += c;
+    if (c == '>') {
+      in_tag = false;
+      out += ' ';
+    }
+  }
+  return out;
+}
+
+// The chart titled `title` (its whole <div class="chart">), or "".
+std::string Chart(const std::string& dom, const std::string& title) {
+  size_t start = dom.find("<div class=\"chart\" data-title=\"" + title + "\"");
+  if (start == std::string::npos) return "";
+  size_t end = dom.find("</svg>", start);
+  return dom.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// The y-axis labels of `chart`, as numbers.
+std::vector<double> YLabels(const std::string& chart) {
+  std::vector<double> out;
+  std::regex re("<text class=\"ytick\"[^>]*>([^<]*)</text>");
+  for (std::sregex_iterator it(chart.begin(), chart.end(), re), end; it != end; ++it) {
+    double v = 0;
+    EXPECT_TRUE(absl::SimpleAtod((*it)[1].str(), &v)) << "label '" << (*it)[1].str() << "'";
+    out.push_back(v);
+  }
+  return out;
+}
+
+// A number printed with more digits than a person reads: a raw double.
+const char kRawFloat[] = "[0-9]\\.[0-9]{8,}";
 
 TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   std::string config = cluster_.WriteFile("exp.yaml", ExperimentYaml());
@@ -149,6 +205,28 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(page, HasSubstr("state-completed\">COMPLETED<"));
   EXPECT_THAT(page, HasSubstr("the trial has ended"));  // The logs were read to the end.
   EXPECT_THAT(page, HasSubstr("batch 160/160"));
+  // One chart per metric; accuracy on accuracy's range, never stretched by a hash.
+  std::string accuracy = Chart(page, "accuracy");
+  ASSERT_FALSE(accuracy.empty()) << page;
+  std::vector<double> labels = YLabels(accuracy);
+  ASSERT_GE(labels.size(), 2u) << accuracy;
+  for (double v : labels) {
+    EXPECT_GE(v, 0) << accuracy;
+    EXPECT_LE(v, 1) << accuracy;
+  }
+  // Log lines carry their time and rank; timings have units.
+  EXPECT_THAT(page, ContainsRegex("<span class=\"ts\">20[0-9][0-9]-[0-9][0-9]-[0-9][0-9] "
+                                  "[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\\.[0-9][0-9][0-9]</span>"));
+  EXPECT_THAT(page, HasSubstr("<span class=\"rank\">[rank 0]</span>"));
+  EXPECT_THAT(page, HasSubstr("id=\"timings-table\""));
+  EXPECT_THAT(page, ContainsRegex("<td>train_batch</td><td class=\"num\">[0-9.]+ (ns|µs|ms|s)<"));
+  // Diagnostics (the example's hashes) only when asked; no raw doubles.
+  std::string visible = VisibleText(page);
+  EXPECT_THAT(visible, Not(HasSubstr("diag/"))) << visible;
+  EXPECT_THAT(visible, Not(ContainsRegex(kRawFloat))) << visible;
+  std::string diagnostics = VisibleText(Browse("#/trials/1?diagnostics=1", "--dump-dom"));
+  EXPECT_THAT(diagnostics, HasSubstr("diag/params_hash_hi"));
+  EXPECT_THAT(diagnostics, ContainsRegex("0x[0-9a-f]+"));  // hashes in hex
 
   // The experiment: its trial and the same curve.
   std::string experiment = Browse("#/experiments/1", "--dump-dom");
@@ -156,6 +234,12 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(experiment, HasSubstr("href=\"#/trials/1\""));
   EXPECT_EQ(Attr(SeriesPath(experiment, "training loss"), "data-points"),
             absl::StrCat(training_points));
+  EXPECT_THAT(VisibleText(experiment), Not(HasSubstr("diag/")));
+  // A single trial: no search section, no best mark; a completed experiment: no buttons.
+  EXPECT_THAT(experiment, HasSubstr("id=\"search-section\" hidden=\"\""));
+  EXPECT_THAT(experiment, Not(HasSubstr("★ best")));
+  EXPECT_THAT(experiment, HasSubstr("id=\"act-kill\" class=\"danger\" hidden=\"\""));
+  EXPECT_THAT(experiment, HasSubstr("id=\"act-pause\" hidden=\"\""));
 
   // Without a session the page asks to log in and shows no data.
   std::string anonymous = Browse("#/", "--dump-dom", /*with_token=*/false);
@@ -163,8 +247,114 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(anonymous, Not(HasSubstr("agent-a")));
 
   Screenshot("#/", "overview.png");
-  Screenshot("#/trials/1", "trial.png");
-  Screenshot("#/experiments/1", "experiment.png");
+  Screenshot("#/experiments/1", "experiment.png", "1280,1600");
+}
+
+// A grid search of two learning rates, 30 batches each: the experiment list, the search's
+// page (trial table, best trial, scatter, charts) and a trial page as a person sees them.
+TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
+  std::string config = cluster_.WriteFile("grid.yaml", R"(name: lr grid
+entrypoint: det-fashion-mnist
+hyperparameters:
+  global_batch_size: 32
+  hidden_size: 16
+  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
+records_per_epoch: 60000
+searcher:
+  name: grid
+  metric: validation_loss
+  smaller_is_better: true
+  max_length: {batches: 30}
+min_validation_period: {batches: 10}
+scheduling_unit: 10
+data: {dir: /usr/share/datasets/fashion-mnist}
+)");
+  CommandResult create = cluster_.Det({"experiment", "create", config, "-f"});
+  ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master");
+  nlohmann::json d = cluster_.DetJson({"experiment", "describe", "1"});
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump();
+  ASSERT_EQ(d["trials"].size(), 2u) << d.dump();
+  // The best trial by the searcher's metric, as the master stored it.
+  int64_t best = -1;
+  double best_loss = 0;
+  for (const auto& t : d["trials"]) {
+    double loss = t["validation_summary"]["validation_loss"]["min"].get<double>();
+    if (best < 0 || loss < best_loss) {
+      best = Int(t["id"]);
+      best_loss = loss;
+    }
+  }
+  const int64_t worst = best == Int(d["trials"][0]["id"]) ? Int(d["trials"][1]["id"])
+                                                          : Int(d["trials"][0]["id"]);
+
+  std::string list = Browse("#/experiments", "--dump-dom");
+  EXPECT_THAT(list, HasSubstr(">lr grid</a>"));
+  EXPECT_THAT(list, HasSubstr("100%"));
+
+  std::string page = Browse(absl::StrCat("#/experiments/1"), "--dump-dom", true, "1280,2400");
+  std::string visible = VisibleText(page);
+  // One column per hyperparameter, numbers as people write them, never raw JSON.
+  for (const char* hp : {"global_batch_size", "hidden_size", "learning_rate"}) {
+    EXPECT_THAT(page, HasSubstr(absl::StrCat("<th data-sort=\"hp:", hp, "\" class=\"num hp\"")))
+        << hp << page;
+  }
+  EXPECT_THAT(page, HasSubstr("<td class=\"num\">0.05</td>"));
+  EXPECT_THAT(page, HasSubstr("<td class=\"num\">0.0001</td>"));
+  EXPECT_THAT(visible, Not(HasSubstr("{\""))) << visible;
+  EXPECT_THAT(visible, Not(HasSubstr("&quot;"))) << visible;
+  // The searcher metric's best value, the best trial marked (once, the right one).
+  EXPECT_THAT(page, HasSubstr("best validation_loss (min)"));
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("<tr class=\"trial-row best\" data-trial=\"", best, "\"")));
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("<tr class=\"trial-row\" data-trial=\"", worst, "\"")));
+  size_t marks = 0;
+  for (size_t at = page.find("★ best"); at != std::string::npos; at = page.find("★ best", at + 1)) {
+    ++marks;
+  }
+  EXPECT_EQ(marks, 1u) << page;
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("Best trial: <a href=\"#/trials/", best, "\">")));
+  // The scatter of the metric against the hyperparameter that varies.
+  EXPECT_THAT(page, HasSubstr("data-title=\"best validation_loss by learning_rate\""));
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("class=\"point best\"")));
+  EXPECT_THAT(page, HasSubstr("data-xscale=\"log\""));  // 0.0001 .. 0.05
+  // Charts: one per metric, both trials on it; accuracy within [0, 1].
+  std::string accuracy = Chart(page, "accuracy");
+  ASSERT_FALSE(accuracy.empty()) << page;
+  EXPECT_THAT(accuracy, HasSubstr(absl::StrCat("data-series=\"trial ", best, " validation accuracy\"")));
+  EXPECT_THAT(accuracy, HasSubstr(absl::StrCat("data-series=\"trial ", worst, " validation accuracy\"")));
+  std::vector<double> labels = YLabels(accuracy);
+  ASSERT_GE(labels.size(), 2u) << accuracy;
+  for (double v : labels) {
+    EXPECT_GE(v, 0) << accuracy;
+    EXPECT_LE(v, 1) << accuracy;
+  }
+  EXPECT_THAT(visible, Not(HasSubstr("diag/"))) << visible;
+  EXPECT_THAT(visible, Not(ContainsRegex(kRawFloat))) << visible;
+  EXPECT_THAT(page, HasSubstr("id=\"act-kill\" class=\"danger\" hidden=\"\""));  // completed
+
+  // Sorted by the best metric, largest first: the worst trial's row comes first.
+  std::string sorted = Browse("#/experiments/1?sort=best&dir=-1", "--dump-dom");
+  size_t best_row = sorted.find(absl::StrCat("data-trial=\"", best, "\""));
+  size_t worst_row = sorted.find(absl::StrCat("data-trial=\"", worst, "\""));
+  ASSERT_NE(best_row, std::string::npos) << sorted;
+  ASSERT_NE(worst_row, std::string::npos) << sorted;
+  EXPECT_LT(worst_row, best_row);
+  EXPECT_THAT(sorted, HasSubstr("best validation_loss (min) ▼"));
+
+  // Diagnostics on: the hashes appear, in hex.
+  std::string diagnostics = VisibleText(Browse("#/experiments/1?diagnostics=1", "--dump-dom"));
+  EXPECT_THAT(diagnostics, HasSubstr("diag/"));
+
+  // The best trial's page: its hyperparameters, its curves.
+  std::string trial = Browse(absl::StrCat("#/trials/", best), "--dump-dom");
+  EXPECT_THAT(trial, HasSubstr("id=\"hparams-table\""));
+  EXPECT_THAT(trial, HasSubstr("<td>learning_rate</td>"));
+  EXPECT_FALSE(Chart(trial, "validation_loss").empty()) << trial;
+  EXPECT_THAT(VisibleText(trial), Not(HasSubstr("diag/")));
+  EXPECT_THAT(VisibleText(trial), Not(ContainsRegex(kRawFloat)));
+
+  Screenshot("#/experiments", "experiments.png");
+  Screenshot("#/experiments/1", "search.png", "1280,2400");
+  Screenshot(absl::StrCat("#/trials/", best), "trial.png", "1280,2000");
 }
 
 }  // namespace

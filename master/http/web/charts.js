@@ -1,5 +1,6 @@
-// det's web page: the SVG line charts (loaded before app.js, which draws them with
-// these functions; COLORS and esc come from app.js at call time).
+// det's web page: the SVG charts (loaded before app.js, which draws them with these
+// functions; COLORS, esc and fmt come from app.js at call time).
+'use strict';
 
 function niceStep(range, target) {
   const raw = range / Math.max(1, target);
@@ -17,60 +18,156 @@ function ticks(lo, hi, target) {
   return out;
 }
 
-// series: [{name, points: [[x, y], ...], dashed, dots}]. Returns an SVG chart (HTML text).
-function lineChart(title, series, options = {}) {
-  const W = 600, H = 260, L = 58, R = 14, T = 10, B = 34;
-  const shown = series.filter((s) => s.points.length > 0);
-  let html = `<div class="chart" data-title="${esc(title)}"><h3>${esc(title)}</h3>`;
-  if (shown.length === 0) {
-    return html + '<p class="muted">No data yet.</p></div>';
+// A y (or x) axis over the values `vs`: {lo, hi, ticks, pos(v) -> 0..1, log}. With `log`,
+// a log10 axis over the positive values (the others cannot be drawn on it). Values all in
+// [0, 1] (accuracies, fractions) keep the axis within [0, 1].
+function axis(vs, options = {}) {
+  const log = !!options.log;
+  const finite = vs.filter((v) => Number.isFinite(v) && (!log || v > 0));
+  if (!finite.length) return null;
+  let lo = Math.min(...finite), hi = Math.max(...finite);
+  if (log) {
+    let a = Math.log10(lo), b = Math.log10(hi);
+    if (b === a) { a -= 0.5; b += 0.5; }
+    const pad = (b - a) * 0.05;
+    a -= pad; b += pad;
+    let ts;
+    if (b - a >= 1) {
+      const step = Math.max(1, Math.ceil((b - a) / 6));
+      ts = [];
+      for (let k = Math.ceil(a); k <= Math.floor(b); k += step) ts.push(Math.pow(10, k));
+    } else {
+      ts = ticks(Math.pow(10, a), Math.pow(10, b), 4).filter((t) => t > 0);
+    }
+    return { lo: Math.pow(10, a), hi: Math.pow(10, b), ticks: ts, log: true, pos: (v) => (Math.log10(v) - a) / (b - a) };
   }
-  let xs = [], ys = [];
-  for (const s of shown) for (const [x, y] of s.points) { xs.push(x); ys.push(y); }
-  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  if (x1 === x0) { x0 -= 1; x1 += 1; }
-  if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
-  const pad = (y1 - y0) * 0.05;
-  y0 -= pad; y1 += pad;
-  if (options.zeroBased && y0 > 0 && y0 < (y1 - y0)) y0 = 0;
-  const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
-  const py = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-  let svg = `<svg viewBox="0 0 ${W} ${H}" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${esc(title)}">`;
-  for (const t of ticks(y0, y1, 5)) {
+  const unit = lo >= 0 && hi <= 1;
+  if (hi === lo) { const d = Math.abs(lo) * 0.1 || 0.5; lo -= d; hi += d; }
+  const pad = (hi - lo) * 0.05;
+  lo -= pad; hi += pad;
+  if (options.zeroBased && lo > 0 && lo < hi - lo) lo = 0;
+  if (unit) { lo = Math.max(0, lo); hi = Math.min(1, hi); }
+  const ts = ticks(lo, hi, options.ticks || 5);
+  return { lo, hi, ticks: ts, log: false, pos: (v) => (v - lo) / (hi - lo) };
+}
+
+const CHART = { W: 600, H: 260, L: 62, R: 14, T: 10, B: 34 };
+
+function frame(title, svgBody, legend, extra) {
+  return `<div class="chart" data-title="${esc(title)}"${extra || ''}><h3>${esc(title)}</h3>` +
+    `<svg viewBox="0 0 ${CHART.W} ${CHART.H}" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${esc(title)}">` +
+    svgBody + '</svg>' + legend + '</div>';
+}
+
+// The grid, tick labels and axis lines of a chart; `ya` and `xa` from axis(), or `xa` with
+// `categories` for a categorical x axis.
+function gridAndAxes(ya, xa, px, py, xLabel, yLabel) {
+  const { W, H, L, R, T, B } = CHART;
+  let svg = '';
+  for (const t of ya.ticks) {
     const y = py(t).toFixed(1);
     svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${y}" y2="${y}"/>`;
-    svg += `<text x="${L - 6}" y="${y}" text-anchor="end" dominant-baseline="middle">${esc(fmt(t))}</text>`;
+    svg += `<text class="ytick" x="${L - 6}" y="${y}" text-anchor="end" dominant-baseline="middle">${esc(fmt(t))}</text>`;
   }
-  for (const t of ticks(x0, x1, 6)) {
-    const x = px(t).toFixed(1);
-    svg += `<line class="grid" x1="${x}" x2="${x}" y1="${T}" y2="${H - B}"/>`;
-    svg += `<text x="${x}" y="${H - B + 14}" text-anchor="middle">${esc(fmt(t))}</text>`;
+  if (xa.categories) {
+    xa.categories.forEach((c, i) => {
+      const x = px(i).toFixed(1);
+      svg += `<text class="xtick" x="${x}" y="${H - B + 14}" text-anchor="middle">${esc(c)}</text>`;
+    });
+  } else {
+    for (const t of xa.ticks) {
+      const x = px(t).toFixed(1);
+      svg += `<line class="grid" x1="${x}" x2="${x}" y1="${T}" y2="${H - B}"/>`;
+      svg += `<text class="xtick" x="${x}" y="${H - B + 14}" text-anchor="middle">${esc(fmt(t))}</text>`;
+    }
   }
   svg += `<line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>`;
   svg += `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/>`;
-  svg += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle">${esc(options.xLabel || 'batches')}</text>`;
+  svg += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle">${esc(xLabel)}</text>`;
+  if (yLabel) svg += `<text x="12" y="${(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 12 ${(T + H - B) / 2})">${esc(yLabel)}</text>`;
+  return svg;
+}
+
+// series: [{name, points: [[x, y], ...], dashed, dots, color}]. options: xLabel,
+// zeroBased, log (log10 y axis). Returns a chart (HTML text).
+function lineChart(title, series, options = {}) {
+  const { W, H, L, R, T, B } = CHART;
+  const shown = series.filter((s) => s.points.length > 0);
+  if (shown.length === 0) {
+    return `<div class="chart" data-title="${esc(title)}"><h3>${esc(title)}</h3><p class="muted">No data yet.</p></div>`;
+  }
+  const xs = [], ys = [];
+  for (const s of shown) for (const [x, y] of s.points) { xs.push(x); ys.push(y); }
+  const ya = axis(ys, { log: options.log, zeroBased: options.zeroBased });
+  if (!ya) {
+    return `<div class="chart" data-title="${esc(title)}"><h3>${esc(title)}</h3><p class="muted">No positive values to draw on a log scale.</p></div>`;
+  }
+  let x0 = Math.min(...xs), x1 = Math.max(...xs);
+  if (x1 === x0) { x0 -= 1; x1 += 1; }
+  const xa = { ticks: ticks(x0, x1, 6) };
+  const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const py = (y) => T + (1 - ya.pos(y)) * (H - T - B);
+  const drawable = (y) => Number.isFinite(y) && (!ya.log || y > 0);
+  let svg = gridAndAxes(ya, xa, px, py, options.xLabel || 'batches', '');
+  let hidden = 0;
   shown.forEach((s, i) => {
     const color = s.color || COLORS[i % COLORS.length];
     s.color = color;
-    const d = s.points.map(([x, y], j) => `${j ? 'L' : 'M'}${px(x).toFixed(1)} ${py(y).toFixed(1)}`).join(' ');
+    const pts = s.points.filter(([, y]) => drawable(y));
+    hidden += s.points.length - pts.length;
+    if (!pts.length) return;
+    const d = pts.map(([x, y], j) => `${j ? 'L' : 'M'}${px(x).toFixed(1)} ${py(y).toFixed(1)}`).join(' ');
     svg += `<path class="series${s.dashed ? ' dashed' : ''}" d="${d}" stroke="${color}" ` +
-      `data-series="${esc(s.name)}" data-points="${s.points.length}" data-last="${esc(s.points[s.points.length - 1][1])}"/>`;
-    if (s.dots || s.points.length <= 2) {
-      for (const [x, y] of s.points) {
+      `data-series="${esc(s.name)}" data-points="${pts.length}" data-last="${esc(pts[pts.length - 1][1])}"/>`;
+    if (s.dots || pts.length <= 2) {
+      for (const [x, y] of pts) {
         svg += `<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="3" fill="${color}"><title>${esc(s.name)} at ${esc(fmt(x))}: ${esc(fmt(y))}</title></circle>`;
       }
     }
   });
-  svg += '</svg>';
   let legend = '<div class="legend">';
   for (const s of shown) {
     legend += `<span><svg viewBox="0 0 22 10"><line x1="0" x2="22" y1="5" y2="5" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ''}/></svg> ${esc(s.name)}</span>`;
   }
+  if (hidden) legend += `<span class="muted">${hidden} value(s) ≤ 0 not drawn on the log scale</span>`;
   legend += '</div>';
-  return html + svg + legend + '</div>';
+  return frame(title, svg, legend, ya.log ? ' data-scale="log"' : ' data-scale="linear"');
 }
 
-// Metric rows -> one series per (group, metric) whose name passes `want`.
+// A scatter of points [{x, y, label, best}]: x numeric (log10 axis when `logX`) or, when
+// `categorical`, any text placed evenly in sorted order. options: xLabel, yLabel, log (y).
+function scatterChart(title, points, options = {}) {
+  const { W, H, L, R, T, B } = CHART;
+  const shown = points.filter((p) => Number.isFinite(p.y) && (!options.log || p.y > 0));
+  if (!shown.length) {
+    return `<div class="chart" data-title="${esc(title)}"><h3>${esc(title)}</h3><p class="muted">No trial has a value of the metric yet.</p></div>`;
+  }
+  const ya = axis(shown.map((p) => p.y), { log: options.log });
+  let xa, px;
+  const numeric = !options.categorical && shown.every((p) => typeof p.x === 'number' && Number.isFinite(p.x));
+  if (numeric) {
+    const xs = shown.map((p) => p.x);
+    const logX = xs.every((x) => x > 0) && Math.max(...xs) / Math.min(...xs) >= 100;
+    xa = axis(xs, { log: logX, ticks: 6 });
+    px = (x) => L + 12 + xa.pos(x) * (W - L - R - 24);
+  } else {
+    const cats = [...new Set(shown.map((p) => String(p.x)))].sort();
+    xa = { categories: cats };
+    px = (i) => L + ((i + 0.5) / cats.length) * (W - L - R);
+    for (const p of shown) p.xi = cats.indexOf(String(p.x));
+  }
+  const py = (y) => T + (1 - ya.pos(y)) * (H - T - B);
+  let svg = gridAndAxes(ya, xa, px, py, options.xLabel || '', options.yLabel || '');
+  for (const p of shown) {
+    const cx = (numeric ? px(p.x) : px(p.xi)).toFixed(1), cy = py(p.y).toFixed(1);
+    svg += `<circle class="point${p.best ? ' best' : ''}" cx="${cx}" cy="${cy}" r="${p.best ? 6 : 4}" ` +
+      `data-label="${esc(p.label)}" data-y="${esc(p.y)}"><title>${esc(p.label)}: ${esc(fmt(p.y))}</title></circle>`;
+    svg += `<text class="point-label" x="${(Number(cx) + 8).toFixed(1)}" y="${(Number(cy) - 6).toFixed(1)}">${esc(p.label)}</text>`;
+  }
+  return frame(title, svg, '', ` data-kind="scatter"${numeric && xa.log ? ' data-xscale="log"' : ''}`);
+}
+
+// Metric rows -> one series per metric of `group` whose name passes `want`.
 function seriesFrom(rows, group, want, prefix, dashed) {
   const byName = new Map();
   for (const r of rows) {
@@ -82,8 +179,6 @@ function seriesFrom(rows, group, want, prefix, dashed) {
     }
   }
   return [...byName.entries()].map(([k, points]) => ({
-    name: `${prefix}${group} ${k}`, points, dashed, dots: group === 'validation',
+    name: `${prefix}${group} ${k}`, metric: k, points, dashed, dots: group === 'validation',
   }));
 }
-
-const isLoss = (k) => /loss/i.test(k);
