@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <map>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -356,7 +358,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   std::string shown = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host;
   if (shown.find(':') != std::string::npos) shown = absl::StrCat("[", shown, "]");
   s->address_ = absl::StrCat(shown, ":", bound);
-  s->thread_ = std::thread([srv = s->server_.get()] { srv->listen_after_bind(); });
+  auto listen_returned = std::make_shared<std::atomic<bool>>(false);
+  s->thread_ = std::thread([srv = s->server_.get(), listen_returned] {
+    srv->listen_after_bind();
+    listen_returned->store(true);
+  });
+  // httplib's stop() before its listen loop runs is lost (Stop() would then wait forever):
+  // return once the loop runs (or has already ended).
+  while (!s->server_->is_running() && !listen_returned->load()) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   Logger("http")->info("serving the REST API and the web page on {}://{}", s->scheme_,
                        s->address_);
   return s;
