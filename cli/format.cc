@@ -357,6 +357,7 @@ KeyValues TrialFields(const v1::Trial& t) {
     if (!a.exit_reason().empty()) fields.emplace_back("Exit Reason", a.exit_reason());
   }
   if (!t.error().empty()) fields.emplace_back("Error", t.error());
+  for (const std::string& w : t.warnings()) fields.emplace_back("Warning", w);
   return fields;
 }
 

@@ -280,5 +280,21 @@ TEST(FormatTest, CheckpointsTable) {
   EXPECT_THAT(lines[2], HasSubstr("/ckpt/u-1"));
 }
 
+TEST(FormatTest, TrialFieldsShowEachWarning) {
+  v1::Trial t;
+  t.set_id(4);
+  t.add_warnings("trial 4 has no checkpoint storage: its progress will be lost");
+  t.add_warnings("trial 4 reported no metrics and no progress");
+  std::vector<std::pair<std::string, std::string>> warnings;
+  for (const auto& [key, value] : TrialFields(t)) {
+    if (key == "Warning") warnings.emplace_back(key, value);
+  }
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0].second, "trial 4 has no checkpoint storage: its progress will be lost");
+  EXPECT_EQ(warnings[1].second, "trial 4 reported no metrics and no progress");
+  v1::Trial quiet;
+  for (const auto& [key, value] : TrialFields(quiet)) EXPECT_NE(key, "Warning");
+}
+
 }  // namespace
 }  // namespace det::cli

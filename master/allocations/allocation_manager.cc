@@ -186,6 +186,14 @@ void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Dur
   TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", t.trial.allocation().id(), ": ", reason));
 }
 
+void AllocationManager::Preempt(TrialState& t, const std::string& reason, absl::Duration grace) {
+  DET_CHECK_ON_LOOP(loop_);
+  t.preempting = true;
+  if (t.killing) return;
+  experiments_manager_.WarnProgressLoss(t, nullptr);
+  Kill(t, reason, grace);
+}
+
 void AllocationManager::OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal) {
   if (t.trial.allocation().id().empty() || t.exits.count(rank)) return;
   t.exits[rank] = how;

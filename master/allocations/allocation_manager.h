@@ -53,6 +53,9 @@ class AllocationManager {
   // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
   // agent's default).
   void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
+  // Kill for a more important trial: t is requeued once its run ends (not a restart); when
+  // its experiment keeps no checkpoints, t's warnings and log say its progress is lost.
+  void Preempt(TrialState& t, const std::string& reason, absl::Duration grace);
   // The lowest port of [first, last] on `agent_id` no open allocation holds.
   std::optional<int> FreeChiefPort(const std::string& agent_id, int first, int last) const;
 

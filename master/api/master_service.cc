@@ -73,8 +73,8 @@ void MasterService::KillExperiment(const Caller&, const v1::KillExperimentReques
 }
 
 void MasterService::PauseExperiment(const Caller&, const v1::PauseExperimentRequest& req,
-                                    v1::PauseExperimentResponse*, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Pause(req); });
+                                    v1::PauseExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.Pause(req, resp); });
 }
 
 void MasterService::ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest& req,

@@ -73,10 +73,11 @@ void ExperimentManager::FinishTrial(TrialState& t, v1::State state, const std::s
                                         error.empty() ? "" : absl::StrCat(": ", error)));
   if (state == v1::STATE_COMPLETED && t.trial.total_batches() == 0 &&
       t.trial.training_summary().empty() && t.trial.validation_summary().empty()) {
-    TrialEvent(t.trial.id(),
-               absl::StrCat("trial ", t.trial.id(), " reported no metrics and no progress: its "
-                            "workers exited normally without reporting a batch (does the "
-                            "entrypoint report through det's harness?)"));
+    std::string warning =
+        absl::StrCat("trial ", t.trial.id(), " reported no metrics and no progress: its "
+                     "workers exited normally without reporting a batch (does the "
+                     "entrypoint report through det's harness?)");
+    if (AddTrialWarning(store_, t, warning)) TrialEvent(t.trial.id(), "warning: " + warning);
   }
   logs_.AnswerWaiters(t.trial.id());
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
@@ -99,6 +100,10 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
     if (Terminal(t.state())) {
       ++done;
       completed += t.state() == v1::STATE_COMPLETED;
+    }
+    // Batches trained of those asked for; a trial the searcher stopped early did all it
+    // was going to. An ended trial counts what it trained, never more.
+    if (t.search().stopped_early()) {
       progress += 1;
     } else if (t.target_batches() > 0) {
       progress += std::min(1.0, static_cast<double>(t.total_batches()) / t.target_batches());

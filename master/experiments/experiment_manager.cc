@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/limits.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "master/loop/on_loop.h"
@@ -15,8 +16,6 @@
 namespace det::master {
 namespace {
 
-// Largest model context an experiment may upload (the CLI checks the same limit first).
-constexpr int64_t kMaxContextBytes = int64_t{64} << 20;
 // How many of each agent's latest host metric samples GetTrial shows.
 constexpr int kTrialSystemMetricsSamples = 12;
 
@@ -72,14 +71,12 @@ absl::Status ExperimentManager::Create(const std::string& owner,
         file, ": resources.slots_per_trial: ", c.resources.slots_per_trial,
         " can never be scheduled: ", why, " (submit with --force to queue it anyway)"));
   }
-  int64_t context_bytes = 0;
-  for (const auto& f : req.context()) context_bytes += static_cast<int64_t>(f.content().size());
-  if (context_bytes > kMaxContextBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model context: ", req.context_size(), " files of ", context_bytes,
-        " bytes in all, over the master's limit of ", kMaxContextBytes >> 20,
-        " MiB; keep data sets and checkpoints out of the context directory"));
+  std::vector<config::ContextEntry> entries;
+  entries.reserve(req.context_size());
+  for (const auto& f : req.context()) {
+    entries.push_back({f.path(), static_cast<int64_t>(f.content().size())});
   }
+  RETURN_IF_ERROR(config::CheckContext(entries));  // Names the rule and the path.
   v1::ModelContext context;
   for (const auto& f : req.context()) *context.add_files() = f;
 
@@ -168,7 +165,7 @@ absl::Status ExperimentManager::Kill(const v1::KillExperimentRequest& req) {
     return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
   }
   ExperimentState& es = it->second;
-  if (Terminal(es.experiment.state())) return absl::OkStatus();
+  RETURN_IF_ERROR(RefuseEnded(es));
   v1::Experiment updated = es.experiment;
   updated.set_state(v1::STATE_STOPPING);
   RETURN_IF_ERROR(PersistExperiment(store_, es, updated));
@@ -184,6 +181,21 @@ absl::Status ExperimentManager::Kill(const v1::KillExperimentRequest& req) {
   }
   UpdateExperiment(es);
   return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::RefuseEnded(const ExperimentState& es) {
+  if (!Terminal(es.experiment.state())) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("experiment ", es.experiment.id(), " is ",
+                                                    StateName(es.experiment.state())));
+}
+
+void ExperimentManager::WarnProgressLoss(
+    TrialState& t, google::protobuf::RepeatedPtrField<std::string>* warnings) {
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  std::string w = master::WarnProgressLoss(store_, es, t);
+  if (w.empty()) return;
+  TrialEvent(t.trial.id(), "warning: " + w);
+  if (warnings) *warnings->Add() = w;
 }
 
 absl::StatusOr<ExperimentState*> ExperimentManager::MoveExperiment(int64_t id, v1::State from,
@@ -205,7 +217,8 @@ absl::StatusOr<ExperimentState*> ExperimentManager::MoveExperiment(int64_t id, v
   return &es;
 }
 
-absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req) {
+absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req,
+                                      v1::PauseExperimentResponse* resp) {
   DET_CHECK_ON_LOOP(loop_);
   ASSIGN_OR_RETURN(ExperimentState * moved,
                    MoveExperiment(req.id(), v1::STATE_ACTIVE, v1::STATE_PAUSED));
@@ -220,6 +233,7 @@ absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req) {
       waiting_reason_.erase(tid);
       TrialEvent(tid, "experiment paused");
     } else if (!t.trial.allocation().id().empty()) {
+      WarnProgressLoss(t, resp->mutable_warnings());
       kill_run_(t, "experiment paused");  // Workers checkpoint on SIGTERM.
     }
   }
@@ -259,16 +273,11 @@ absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& re
     return absl::NotFoundError(absl::StrCat("experiment ", req.id(), " not found"));
   }
   ExperimentState& es = it->second;
+  RETURN_IF_ERROR(RefuseEnded(es));
   if (es.experiment.state() != v1::STATE_PAUSED) {
     return absl::FailedPreconditionError(absl::StrCat(
         "experiment ", req.id(), " is ", StateName(es.experiment.state()),
         ": pause it first (det experiment pause ", req.id(), ")"));
-  }
-  for (int64_t tid : es.trial_ids) {
-    if (!trials_.at(tid).trial.allocation().id().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "experiment ", req.id(), ": trial ", tid, " is still stopping; try again shortly"));
-    }
   }
   int slots = req.slots_per_trial();
   if (slots < 1) {
@@ -303,9 +312,18 @@ absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& re
   es.config = parsed.config;
   es.config_json = parsed.effective_json;
   for (int64_t tid : es.trial_ids) {
-    TrialEvent(tid, absl::StrCat("slots_per_trial set to ", slots));
+    TrialState& t = trials_.at(tid);
+    if (Terminal(t.trial.state())) continue;
+    // A run still stopping after the pause keeps its slots; the trial's next run (once
+    // activated) gets the new size.
+    std::string applies = t.trial.allocation().id().empty()
+                              ? ""
+                              : absl::StrCat(" (applies once trial ", tid, " has stopped)");
+    TrialEvent(tid, absl::StrCat("slots_per_trial set to ", slots, applies));
+    if (!applies.empty()) resp->add_warnings(absl::StrCat("slots_per_trial", applies));
+    WarnProgressLoss(t, resp->mutable_warnings());
   }
-  *resp->mutable_experiment() = updated;
+  *resp->mutable_experiment() = es.experiment;
   return absl::OkStatus();
 }
 
@@ -319,6 +337,7 @@ absl::Status ExperimentManager::UpdateJobPriority(const v1::UpdateJobPriorityReq
   if (it == experiments_.end()) {
     return absl::NotFoundError(absl::StrCat("job ", req.experiment_id(), " not found"));
   }
+  RETURN_IF_ERROR(RefuseEnded(it->second));
   v1::Experiment updated = it->second.experiment;
   updated.set_priority(req.priority());
   RETURN_IF_ERROR(PersistExperiment(store_, it->second, std::move(updated)));

@@ -50,7 +50,7 @@ class ExperimentManager {
   absl::Status List(const v1::ListExperimentsRequest& req, v1::ListExperimentsResponse* resp);
   absl::Status Get(const v1::GetExperimentRequest& req, v1::GetExperimentResponse* resp);
   absl::Status Kill(const v1::KillExperimentRequest& req);
-  absl::Status Pause(const v1::PauseExperimentRequest& req);
+  absl::Status Pause(const v1::PauseExperimentRequest& req, v1::PauseExperimentResponse* resp);
   absl::Status Activate(const v1::ActivateExperimentRequest& req);
   absl::Status SetSlots(const v1::SetExperimentSlotsRequest& req,
                         v1::SetExperimentSlotsResponse* resp);
@@ -64,8 +64,15 @@ class ExperimentManager {
   void UpdateExperiment(ExperimentState& es);
   // A validation row: hands it to the searcher, stopping the trial when it says so.
   void SearcherValidation(const v1::Metrics& metrics);
+  // Before t's run is stopped for a pause, a preemption or a resize: when its experiment
+  // keeps no checkpoints, records "trial N has no checkpoint storage: its progress will be
+  // lost" in t's and the experiment's warnings and t's log, and appends it to `warnings`
+  // (may be null). Nothing when checkpoints are kept or t has nothing to lose.
+  void WarnProgressLoss(TrialState& t, google::protobuf::RepeatedPtrField<std::string>* warnings);
 
  private:
+  // FailedPrecondition "experiment N is COMPLETED" once es has ended.
+  static absl::Status RefuseEnded(const ExperimentState& es);
   // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is
   // already in `to`; NotFound, or FailedPrecondition when it is in neither.
   absl::StatusOr<ExperimentState*> MoveExperiment(int64_t id, v1::State from, v1::State to);

@@ -71,6 +71,30 @@ absl::Status PersistTrial(Store& store, TrialState& t, v1::Trial updated) {
 
 void RecordTrial(Store& store, TrialState& t) { (void)PersistTrial(store, t, t.trial); }
 
+bool AddTrialWarning(Store& store, TrialState& t, const std::string& warning) {
+  for (const auto& w : t.trial.warnings()) {
+    if (w == warning) return false;
+  }
+  t.trial.add_warnings(warning);
+  RecordTrial(store, t);
+  return true;
+}
+
+std::string WarnProgressLoss(Store& store, ExperimentState& es, TrialState& t) {
+  if (es.config.checkpoint_storage) return "";
+  if (t.trial.allocation().id().empty() && t.trial.total_batches() == 0) return "";
+  std::string warning = absl::StrCat("trial ", t.trial.id(),
+                                     " has no checkpoint storage: its progress will be lost");
+  AddTrialWarning(store, t, warning);
+  for (const auto& w : es.experiment.warnings()) {
+    if (w == warning) return warning;
+  }
+  v1::Experiment updated = es.experiment;
+  updated.add_warnings(warning);
+  (void)PersistExperiment(store, es, std::move(updated));
+  return warning;
+}
+
 absl::Status PersistAllocation(Store& store, const v1::Allocation& allocation,
                                const std::string& token) {
   absl::Status st = store.UpsertAllocation(allocation, token);

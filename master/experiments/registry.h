@@ -111,6 +111,14 @@ absl::Status PersistAllocation(Store& store, const v1::Allocation& allocation,
 // master recovers from what is stored (docs/architecture.md).
 void RecordTrial(Store& store, TrialState& t);
 
+// Adds `warning` to t's warnings unless it is there already, and records the trial (as
+// RecordTrial). Returns whether it was new (the caller then writes it to the trial's log).
+bool AddTrialWarning(Store& store, TrialState& t, const std::string& warning);
+// When es keeps no checkpoints (no checkpoint_storage) and t has progress to lose (an open
+// run, or batches trained): "trial N has no checkpoint storage: its progress will be lost",
+// added to t's warnings and es's warnings (each once, persisted); else "".
+std::string WarnProgressLoss(Store& store, ExperimentState& es, TrialState& t);
+
 }  // namespace det::master
 
 #endif  // DET_MASTER_EXPERIMENTS_REGISTRY_H_

@@ -1,9 +1,13 @@
 #include "master/metrics/metrics_manager.h"
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "master/loop/on_loop.h"
@@ -15,6 +19,46 @@ namespace {
 
 // Metric rows stored by one group commit at most.
 constexpr size_t kMaxRowsPerFlush = 5000;
+// The metric groups workers report (the harness and det.core send no other).
+constexpr std::array<absl::string_view, 4> kGroups = {"training", "validation", "timings",
+                                                      "progress"};
+// The longest metric name.
+constexpr size_t kMaxMetricNameBytes = 1024;
+
+// InvalidArgument naming the field of the first thing wrong in a report from an allocation
+// of `ranks` ranks.
+absl::Status CheckReport(const v1::ReportMetricsRequest& req, int ranks) {
+  if (req.auth().rank() < 0 || req.auth().rank() >= ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("auth.rank: ", req.auth().rank(),
+                                                   " is not a rank of allocation ",
+                                                   req.auth().allocation_id(), " (0..",
+                                                   ranks - 1, ")"));
+  }
+  for (int i = 0; i < req.metrics_size(); ++i) {
+    const v1::Metrics& m = req.metrics(i);
+    const std::string at = absl::StrCat("metrics[", i, "].");
+    if (std::find(kGroups.begin(), kGroups.end(), m.group()) == kGroups.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "group: expected one of ", absl::StrJoin(kGroups, ", "), ", got '",
+          m.group().substr(0, 64), m.group().size() > 64 ? "...'" : "'"));
+    }
+    if (m.total_batches() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "total_batches: expected a count >= 0, got ", m.total_batches()));
+    }
+    for (const auto& [name, value] : m.values()) {
+      if (name.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(at, "values: a metric name is empty"));
+      }
+      if (name.size() > kMaxMetricNameBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "values: metric name '", name.substr(0, 64), "...' is ", name.size(),
+            " bytes, over the limit of ", kMaxMetricNameBytes));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -39,9 +83,7 @@ void MetricsManager::Report(const v1::ReportMetricsRequest& req, Done done) {
           absl::StrCat("allocation ", req.auth().allocation_id(), " may report only for trial ",
                        t->trial.id(), ", not ", req.trial_id()));
     }
-    for (const auto& m : req.metrics()) {
-      if (m.group().empty()) return absl::InvalidArgumentError("metrics.group: must not be empty");
-    }
+    RETURN_IF_ERROR(CheckReport(req, t->trial.allocation().ranks_size()));
     for (const auto& m : req.metrics()) {
       v1::Metrics& row = pending_metrics_.rows.emplace_back(m);
       row.set_trial_id(t->trial.id());

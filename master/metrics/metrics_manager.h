@@ -28,7 +28,11 @@ class MetricsManager {
                  ExperimentManager& experiments);
 
   // Accepts the rows of `req` (checked against the run's token and trial); `done` is
-  // called once they are stored (a later turn), or at once with the refusal.
+  // called once they are stored (a later turn), or at once with the refusal:
+  // InvalidArgument naming the field for a rank outside the allocation (auth.rank), a
+  // negative total_batches, a group other than training, validation, timings and
+  // progress, or an empty metric name or one over 1,024 bytes. NaN and infinities are
+  // values like any other: stored and returned as such.
   void Report(const v1::ReportMetricsRequest& req, Done done);
   absl::Status GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
                                v1::GetTrialMetricsResponse* resp);

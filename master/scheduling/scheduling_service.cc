@@ -68,10 +68,9 @@ void SchedulingService::SchedulePass() {
     for (const auto& [victim, beneficiary] :
          scheduler::SelectPreemptions(view, queue, running, d, fit, preemptible)) {
       TrialState& t = trials_.at(ids.At(victim).id);
-      t.preempting = true;
       ++stopping_for[beneficiary];
       const auto* pool = FindPool(config_, experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
-      allocations_.Kill(t, absl::StrCat("preempted by trial ", beneficiary),
+      allocations_.Preempt(t, absl::StrCat("preempted by trial ", beneficiary),
                      pool ? pool->preemption_timeout : absl::ZeroDuration());
     }
   }

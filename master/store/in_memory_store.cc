@@ -21,8 +21,8 @@ absl::Status UniqueError(const char* column, const std::string& key) {
       absl::StrCat("store: UNIQUE constraint failed: ", column, " '", key, "'"));
 }
 
-// What SqliteStore keeps of a metric row: its columns, and of its values the finite ones
-// (its JSON column turns NaN and infinities into null, which reads back as no value).
+// What SqliteStore keeps of a metric row: its columns and every value (NaN and
+// infinities included).
 v1::Metrics StoredMetrics(const v1::Metrics& m) {
   v1::Metrics row;
   row.set_trial_id(m.trial_id());
@@ -30,9 +30,7 @@ v1::Metrics StoredMetrics(const v1::Metrics& m) {
   row.set_group(m.group());
   row.set_total_batches(m.total_batches());
   row.set_report_time_ms(m.report_time_ms());
-  for (const auto& [name, value] : m.values()) {
-    if (std::isfinite(value)) (*row.mutable_values())[name] = value;
-  }
+  *row.mutable_values() = m.values();
   return row;
 }
 

@@ -303,6 +303,7 @@ TEST_P(StoreConformanceTest, MetricRowsAreKeptInReportOrderPerTrialAndGroup) {
       Row(t.id(), "training", 10, 0.75), Row(trials[1].id(), "training", 5, 9)};
   (*rows[1].mutable_values())["nan"] = std::nan("");
   (*rows[1].mutable_values())["inf"] = std::numeric_limits<double>::infinity();
+  (*rows[1].mutable_values())["-inf"] = -std::numeric_limits<double>::infinity();
   (*rows[1].mutable_values())["precise"] = 0.1 + 0.2;
   ASSERT_TRUE(store_->AddMetrics({t}, rows).ok());
 
@@ -316,9 +317,12 @@ TEST_P(StoreConformanceTest, MetricRowsAreKeptInReportOrderPerTrialAndGroup) {
   auto all = store_->GetMetrics(t.id(), "");
   ASSERT_EQ(all->size(), 3u);
   EXPECT_EQ((*all)[1].group(), "validation");
-  // Non-finite values do not survive storage; finite ones do, exactly.
-  EXPECT_THAT((*all)[1].values(), ::testing::SizeIs(2));
+  // Every value survives storage: finite ones exactly, NaN and infinities as such.
+  EXPECT_THAT((*all)[1].values(), ::testing::SizeIs(5));
   EXPECT_EQ((*all)[1].values().at("precise"), 0.1 + 0.2);
+  EXPECT_TRUE(std::isnan((*all)[1].values().at("nan")));
+  EXPECT_EQ((*all)[1].values().at("inf"), std::numeric_limits<double>::infinity());
+  EXPECT_EQ((*all)[1].values().at("-inf"), -std::numeric_limits<double>::infinity());
   EXPECT_EQ(store_->GetMetrics(trials[1].id(), "")->size(), 1u);
   EXPECT_TRUE(store_->GetMetrics(t.id(), "timings")->empty());
   EXPECT_TRUE(store_->GetMetrics(99, "")->empty());

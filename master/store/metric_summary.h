@@ -5,6 +5,8 @@
 #define DET_MASTER_STORE_METRIC_SUMMARY_H_
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "proto/types.pb.h"
 
@@ -20,8 +22,16 @@ inline void ApplyToSummaries(const v1::Metrics& m, v1::Trial* trial) {
   if (!summary) return;
   for (const auto& [name, value] : m.values()) {
     v1::MetricSummary& s = (*summary)[name];
-    if (s.count() == 0 || value < s.min()) s.set_min(value);
-    if (s.count() == 0 || value > s.max()) s.set_max(value);
+    // min and max are of the finite values (NaN until there is one); last and count take
+    // every value, NaN and infinities included.
+    if (s.count() == 0) {
+      s.set_min(std::numeric_limits<double>::quiet_NaN());
+      s.set_max(std::numeric_limits<double>::quiet_NaN());
+    }
+    if (std::isfinite(value)) {
+      if (std::isnan(s.min()) || value < s.min()) s.set_min(value);
+      if (std::isnan(s.max()) || value > s.max()) s.set_max(value);
+    }
     s.set_last(value);
     s.set_count(s.count() + 1);
   }

@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -18,10 +21,31 @@ using sqlite_internal::SqlError;
 using sqlite_internal::Stmt;
 using sqlite_internal::Transaction;
 
+// A metric value in the `vals` JSON column: a number, or for the values JSON has no
+// number for, the string protobuf's JSON uses: "NaN", "Infinity", "-Infinity".
 std::string ValuesJson(const v1::Metrics& m) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : m.values()) j[k] = v;
+  for (const auto& [k, v] : m.values()) {
+    if (std::isnan(v)) {
+      j[k] = "NaN";
+    } else if (std::isinf(v)) {
+      j[k] = v > 0 ? "Infinity" : "-Infinity";
+    } else {
+      j[k] = v;
+    }
+  }
   return j.dump();
+}
+
+// The value ValuesJson wrote; nullopt for anything else.
+std::optional<double> ValueFromJson(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string()) return std::nullopt;
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+  if (s == "Infinity") return std::numeric_limits<double>::infinity();
+  if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
 }
 
 }  // namespace
@@ -256,7 +280,12 @@ absl::StatusOr<std::vector<v1::Metrics>> SqliteStore::GetMetrics(int64_t trial_i
     auto j = nlohmann::json::parse(s.Text(4), nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return absl::DataLossError("database: corrupt metrics row");
     for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it->is_number()) (*m.mutable_values())[it.key()] = it->get<double>();
+      std::optional<double> value = ValueFromJson(*it);
+      if (!value) {
+        return absl::DataLossError(absl::StrCat("database: metrics row of trial ", trial_id,
+                                                ": value '", it.key(), "' is not a number"));
+      }
+      (*m.mutable_values())[it.key()] = *value;
     }
   }
   RETURN_IF_ERROR(s.status());

@@ -31,6 +31,7 @@ ManagerHarness::ManagerHarness(config::MasterConfig config_in, Store& store_in,
                   [this](TrialState& t, const std::string& reason) { allocations.Kill(t, reason); }),
       allocations(clock, turns, store, agents, logs, registry, experiments),
       scheduling(config, turns, agents, logs, registry, allocations, checkpoints),
+      metrics(clock, turns, store, registry, experiments),
       liveness(config, clock, turns, store, agents, registry, allocations, checkpoints) {
   turns.SetSchedulePass([this] { scheduling.SchedulePass(); });
   turns.SetTurnEnd([this] {
@@ -95,6 +96,29 @@ int64_t ManagerHarness::CreateExperiment(const std::string& name, int slots) {
   });
   EXPECT_TRUE(st.ok()) << st;
   return trial;
+}
+
+absl::Status ManagerHarness::Create(const v1::CreateExperimentRequest& req,
+                                    v1::CreateExperimentResponse* resp) {
+  absl::Status st;
+  Turn([&] { st = experiments.Create("", req, resp); });
+  return st;
+}
+
+absl::Status ManagerHarness::ReportMetrics(const v1::LaunchCommand& launch,
+                                           const std::vector<v1::Metrics>& rows, int rank) {
+  v1::ReportMetricsRequest req;
+  req.mutable_auth()->set_allocation_id(launch.allocation_id());
+  auto token = launch.env().find("DET_ALLOCATION_TOKEN");
+  if (token != launch.env().end()) req.mutable_auth()->set_token(token->second);
+  req.mutable_auth()->set_rank(rank);
+  req.set_trial_id(launch.trial_id());
+  for (const auto& r : rows) *req.add_metrics() = r;
+  std::optional<absl::Status> acked;
+  Turn([&] { metrics.Report(req, [&](absl::Status st) { acked = st; }); });
+  loop.RunSync([] {});  // The group commit was posted before this.
+  if (!acked) return absl::InternalError("ReportMetrics was not acknowledged");
+  return *acked;
 }
 
 std::string ManagerHarness::Register(const std::string& id, int slots,

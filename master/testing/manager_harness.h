@@ -21,6 +21,7 @@
 #include "master/experiments/experiment_manager.h"
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
+#include "master/metrics/metrics_manager.h"
 #include "master/loop/turns.h"
 #include "master/scheduling/scheduling_service.h"
 #include "master/store/store.h"
@@ -44,6 +45,12 @@ class ManagerHarness {
 
   // A single-searcher experiment named `name` (ExperimentYaml); returns its first trial.
   int64_t CreateExperiment(const std::string& name, int slots = 1);
+  // ExperimentManager::Create as one turn.
+  absl::Status Create(const v1::CreateExperimentRequest& req, v1::CreateExperimentResponse* resp);
+  // ReportMetrics from rank `rank` of `launch`'s allocation; returns once the rows are
+  // stored (the group commit's turn ran) or refused.
+  absl::Status ReportMetrics(const v1::LaunchCommand& launch, const std::vector<v1::Metrics>& rows,
+                             int rank = 0);
   // Registers agent `id` still running `running`; returns its session.
   std::string Register(const std::string& id, int slots,
                        const std::vector<std::string>& running = {},
@@ -75,6 +82,7 @@ class ManagerHarness {
   ExperimentManager experiments;
   AllocationManager allocations;
   SchedulingService scheduling;
+  MetricsManager metrics;
   AgentLiveness liveness;
 };
 

@@ -1,0 +1,253 @@
+// ExperimentManager on the manager harness (FakeClock loop over an InMemoryStore): what a
+// pause, a preemption and a resize cost a trial without checkpoint storage, ended
+// experiments refusing changes, progress as batches trained, limits at submit.
+#include "master/experiments/experiment_manager.h"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/in_memory_store.h"
+#include "master/testing/manager_harness.h"
+#include "master/testing/master_testing.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ManagerHarness;
+
+// ExperimentYaml without its checkpoint_storage section.
+std::string NoStorageYaml(const std::string& name, int slots = 1) {
+  std::string yaml = testing::ExperimentYaml(name, slots);
+  return yaml.substr(0, yaml.find("checkpoint_storage:"));
+}
+
+v1::Metrics Training(int64_t batches) {
+  v1::Metrics m;
+  m.set_group("training");
+  m.set_total_batches(batches);
+  (*m.mutable_values())["loss"] = 1.0;
+  return m;
+}
+
+class ExperimentManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(h_.Start().ok()); }
+
+  // Creates an experiment from `yaml` (+ `overrides`); returns its id.
+  int64_t Create(const std::string& yaml, std::vector<std::string> overrides = {}) {
+    v1::CreateExperimentRequest req;
+    req.set_config_yaml(yaml);
+    for (auto& o : overrides) req.add_config_overrides(o);
+    v1::CreateExperimentResponse resp;
+    absl::Status st = h_.Create(req, &resp);
+    EXPECT_TRUE(st.ok()) << st;
+    return resp.experiment().id();
+  }
+  int64_t FirstTrial(int64_t experiment) {
+    int64_t id = 0;
+    h_.Turn([&] { id = h_.registry.experiments.at(experiment).trial_ids.at(0); });
+    return id;
+  }
+  v1::Experiment Experiment(int64_t id) {
+    v1::Experiment e;
+    h_.Turn([&] { e = h_.registry.experiments.at(id).experiment; });
+    return e;
+  }
+  absl::Status Pause(int64_t id, v1::PauseExperimentResponse* resp) {
+    v1::PauseExperimentRequest req;
+    req.set_id(id);
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.Pause(req, resp); });
+    return st;
+  }
+  absl::Status Kill(int64_t id) {
+    v1::KillExperimentRequest req;
+    req.set_id(id);
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.Kill(req); });
+    return st;
+  }
+  absl::Status SetSlots(int64_t id, int slots, v1::SetExperimentSlotsResponse* resp) {
+    v1::SetExperimentSlotsRequest req;
+    req.set_id(id);
+    req.set_slots_per_trial(slots);
+    req.set_force(true);
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.SetSlots(req, resp); });
+    return st;
+  }
+
+  FakeClock clock_;
+  InMemoryStore store_;
+  ManagerHarness h_{testing::LoopbackMasterConfig("/unused"), store_, clock_};
+};
+
+TEST_F(ExperimentManagerTest, PausingATrialWithoutCheckpointStorageWarnsItsProgressIsLost) {
+  const int64_t e = Create(NoStorageYaml("no-storage"));
+  const int64_t trial = FirstTrial(e);
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  ASSERT_TRUE(h_.ReportMetrics(launch, {Training(10)}).ok());
+
+  v1::PauseExperimentResponse resp;
+  ASSERT_TRUE(Pause(e, &resp).ok());
+  const std::string warning =
+      absl::StrCat("trial ", trial, " has no checkpoint storage: its progress will be lost");
+  EXPECT_THAT(resp.warnings(), ElementsAre(warning));
+  EXPECT_THAT(h_.Trial(trial).warnings(), ElementsAre(warning));
+  EXPECT_THAT(Experiment(e).warnings(), Contains(warning));
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("warning: " + warning));
+
+  // `set slots` while the trial is still stopping is accepted and applies to its next run.
+  v1::SetExperimentSlotsResponse slots;
+  absl::Status st = SetSlots(e, 2, &slots);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(slots.experiment().slots_per_trial(), 2);
+  EXPECT_THAT(slots.warnings(),
+              Contains(absl::StrCat("slots_per_trial (applies once trial ", trial,
+                                    " has stopped)")));
+  EXPECT_THAT(slots.warnings(), Contains(warning));
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_PAUSED);
+  v1::ActivateExperimentRequest activate;
+  activate.set_id(e);
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Activate(activate).ok()); });
+  h_.Register("b", 2);
+  v1::Trial rerun = h_.Trial(trial);
+  EXPECT_EQ(rerun.state(), v1::STATE_STARTING);
+  EXPECT_EQ(rerun.allocation().ranks_size(), 2);
+  // Stored: a restarted master shows the same warnings.
+  auto snap = store_.Load();
+  ASSERT_TRUE(snap.ok());
+  for (const auto& t : snap->trials) {
+    if (t.id() == trial) EXPECT_THAT(t.warnings(), ElementsAre(warning));
+  }
+}
+
+TEST_F(ExperimentManagerTest, PausingATrialWithCheckpointStorageWarnsOfNothing) {
+  const int64_t trial = h_.CreateExperiment("with-storage");
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  ASSERT_TRUE(h_.ReportMetrics(launch, {Training(10)}).ok());
+  v1::PauseExperimentResponse resp;
+  ASSERT_TRUE(Pause(h_.Trial(trial).experiment_id(), &resp).ok());
+  EXPECT_THAT(resp.warnings(), ::testing::IsEmpty());
+  EXPECT_THAT(h_.Trial(trial).warnings(), ::testing::IsEmpty());
+}
+
+TEST_F(ExperimentManagerTest, APreemptedTrialWithoutCheckpointStorageIsWarned) {
+  ManagerHarness& h = h_;
+  h.Turn([&] { h.config.resource_pools[0].preemption = true; });
+  const int64_t low = Create(NoStorageYaml("low"), {"resources.priority=50"});
+  const int64_t trial = FirstTrial(low);
+  const std::string session = h.Register("a", 1);
+  ASSERT_TRUE(h.ReportMetrics(h.NextLaunch("a", session), {Training(10)}).ok());
+  Create(testing::ExperimentYaml("high", 1), {"resources.priority=10"});
+  const std::string warning =
+      absl::StrCat("trial ", trial, " has no checkpoint storage: its progress will be lost");
+  EXPECT_THAT(h.Trial(trial).warnings(), ElementsAre(warning));
+  EXPECT_THAT(Experiment(low).warnings(), Contains(warning));
+  EXPECT_THAT(h.Logs(trial), HasSubstr("preempted by trial"));
+}
+
+TEST_F(ExperimentManagerTest, EndedExperimentsRefuseKillPriorityAndSlotsNamingTheirState) {
+  const int64_t trial = h_.CreateExperiment("killed-early");
+  const int64_t e = h_.Trial(trial).experiment_id();
+  ASSERT_TRUE(Kill(e).ok());
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_CANCELED);
+  // Killed after 0 batches: 0%, not 100%.
+  EXPECT_EQ(Experiment(e).progress(), 0);
+
+  const std::string ended = absl::StrCat("experiment ", e, " is CANCELED");
+  absl::Status st = Kill(e);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(st.message(), ended);
+  v1::UpdateJobPriorityRequest priority;
+  priority.set_experiment_id(e);
+  priority.set_priority(10);
+  h_.Turn([&] { st = h_.experiments.UpdateJobPriority(priority); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(st.message(), ended);
+  v1::SetExperimentSlotsResponse slots;
+  st = SetSlots(e, 2, &slots);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(st.message(), ended);
+}
+
+TEST_F(ExperimentManagerTest, ProgressCountsBatchesTrained) {
+  // A trial that ends having trained nothing: 0%, and a warning in its describe and log.
+  const int64_t idle = h_.CreateExperiment("idle");
+  std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  v1::Trial t = h_.Trial(idle);
+  EXPECT_EQ(t.state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(Experiment(t.experiment_id()).progress(), 0);
+  ASSERT_EQ(t.warnings_size(), 1);
+  EXPECT_THAT(t.warnings(0), HasSubstr("reported no metrics and no progress"));
+  EXPECT_THAT(h_.Logs(idle), HasSubstr("warning: trial "));
+
+  // Half the batches, then all of them.
+  const int64_t busy = h_.CreateExperiment("busy");
+  launch = h_.NextLaunch("a", session);
+  ASSERT_EQ(launch.trial_id(), busy);
+  ASSERT_TRUE(h_.ReportMetrics(launch, {Training(50)}).ok());
+  const int64_t e = h_.Trial(busy).experiment_id();
+  EXPECT_DOUBLE_EQ(Experiment(e).progress(), 0.5);
+  ASSERT_TRUE(h_.ReportMetrics(launch, {Training(100)}).ok());
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(Experiment(e).progress(), 1.0);
+  EXPECT_THAT(h_.Trial(busy).warnings(), ::testing::IsEmpty());
+}
+
+TEST_F(ExperimentManagerTest, ModelContextsBreakingALimitAreRefusedAtSubmit) {
+  auto refused = [&](std::vector<std::string> paths, const std::string& why) {
+    v1::CreateExperimentRequest req;
+    req.set_config_yaml(testing::ExperimentYaml("ctx", 1));
+    for (const auto& p : paths) {
+      v1::ContextFile* f = req.add_context();
+      f->set_path(p);
+      f->set_content("x");
+    }
+    v1::CreateExperimentResponse resp;
+    absl::Status st = h_.Create(req, &resp);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(why));
+  };
+  refused({"ok.py", "../escape.py"}, "file '../escape.py': a '..' component");
+  refused({"/etc/passwd"}, "file '/etc/passwd': an absolute path");
+  refused({"a.py", "a.py"}, "file 'a.py': appears twice");
+  refused({"lib", "lib/x.py"}, "'lib' is a file and also the directory of 'lib/x.py'");
+  std::vector<std::string> many;
+  for (int i = 0; i <= 10000; ++i) many.push_back(absl::StrCat("f", i));
+  refused(many, "10001 files; at most 10000 are accepted");
+  int experiments = 0;
+  h_.Turn([&] { experiments = static_cast<int>(h_.registry.experiments.size()); });
+  EXPECT_EQ(experiments, 0);
+}
+
+TEST_F(ExperimentManagerTest, ATwoMebibyteConfigIsRefusedQuicklyNamingTheLimit) {
+  v1::CreateExperimentRequest req;
+  req.set_config_yaml(testing::ExperimentYaml("big", 1) + "description: \"" +
+                      std::string(2 << 20, 'x') + "\"\n");
+  v1::CreateExperimentResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = h_.Create(req, &resp);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("the document is 2.0 MiB; at most 1024 KiB is accepted"));
+  EXPECT_LT(st.message().size(), 500u);  // The value is not echoed.
+  EXPECT_LT(took, std::chrono::seconds(1));
+}
+
+}  // namespace
+}  // namespace det::master

@@ -1,0 +1,183 @@
+// MetricsManager through the worker channel (ReportMetrics) on the manager harness, over
+// an InMemoryStore and a real SQLite file: what a worker reports is what GetTrial and
+// GetTrialMetrics return, NaN and infinities included, also after a restart; malformed
+// reports are refused naming the field.
+#include "master/metrics/metrics_manager.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/in_memory_store.h"
+#include "master/store/sqlite_store.h"
+#include "master/testing/manager_harness.h"
+#include "master/testing/master_testing.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ManagerHarness;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+v1::Metrics Row(const std::string& group, int64_t batches,
+                std::map<std::string, double> values) {
+  v1::Metrics m;
+  m.set_group(group);
+  m.set_total_batches(batches);
+  for (const auto& [k, v] : values) (*m.mutable_values())[k] = v;
+  return m;
+}
+
+// "sqlite" or "memory".
+class MetricsManagerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "sqlite") {
+      const char* dir = std::getenv("TEST_TMPDIR");
+      static int n = 0;
+      path_ = absl::StrCat(dir ? dir : "/tmp", "/metrics_", getpid(), "_", ++n, ".db");
+      std::remove(path_.c_str());
+      auto opened = SqliteStore::Open(path_, 0);
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      store_ = *std::move(opened);
+    } else {
+      store_ = std::make_unique<InMemoryStore>();
+    }
+    h_ = std::make_unique<ManagerHarness>(testing::LoopbackMasterConfig("/unused"), *store_,
+                                          clock_);
+    ASSERT_TRUE(h_->Start().ok());
+    trial_ = h_->CreateExperiment("metrics", 2);
+    session_ = h_->Register("a", 2);
+    launch_ = h_->NextLaunch("a", session_);
+    ASSERT_EQ(launch_.trial_id(), trial_);
+  }
+
+  v1::GetTrialMetricsResponse Metrics(ManagerHarness& h, const std::string& group) {
+    v1::GetTrialMetricsRequest req;
+    req.set_trial_id(trial_);
+    req.set_group(group);
+    v1::GetTrialMetricsResponse resp;
+    absl::Status st;
+    h.Turn([&] { st = h.metrics.GetTrialMetrics(req, &resp); });
+    EXPECT_TRUE(st.ok()) << st;
+    return resp;
+  }
+
+  v1::Trial GetTrial(ManagerHarness& h) {
+    v1::GetTrialRequest req;
+    req.set_id(trial_);
+    v1::GetTrialResponse resp;
+    absl::Status st;
+    h.Turn([&] { st = h.experiments.GetTrial(req, &resp); });
+    EXPECT_TRUE(st.ok()) << st;
+    return resp.trial();
+  }
+
+  // NaN, +inf and -inf as stored and summarised: the rows keep them, `last` keeps them,
+  // min and max are of the finite values.
+  void ExpectNonFinite(ManagerHarness& h) {
+    v1::GetTrialMetricsResponse rows = Metrics(h, "training");
+    ASSERT_EQ(rows.metrics_size(), 3);
+    EXPECT_TRUE(std::isnan(rows.metrics(0).values().at("loss")));
+    EXPECT_EQ(rows.metrics(0).values().at("grad"), kInf);
+    EXPECT_EQ(rows.metrics(1).values().at("loss"), 0.5);
+    EXPECT_EQ(rows.metrics(1).values().at("grad"), -kInf);
+    EXPECT_TRUE(std::isnan(rows.metrics(2).values().at("loss")));
+    v1::Trial t = GetTrial(h);
+    const v1::MetricSummary& loss = t.training_summary().at("loss");
+    EXPECT_TRUE(std::isnan(loss.last()));
+    EXPECT_EQ(loss.min(), 0.5);
+    EXPECT_EQ(loss.max(), 0.5);
+    EXPECT_EQ(loss.count(), 3);
+    const v1::MetricSummary& grad = t.training_summary().at("grad");
+    EXPECT_EQ(grad.last(), 2.0);
+    EXPECT_EQ(grad.min(), 2.0);
+    EXPECT_EQ(grad.max(), 2.0);
+    // Only non-finite values so far: min and max are NaN (no finite value), last is kept.
+    const v1::MetricSummary& v = t.validation_summary().at("validation_loss");
+    EXPECT_EQ(v.last(), kInf);
+    EXPECT_TRUE(std::isnan(v.min()));
+    EXPECT_TRUE(std::isnan(v.max()));
+    EXPECT_EQ(Metrics(h, "validation").metrics(0).values().at("validation_loss"), kInf);
+    EXPECT_EQ(t.total_batches(), 30);
+  }
+
+  FakeClock clock_;
+  std::string path_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<ManagerHarness> h_;
+  int64_t trial_ = 0;
+  std::string session_;
+  v1::LaunchCommand launch_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, MetricsManagerTest, ::testing::Values("memory", "sqlite"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(MetricsManagerTest, NaNAndInfinitiesAreStoredAndShownAsSuchAlsoAfterARestart) {
+  ASSERT_TRUE(h_->ReportMetrics(launch_, {Row("training", 10, {{"loss", kNaN}, {"grad", kInf}}),
+                                          Row("training", 20, {{"loss", 0.5}, {"grad", -kInf}})})
+                  .ok());
+  ASSERT_TRUE(h_->ReportMetrics(launch_, {Row("training", 30, {{"loss", kNaN}, {"grad", 2.0}}),
+                                          Row("validation", 30, {{"validation_loss", kInf}})},
+                                /*rank=*/1)
+                  .ok());
+  ExpectNonFinite(*h_);
+  // A downsampled read keeps them too (first and last rows of the group).
+  v1::GetTrialMetricsRequest req;
+  req.set_trial_id(trial_);
+  req.set_group("training");
+  req.set_max_points(2);
+  v1::GetTrialMetricsResponse resp;
+  h_->Turn([&] { ASSERT_TRUE(h_->metrics.GetTrialMetrics(req, &resp).ok()); });
+  ASSERT_EQ(resp.metrics_size(), 2);
+  EXPECT_TRUE(std::isnan(resp.metrics(0).values().at("loss")));
+  EXPECT_TRUE(std::isnan(resp.metrics(1).values().at("loss")));
+
+  // A restarted master reads the same from the store.
+  h_.reset();
+  ManagerHarness restarted(testing::LoopbackMasterConfig("/unused"), *store_, clock_);
+  ASSERT_TRUE(restarted.Start().ok());
+  ExpectNonFinite(restarted);
+}
+
+TEST_P(MetricsManagerTest, MalformedReportsAreRefusedNamingTheField) {
+  auto refused = [&](const std::vector<v1::Metrics>& rows, int rank, const std::string& what) {
+    absl::Status st = h_->ReportMetrics(launch_, rows, rank);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(what));
+  };
+  refused({Row("training", 1, {{"loss", 1}})}, 2, "auth.rank: 2 is not a rank of allocation");
+  refused({Row("training", 1, {{"loss", 1}})}, -1, "auth.rank: -1");
+  refused({Row("training", -5, {{"loss", 1}})}, 0,
+          "metrics[0].total_batches: expected a count >= 0, got -5");
+  refused({Row("training", 1, {}), Row("bogus", 1, {{"loss", 1}})}, 0,
+          "metrics[1].group: expected one of training, validation, timings, progress, got 'bogus'");
+  refused({Row("", 1, {{"loss", 1}})}, 0, "metrics[0].group");
+  refused({Row("training", 1, {{"", 1}})}, 0, "metrics[0].values: a metric name is empty");
+  refused({Row("training", 1, {{std::string(2000, 'x'), 1}})}, 0,
+          "is 2000 bytes, over the limit of 1024");
+  // Nothing of a refused report is stored; every known group is accepted.
+  EXPECT_EQ(Metrics(*h_, "").metrics_size(), 0);
+  ASSERT_TRUE(h_->ReportMetrics(launch_, {Row("training", 1, {{"loss", 1}}),
+                                          Row("validation", 1, {{"validation_loss", 1}}),
+                                          Row("timings", 1, {{"train_batch_ms", 1}}),
+                                          Row("progress", 1, {{"progress", 0.01}})},
+                                /*rank=*/1)
+                  .ok());
+  EXPECT_EQ(Metrics(*h_, "").metrics_size(), 4);
+}
+
+}  // namespace
+}  // namespace det::master
