@@ -55,8 +55,24 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   input.config_path = file;
   input.template_name = req.template_();
   input.overrides.assign(req.config_overrides().begin(), req.config_overrides().end());
+  const uint32_t seed = rd();
   ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
-                   config::ParseExperimentConfig(input, templates_.Lookup(), rd()));
+                   config::ParseExperimentConfig(input, templates_.Lookup(), seed));
+  if (!parsed.config.checkpoint_storage && default_checkpoint_storage_) {
+    // The cluster's default, merged in as overrides so the effective config (what the
+    // workers and a restarted master read) names it.
+    const config::CheckpointStorageConfig& d = *default_checkpoint_storage_;
+    const std::string cs = "checkpoint_storage.";
+    input.overrides.push_back(absl::StrCat(cs, "type=", d.type));
+    input.overrides.push_back(absl::StrCat(cs, "host_path=", d.host_path));
+    if (!d.storage_path.empty()) {
+      input.overrides.push_back(absl::StrCat(cs, "storage_path=", d.storage_path));
+    }
+    input.overrides.push_back(absl::StrCat(cs, "save_experiment_best=", d.save_experiment_best));
+    input.overrides.push_back(absl::StrCat(cs, "save_trial_best=", d.save_trial_best));
+    input.overrides.push_back(absl::StrCat(cs, "save_trial_latest=", d.save_trial_latest));
+    ASSIGN_OR_RETURN(parsed, config::ParseExperimentConfig(input, templates_.Lookup(), seed));
+  }
   const config::ExperimentConfig& c = parsed.config;
   if (!FindPool(config_, c.resources.resource_pool)) {
     std::vector<std::string> names;
@@ -126,6 +142,12 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   for (const auto& w : parsed.warnings) resp->add_warnings(w);
   turns_.RequestSchedule();
   return absl::OkStatus();
+}
+
+void ExperimentManager::SetDefaultCheckpointStorage(
+    std::optional<config::CheckpointStorageConfig> storage) {
+  DET_CHECK_ON_LOOP(loop_);
+  default_checkpoint_storage_ = std::move(storage);
 }
 
 absl::Status ExperimentManager::List(const v1::ListExperimentsRequest& req,

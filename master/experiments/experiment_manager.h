@@ -11,6 +11,7 @@
 #define DET_MASTER_EXPERIMENTS_EXPERIMENT_MANAGER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ class ExperimentManager {
   // still running, rebuilt from their trials; trials the searcher stopped before the
   // restart end; trials it wanted but had no time to create are created.
   absl::Status RestoreSearchers();
+
+  // The checkpoint storage of experiments whose config (template and overrides included)
+  // sets none: master.yaml's `checkpoint_storage`, merged into their effective config at
+  // Create. nullopt (the default): such experiments keep no checkpoints.
+  void SetDefaultCheckpointStorage(std::optional<config::CheckpointStorageConfig> storage);
 
   // User API.
   absl::Status Create(const std::string& owner, const v1::CreateExperimentRequest& req,
@@ -95,6 +101,7 @@ class ExperimentManager {
   CheckpointManager& checkpoints_;
   ExperimentRegistry& registry_;
   KillRun kill_run_;
+  std::optional<config::CheckpointStorageConfig> default_checkpoint_storage_;
   // The registry's parts this manager changes most (aliases).
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;

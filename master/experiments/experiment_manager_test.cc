@@ -209,6 +209,30 @@ TEST_F(ExperimentManagerTest, ProgressCountsBatchesTrained) {
   EXPECT_THAT(h_.Trial(busy).warnings(), ::testing::IsEmpty());
 }
 
+TEST_F(ExperimentManagerTest, TheClusterDefaultCheckpointStorageAppliesOnlyToConfigsWithNone) {
+  config::CheckpointStorageConfig storage;
+  storage.host_path = "/srv/det/checkpoints";
+  storage.save_trial_latest = 2;
+  h_.Turn([&] { h_.experiments.SetDefaultCheckpointStorage(storage); });
+  const int64_t plain = Create(NoStorageYaml("plain"));
+  const int64_t own = Create(testing::ExperimentYaml("own", 1));
+  ExperimentState* es = nullptr;
+  h_.Turn([&] { es = &h_.registry.experiments.at(plain); });
+  ASSERT_TRUE(es->config.checkpoint_storage.has_value());
+  EXPECT_EQ(es->config.checkpoint_storage->host_path, "/srv/det/checkpoints");
+  EXPECT_EQ(es->config.checkpoint_storage->save_trial_latest, 2);
+  EXPECT_THAT(Experiment(plain).config_yaml(), HasSubstr("/srv/det/checkpoints"));
+  h_.Turn([&] { es = &h_.registry.experiments.at(own); });
+  ASSERT_TRUE(es->config.checkpoint_storage.has_value());
+  EXPECT_EQ(es->config.checkpoint_storage->host_path, "/ckpt");
+  // Its trials keep checkpoints: a pause warns of nothing.
+  const std::string session = h_.Register("a", 1);
+  ASSERT_TRUE(h_.ReportMetrics(h_.NextLaunch("a", session), {Training(10)}).ok());
+  v1::PauseExperimentResponse resp;
+  ASSERT_TRUE(Pause(plain, &resp).ok());
+  EXPECT_THAT(resp.warnings(), ::testing::IsEmpty());
+}
+
 TEST_F(ExperimentManagerTest, ModelContextsBreakingALimitAreRefusedAtSubmit) {
   auto refused = [&](std::vector<std::string> paths, const std::string& why) {
     v1::CreateExperimentRequest req;
