@@ -599,6 +599,16 @@ void HttpServer::AddRoutes() {
   srv.Patch(".*", no_route);
   srv.Delete(".*", no_route);
   srv.Options(".*", no_route);
+  // A request with neither Content-Length nor Transfer-Encoding has an empty body
+  // (RFC 9112 6.3; `curl -X POST` sends one); httplib 0.11 answers it 400 unless told the
+  // length. The request object httplib passes as const is its own mutable one.
+  srv.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    if (req.method != "GET" && req.method != "HEAD" && !req.has_header("Content-Length") &&
+        !req.has_header("Transfer-Encoding")) {
+      const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // Errors httplib answers itself (a request it cannot read, an unknown method, a body
   // too large) get the same JSON shape; answers with a body already are left alone.
   srv.set_error_handler(httplib::Server::HandlerWithResponse(

@@ -3,7 +3,12 @@
 // worker through the real gRPC WorkerService.
 #include "master/http/http_server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -1001,6 +1006,37 @@ TEST_F(RestTest, AJsonBodyIsReadWhateverItsContentTypeAndNeverEchoed) {
   }
 }
 
+// Sends `request` (raw HTTP/1.1 text) to 127.0.0.1:`port`; the response (headers and the
+// Content-Length bytes of body), or what came before the server closed the connection.
+std::string RawHttp(int port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+    timeval tv{30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+      out.append(buf, n);
+      size_t head = out.find("\r\n\r\n");
+      size_t at = out.find("Content-Length: ");
+      size_t length = 0;
+      if (head != std::string::npos && at != std::string::npos && at < head &&
+          absl::SimpleAtoi(out.substr(at + 16, out.find("\r\n", at) - at - 16), &length) &&
+          out.size() >= head + 4 + length) {
+        break;
+      }
+    }
+  }
+  close(fd);
+  return out;
+}
+
 TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
   ASSERT_EQ(CreateExperiment("shapes"), 1);
   auto expect_error = [&](const std::string& what, const httplib::Result& r, int status,
@@ -1033,6 +1069,19 @@ TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
   auto kill = http_->Post("/api/v1/experiments/1/kill", auth, "", "");
   ASSERT_TRUE(kill);
   EXPECT_EQ(kill->status, 200) << kill->body;
+  // `curl -X POST` sends no Content-Length at all: still the empty request.
+  ASSERT_EQ(CreateExperiment("no length"), 2);
+  std::string no_length = RawHttp(
+      port_, absl::StrCat("POST /api/v1/experiments/2/kill HTTP/1.1\r\nHost: x\r\n"
+                          "Authorization: Bearer ", token_, "\r\nConnection: close\r\n\r\n"));
+  EXPECT_THAT(no_length, ::testing::StartsWith("HTTP/1.1 200")) << no_length;
+  // A method nobody serves, a request line that is no HTTP: JSON errors too.
+  std::string brew = RawHttp(port_, "BREW /coffee HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(brew, ::testing::StartsWith("HTTP/1.1 4")) << brew;
+  EXPECT_THAT(brew, HasSubstr("{\"code\":\"")) << brew;
+  std::string garbage = RawHttp(port_, "hello there\r\n\r\n");
+  EXPECT_THAT(garbage, ::testing::StartsWith("HTTP/1.1 400")) << garbage;
+  EXPECT_THAT(garbage, HasSubstr("{\"code\":\"INVALID_ARGUMENT\"")) << garbage;
 
   // Query parameters: 400 naming the parameter.
   const std::vector<std::pair<std::string, std::string>> bad_params = {
