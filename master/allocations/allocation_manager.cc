@@ -122,7 +122,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   t.token = token;
   t.exits.clear();
   t.unattached.clear();
-  t.killing = t.lost = t.preempting = false;
+  t.killing = t.lost = t.preempting = t.pausing = false;
   t.kill_reason.clear();
   t.failure.clear();
   t.rendezvous.clear();
@@ -219,8 +219,10 @@ void AllocationManager::EndAllocation(TrialState& t) {
     outcome = v1::STATE_PAUSED;  // Resumes from its checkpoint when activated.
   } else if (stopped_early) {
     outcome = v1::STATE_COMPLETED;  // The searcher stopped it: done, with the length it has.
-  } else if (t.lost || t.preempting) {
-    outcome = v1::STATE_QUEUED;  // Rerun; losing an agent or a preemption is not the trial's fault.
+  } else if (t.lost || t.preempting || t.pausing) {
+    // Rerun; losing an agent, a preemption or a pause (the experiment was activated again
+    // before the run stopped) is not the trial's fault.
+    outcome = v1::STATE_QUEUED;
   } else if (!t.failure.empty()) {
     if (t.trial.restarts() < es.config.max_restarts) {
       outcome = v1::STATE_QUEUED;
@@ -261,6 +263,7 @@ void AllocationManager::EndAllocation(TrialState& t) {
     TrialEvent(t.trial.id(),
                t.preempting ? absl::StrCat("allocation ", alloc_id, " preempted; requeued (not counted as a restart)")
                : t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
+               : t.pausing ? absl::StrCat("allocation ", alloc_id, " stopped for a pause; the experiment is active again: requeued")
                       : absl::StrCat("allocation ", alloc_id, " failed: ", t.failure, "; restart ",
                                      t.trial.restarts(), " of ", es.config.max_restarts));
     RecordTrial(store_, t);

@@ -143,6 +143,30 @@ TEST_F(ExperimentManagerTest, PausingATrialWithCheckpointStorageWarnsOfNothing) 
   EXPECT_THAT(h_.Trial(trial).warnings(), ::testing::IsEmpty());
 }
 
+TEST_F(ExperimentManagerTest, ActivatedWhileItsTrialStillStopsThePausedRunIsRequeued) {
+  const int64_t trial = h_.CreateExperiment("reactivated");
+  const int64_t e = h_.Trial(trial).experiment_id();
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  ASSERT_TRUE(h_.ReportMetrics(launch, {Training(10)}).ok());
+  v1::PauseExperimentResponse paused;
+  ASSERT_TRUE(Pause(e, &paused).ok());
+  v1::SetExperimentSlotsResponse slots;
+  ASSERT_TRUE(SetSlots(e, 2, &slots).ok());
+  v1::ActivateExperimentRequest activate;
+  activate.set_id(e);
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Activate(activate).ok()); });
+  // The paused run exits normally after the experiment is active again: the trial is not
+  // done (10 of 100 batches), it runs again on the new size.
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  v1::Trial t = h_.Trial(trial);
+  EXPECT_EQ(t.state(), v1::STATE_QUEUED);
+  EXPECT_EQ(t.restarts(), 0);
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("stopped for a pause; the experiment is active again"));
+  h_.Register("b", 2);
+  EXPECT_EQ(h_.Trial(trial).allocation().ranks_size(), 2);
+}
+
 TEST_F(ExperimentManagerTest, APreemptedTrialWithoutCheckpointStorageIsWarned) {
   ManagerHarness& h = h_;
   h.Turn([&] { h.config.resource_pools[0].preemption = true; });

@@ -46,6 +46,7 @@ struct TrialState {
   bool killing = false;                  // the master asked for the workers to stop
   bool lost = false;                     // an agent was lost: rerun without counting it
   bool preempting = false;               // stopped for a more important trial: requeue
+  bool pausing = false;                  // stopped for a pause: requeue if activated meanwhile
   bool searcher_metric_missing = false;  // reported once: no searcher.metric in validation
   v1::Allocation last_allocation;        // the latest ended run, for display
   std::string failure;                   // first abnormal exit
