@@ -5,9 +5,10 @@ deterministic mode (docs/determinism.md, docs/pytorch-data-and-determinism.md): 
 global batch is trained as the same fixed micro-batches of micro_batch_size samples
 whatever the rank count (rank r of W trains the micro-batches of its contiguous slice);
 each micro-batch's gradient and loss are scaled by 2^32, rounded to integers and summed
-exactly, locally (integers below 2^53 in float64) and across ranks with an int64
-all_reduce (integer addition is exact, so neither the order nor the grouping of the sum
-matters), then divided once. Together with
+exactly, locally and across ranks with one all_reduce (the integers are carried in float64:
+every partial sum stays within 2^53, where float64 addition is exact, so neither the order
+nor the grouping of the sum matters and the result is the int64 sum, bit for bit; an int64
+buffer would add two conversions per step), then divided once. Together with
 pin_determinism() (deterministic kernels, a fixed intra-op thread count) the training is
 bitwise identical on 1, 2, 4, ... ranks and across checkpoint, resize and resume.
 """
@@ -105,7 +106,7 @@ class DeterministicDDP(torch.nn.Module):
         if global_batch_size // micro_batch_size > _MAX_MICRO_BATCHES:
             raise ValueError(f"DeterministicDDP: {global_batch_size // micro_batch_size} "
                              f"micro-batches per global batch; at most {_MAX_MICRO_BATCHES} "
-                             f"fit the int64 fixed-point sum")
+                             f"fit the exact fixed-point sum")
         for name, m in module.named_modules():
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
                 raise ValueError(f"DeterministicDDP: {name or 'the module'} is a "
@@ -125,15 +126,20 @@ class DeterministicDDP(torch.nn.Module):
         self._numel = sum(p.numel() for p in self._params)
         self._micro_batches = global_batch_size // micro_batch_size
         self._bound = fixed_point_bound(self._micro_batches)
-        # The step's fixed-point sum per parameter value and the loss (exact integers in
-        # float64, then int64 for the all-reduce), laid out by parameter dtype. Each group
-        # of parameters of one dtype has a flat gradient buffer whose views are their .grad:
-        # backward() accumulates a micro-batch's gradient there (into zeros: exact), and
-        # each micro-batch costs a handful of whole-buffer operations whatever the number of
-        # parameters. Preallocated: fresh large tensors cost page faults every time.
+        # Dividing by a power of two is multiplying by its inverse, exactly (and faster).
+        n_micro = self._micro_batches
+        self._unscale = 1.0 / (FIXED_POINT_SCALE * n_micro) if n_micro & (n_micro - 1) == 0 else None
+        # The step's fixed-point sum per parameter value and the loss: exact integers in
+        # float64 (every partial sum stays within 2^53, see fixed_point_bound), summed
+        # across ranks by one float64 all_reduce. Each group of parameters of one dtype has
+        # a flat gradient buffer whose views are their .grad: backward() accumulates a
+        # micro-batch's gradient there (into zeros: exactly the gradient), converts it in
+        # place and adds it, widened to float64 in a scratch buffer, to the sum; each
+        # micro-batch costs a handful of whole-buffer operations whatever the number of
+        # parameters, and none allocates. At the end the buffer receives the mean gradient.
+        # Preallocated: fresh large tensors cost page faults every time.
         self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
-        self._fixed = torch.zeros(self._numel + 1, dtype=torch.int64)
-        self._groups = []  # (params, flat grad buffer, its .grad views, scratch, slice of _sum)
+        self._groups = []  # (params, flat grad buffer, its .grad views, float64 scratch, slice of _sum)
         offset = 0
         for dtype in (torch.float32, torch.float64):
             params = [p for p in self._params if p.dtype == dtype]
@@ -145,8 +151,8 @@ class DeterministicDDP(torch.nn.Module):
             for p in params:
                 views.append(flat[at:at + p.numel()].view(p.shape))
                 at += p.numel()
-            self._groups.append((params, flat, views, torch.empty_like(flat),
-                                 self._sum[offset:offset + n]))
+            wide = flat if dtype == torch.float64 else torch.zeros(n, dtype=torch.float64)
+            self._groups.append((params, flat, views, wide, self._sum[offset:offset + n]))
             offset += n
         if self.world_size > 1:
             with torch.no_grad():
@@ -170,7 +176,7 @@ class DeterministicDDP(torch.nn.Module):
         m = self.micro_batch_size
         first_micro = self.rank * (self.per_rank_batch // m)
         bound = self._bound
-        total, fixed = self._sum, self._fixed
+        total = self._sum
         total.zero_()
         loss_sum = 0
         for params, flat, views, _, _ in self._groups:
@@ -185,18 +191,25 @@ class DeterministicDDP(torch.nn.Module):
                 flat.zero_()
             loss = loss_fn(*(t[lo:lo + m] for t in tensors))
             loss.backward()
-            for _, flat, _, q, acc in self._groups:
-                # Exact in float32: scaling by a power of two and rounding to an integer;
-                # the float64 sum of integers below 2^53 is exact in any order.
-                torch.mul(flat, FIXED_POINT_SCALE, out=q).round_().clamp_(-bound, bound)
-                acc.add_(q)
+            for _, flat, _, wide, acc in self._groups:
+                # Exact: scaling by a power of two and rounding to an integer (in the
+                # parameters' dtype), widening to float64, and the float64 sum of integers
+                # whose partial sums stay within 2^53, in any order.
+                flat.mul_(FIXED_POINT_SCALE).round_().clamp_(-bound, bound)
+                if wide is not flat:
+                    wide.copy_(flat)
+                acc.add_(wide)
             loss_sum += _to_fixed(float(loss), bound)
         total[self._numel] = float(loss_sum)
-        fixed.copy_(total)
         if self.world_size > 1:
-            dist.all_reduce(fixed, op=dist.ReduceOp.SUM, group=self.process_group)
-        # The mean over the global batch's micro-batches, rounded once.
-        total.copy_(fixed).div_(FIXED_POINT_SCALE * self._micro_batches)
+            # Exact like an int64 sum: the same integers, each partial sum within 2^53.
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.process_group)
+        # The mean over the global batch's micro-batches, rounded once (to float64, then to
+        # the parameters' dtype). Dividing by a power of two is multiplying by its inverse.
+        if self._unscale is not None:
+            total.mul_(self._unscale)
+        else:
+            total.div_(FIXED_POINT_SCALE * self._micro_batches)
         for _, flat, _, _, mean in self._groups:
             flat.copy_(mean)
         return float(total[self._numel])
