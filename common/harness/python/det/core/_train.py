@@ -11,6 +11,10 @@ from det import _client, _info
 from det.core import _timings
 
 
+# The metric groups the master accepts (master/metrics/metrics_manager.cc, kGroups).
+METRIC_GROUPS = ("training", "validation", "timings", "progress")
+
+
 def _number(group: str, steps: int, name: Any, value: Any) -> float:
     if not isinstance(name, str) or not name:
         raise TypeError(f"{group} metrics at steps_completed={steps}: metric names must be "
@@ -110,10 +114,15 @@ class TrainContext:
 
     def report_metrics(self, group: str, steps_completed: int,
                        metrics: Mapping[str, Any]) -> None:
-        """Metrics of any group (e.g. "training", "validation", "timings")."""
+        """Metrics of one of the groups the master stores: "training", "validation",
+        "timings" or "progress" (METRIC_GROUPS); ValueError naming them for any other
+        group, before anything is sent (the master would refuse it with
+        INVALID_ARGUMENT). Unlike report_validation_metrics, a "validation" report here
+        is not kept as the last validation."""
         steps = _steps(steps_completed)
-        if not isinstance(group, str) or not group:
-            raise ValueError(f"group: expected a non-empty string, got {group!r}")
+        if not isinstance(group, str) or group not in METRIC_GROUPS:
+            raise ValueError(f"group: expected one of {', '.join(METRIC_GROUPS)}, "
+                             f"got {group!r}")
         self._client.report_metrics([(group, steps, check_metrics(group, steps, metrics))])
 
     def report_progress(self, progress: float) -> None:
