@@ -7,13 +7,23 @@ det.pytorch's deterministic mode against plain DDP, as Markdown tables.
      ratio of samples/s (target >= 98%). det: a private local cluster (det deploy local
      cluster-up, 1 agent with 4 CPU slots) from bazel-bin/deploy/bin, entrypoint
      `python3 torch_ddp_train.py` (the agent runs it with its worker_python). torchrun:
-     `python3 torch_run.py --standalone --nproc_per_node N`, torchrun's own main() with
-     Debian 12's Python 3.11 bug patched (`python3 -m torch.distributed.run` itself dies
-     there; see torch_run.py).
+     `python3 torch_run.py --nnodes 1 --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:PORT
+     --nproc_per_node N` (what --standalone does, on a free port instead of its fixed
+     29400), torchrun's own main() with Debian 12's Python 3.11 bug patched (`python3 -m
+     torch.distributed.run` itself dies there; see torch_run.py).
   2. Deterministic mode's cost: the script's --mode deterministic (ElasticSampler +
      DeterministicDDP, micro-batches of --micro-batch, which divides every per-rank batch)
      against --mode ddp, both under torchrun, 1, 2 and 4 ranks (target <= 30% more time
      per step).
+
+  3. A summary: both side by side, per rank count.
+
+Besides samples/s each run reports the ranks' CPU share (the CPU seconds all ranks used
+between their first and last step over those seconds x the machine's cores) and samples per
+CPU second of the ranks: on a shared machine samples/s follows the CPU the ranks get, the
+latter what they did with it. det rows also give det-master's and det-agent's own CPU
+seconds per run. A run that fails is retried (RETRIES times); every failed attempt's output
+is printed at the end.
 
 Every process gets WORKER_ENV (one intra-op thread; glibc malloc keeping freed memory) and
 calls torch.set_num_threads(1).
@@ -34,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BENCH = os.path.join(ROOT, "tests", "bench")
@@ -50,28 +61,67 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "268435456",
               "MALLOC_MMAP_THRESHOLD_": "67108864"}
 
 FIRST = re.compile(r"BENCH first_step_unix=([0-9.]+)")
-DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)")
+DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)"
+                  r" worker_cpu_s=([0-9.]+)")
+# A run that fails is retried this many times (each failure is kept and printed at the end).
+RETRIES = 2
 
 
-def parse(output, what):
+class Run:
+    """One run's figures: launch to first step (s), samples/s, and the share of the
+    machine's CPU time the ranks used between their first and last step."""
+
+    def __init__(self, launch, sps, cpu_share):
+        self.launch, self.sps, self.cpu_share = launch, sps, cpu_share
+        # Samples per CPU second of the ranks: what the ranks did with the CPU they got,
+        # independent of how much other load on the machine left them.
+        self.per_cpu_s = sps / (cpu_share * os.cpu_count()) if cpu_share > 0 else float("nan")
+
+
+def parse(output, what, launch):
     first, done = FIRST.search(output), DONE.search(output)
     if not first or not done:
         raise RuntimeError(f"{what}: no BENCH lines in its output:\n{output[-3000:]}")
-    return float(first.group(1)), float(done.group(2))
+    seconds = float(done.group(1))
+    return Run(float(first.group(1)) - launch, float(done.group(2)),
+               float(done.group(3)) / (seconds * os.cpu_count()))
+
+
+FAILURES = []  # (what, output tail) of every failed attempt
+
+
+def retried(what, attempt):
+    """attempt() until it succeeds, at most 1 + RETRIES times; failures are recorded."""
+    for i in range(1 + RETRIES):
+        try:
+            return attempt()
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+            FAILURES.append((f"{what}, attempt {i + 1}", str(e)))
+            print(f"[{what}: attempt {i + 1} failed: {str(e).strip().splitlines()[0]}]",
+                  file=sys.stderr, flush=True)
+    raise RuntimeError(f"{what}: failed {1 + RETRIES} times in a row")
 
 
 def torchrun(ranks, steps, mode="ddp", micro=16):
     env = dict(os.environ, **WORKER_ENV,
                PYTHONPATH=os.path.join(ROOT, "common", "harness", "python"))
-    cmd = [PYTHON, TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), TRAIN,
-           "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro)]
-    launch = time.time()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise RuntimeError(f"torchrun {ranks} ranks exited {p.returncode}:\n{out[-3000:]}")
-    first, sps = parse(out, f"torchrun {ranks} ranks")
-    return first - launch, sps
+
+    def attempt():
+        # What --standalone does, on a free port instead of its fixed 29400 (another
+        # torchrun, or anything else on the machine holding 29400, fails the launch).
+        cmd = [PYTHON, TORCHRUN, "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", str(uuid.uuid4()),
+               "--nproc_per_node", str(ranks), TRAIN,
+               "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro)]
+        launch = time.time()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT_S)
+        out = p.stdout + p.stderr
+        if p.returncode != 0:
+            raise RuntimeError(f"torchrun {ranks} ranks exited {p.returncode}:\n{out[-3000:]}")
+        return parse(out, f"torchrun {ranks} ranks", launch)
+
+    return retried(f"torchrun {mode} {ranks} ranks", attempt)
 
 
 def free_port():
@@ -146,14 +196,40 @@ resources:
 environment:
   environment_variables:
 """ + "".join(f'    {k}: "{v}"\n' for k, v in WORKER_ENV.items()))
+        daemons = self.daemon_pids()
+        before = sum(cpu_seconds_of(pid) for pid in daemons)
         launch = time.time()
         p = self.det("experiment", "create", config, self.context, "--follow")
         out = p.stdout + p.stderr
         if p.returncode != 0:
             raise RuntimeError(f"det {ranks} ranks: experiment create exited {p.returncode}:\n"
                                f"{out[-3000:]}")
-        first, sps = parse(out, f"det {ranks} ranks")
-        return first - launch, sps
+        run = parse(out, f"det {ranks} ranks", launch)
+        # det-master's and det-agent's own CPU seconds over the whole run (launch to exit).
+        run.daemon_cpu_s = sum(cpu_seconds_of(pid) for pid in daemons) - before
+        return run
+
+    def daemon_pids(self):
+        run_dir = os.path.join(self.data, "run")
+        pids = []
+        for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+            if name.endswith(".pid"):
+                try:
+                    with open(os.path.join(run_dir, name)) as f:
+                        pids.append(int(f.read().strip()))
+                except (OSError, ValueError):
+                    pass
+        return pids
+
+
+def cpu_seconds_of(pid):
+    """User + system CPU seconds of process `pid` itself (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def median(xs):
@@ -168,8 +244,18 @@ def load():
     return os.getloadavg()[0]
 
 
+def cell(xs, digits, scale=1.0, suffix=""):
+    """median (min-max) of xs x scale, or n/a."""
+    if not xs:
+        return "n/a"
+    xs = [x * scale for x in xs]
+    return (f"{fmt(median(xs), digits)}{suffix} ({fmt(min(xs), digits)}-"
+            f"{fmt(max(xs), digits)}{suffix})")
+
+
 def det_vs_torchrun(args, work):
-    print("## det vs torchrun: the same DDP script (torch_ddp_train.py)\n")
+    """{ranks: {"torchrun": [Run], "det": [Run], "load": load after}}, and why det was not
+    measured (None when it was)."""
     cluster, det_error = None, None
     if not os.path.exists(os.path.join(BIN, "det")):
         det_error = f"{BIN}/det is missing: build //deploy:bin"
@@ -179,44 +265,50 @@ def det_vs_torchrun(args, work):
             cluster.start()
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
             det_error, cluster = str(e), None
-    rows = []
+    rows = {}
     try:
         for ranks in args.ranks:
-            t, d = {"launch": [], "sps": []}, {"launch": [], "sps": []}
+            row = rows[ranks] = {"torchrun": [], "det": []}
             for rep in range(args.reps):
                 order = ("torchrun", "det") if rep % 2 == 0 else ("det", "torchrun")
                 for who in order:
                     if who == "torchrun":
-                        launch, sps = torchrun(ranks, args.steps)
-                        t["launch"].append(launch)
-                        t["sps"].append(sps)
+                        row["torchrun"].append(torchrun(ranks, args.steps))
                     elif cluster is not None:
                         try:
-                            launch, sps = cluster.run(ranks, args.steps)
-                            d["launch"].append(launch)
-                            d["sps"].append(sps)
-                        except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
-                            det_error = str(e)
+                            row["det"].append(retried(
+                                f"det {ranks} ranks",
+                                lambda: cluster.run(ranks, args.steps)))
+                        except RuntimeError as e:
+                            det_error = f"{e}:\n{FAILURES[-1][1]}"
                             cluster.stop()
                             cluster = None
-            rows.append((ranks, t, d, load()))
+            row["load"] = load()
     finally:
         if cluster is not None:
             cluster.stop()
-    print(f"{args.reps} runs each, {args.steps} steps of global batch 64, medians "
-          f"(min-max)\n")
+    return rows, det_error
+
+
+def print_det_vs_torchrun(args, rows, det_error):
+    print("## det vs torchrun: the same DDP script (torch_ddp_train.py)\n")
+    print(f"{args.reps} runs each, alternating, {args.steps} steps of global batch 64, "
+          f"medians (min-max). CPU share: the CPU seconds all ranks used from first to last "
+          f"step over (those seconds x {os.cpu_count()} cores). det daemons: det-master's and "
+          f"det-agent's own CPU seconds per run (launch to exit).\n")
     print("| ranks | torchrun launch->first step (s) | det launch->first step (s) "
-          "| torchrun samples/s | det samples/s | det/torchrun samples/s | load after |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for ranks, t, d, la in rows:
-        def cell(xs, digits):
-            if not xs:
-                return "n/a"
-            return f"{fmt(median(xs), digits)} ({fmt(min(xs), digits)}-{fmt(max(xs), digits)})"
-        ratio = median(d["sps"]) / median(t["sps"]) if d["sps"] else float("nan")
-        print(f"| {ranks} | {cell(t['launch'], 2)} | {cell(d['launch'], 2)} "
-              f"| {cell(t['sps'], 0)} | {cell(d['sps'], 0)} "
-              f"| {'n/a' if ratio != ratio else f'{100 * ratio:.1f}%'} | {la:.1f} |")
+          "| torchrun samples/s | det samples/s | det/torchrun samples/s "
+          "| torchrun CPU share | det CPU share | det daemons CPU (s) | load after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for ranks, row in rows.items():
+        t, d = row["torchrun"], row["det"]
+        ratio = median([r.sps for r in d]) / median([r.sps for r in t]) if d else float("nan")
+        print(f"| {ranks} | {cell([r.launch for r in t], 2)} | {cell([r.launch for r in d], 2)} "
+              f"| {cell([r.sps for r in t], 0)} | {cell([r.sps for r in d], 0)} "
+              f"| {'n/a' if ratio != ratio else f'{100 * ratio:.1f}%'} "
+              f"| {cell([r.cpu_share for r in t], 0, 100, '%')} "
+              f"| {cell([r.cpu_share for r in d], 0, 100, '%')} "
+              f"| {cell([r.daemon_cpu_s for r in d], 2)} | {row['load']:.1f} |")
     if det_error:
         print(f"\ndet: not measured: {det_error.strip().splitlines()[0]}")
         print("\n```\n" + det_error.strip()[-2000:] + "\n```")
@@ -224,24 +316,75 @@ def det_vs_torchrun(args, work):
 
 
 def deterministic_cost(args):
-    print(f"## Deterministic mode vs plain DDP (under torchrun, micro-batch "
-          f"{args.micro_batch})\n")
-    print(f"{args.reps} runs each, {args.steps} steps of global batch 64, medians (min-max)\n")
-    print("| ranks | micro-batches per rank | DDP samples/s | deterministic samples/s "
-          "| extra time per step | load after |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    """{ranks: {"ddp": [Run], "deterministic": [Run], "load": load after}}."""
+    rows = {}
     for ranks in args.ranks:
-        res = {"ddp": [], "deterministic": []}
+        row = rows[ranks] = {"ddp": [], "deterministic": []}
         for rep in range(args.reps):
             order = ("ddp", "deterministic") if rep % 2 == 0 else ("deterministic", "ddp")
             for mode in order:
-                res[mode].append(torchrun(ranks, args.steps, mode, args.micro_batch)[1])
-        p, q = median(res["ddp"]), median(res["deterministic"])
-        cells = [f"{fmt(median(v), 0)} ({fmt(min(v), 0)}-{fmt(max(v), 0)})"
-                 for v in (res["ddp"], res["deterministic"])]
-        print(f"| {ranks} | {64 // ranks // args.micro_batch} | {cells[0]} | {cells[1]} "
-              f"| {100 * (p / q - 1):+.0f}% | {load():.1f} |")
+                row[mode].append(torchrun(ranks, args.steps, mode, args.micro_batch))
+        row["load"] = load()
+    return rows
+
+
+def cost(row, what="sps"):
+    """Deterministic mode's extra time per step over plain DDP (medians), in percent; with
+    what="per_cpu_s", its extra CPU time of the ranks per sample."""
+    ddp = median([getattr(r, what) for r in row["ddp"]])
+    det = median([getattr(r, what) for r in row["deterministic"]])
+    return 100 * (ddp / det - 1)
+
+
+def print_deterministic_cost(args, rows):
+    print(f"## Deterministic mode vs plain DDP (under torchrun, micro-batch "
+          f"{args.micro_batch})\n")
+    print(f"{args.reps} runs each, alternating, {args.steps} steps of global batch 64, medians "
+          f"(min-max)\n")
+    print("| ranks | micro-batches per rank | DDP samples/s | deterministic samples/s "
+          "| extra time per step | extra CPU per sample | DDP CPU share "
+          "| deterministic CPU share | load after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for ranks, row in rows.items():
+        print(f"| {ranks} | {64 // ranks // args.micro_batch} "
+              f"| {cell([r.sps for r in row['ddp']], 0)} "
+              f"| {cell([r.sps for r in row['deterministic']], 0)} | {cost(row):+.0f}% "
+              f"| {cost(row, 'per_cpu_s'):+.0f}% "
+              f"| {cell([r.cpu_share for r in row['ddp']], 0, 100, '%')} "
+              f"| {cell([r.cpu_share for r in row['deterministic']], 0, 100, '%')} "
+              f"| {row['load']:.1f} |")
     print()
+
+
+def print_summary(args, launch_rows, cost_rows):
+    print("## Summary (medians)\n")
+    print("| ranks | launch->first step torchrun / det (s) | samples/s torchrun / det "
+          "| det/torchrun | det/torchrun per CPU second of the ranks "
+          "| deterministic mode's cost: time / CPU per sample |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for ranks in args.ranks:
+        launch, sps, ratio, per_cpu, extra = "n/a", "n/a", "n/a", "n/a", "n/a"
+        row = launch_rows.get(ranks)
+        if row and row["torchrun"] and row["det"]:
+            t, d = row["torchrun"], row["det"]
+            launch = (f"{median([r.launch for r in t]):.2f} / "
+                      f"{median([r.launch for r in d]):.2f}")
+            ts, ds = median([r.sps for r in t]), median([r.sps for r in d])
+            sps = f"{ts:,.0f} / {ds:,.0f}"
+            ratio = f"{100 * ds / ts:.1f}%"
+            dc, tc = median([r.per_cpu_s for r in d]), median([r.per_cpu_s for r in t])
+            per_cpu = f"{100 * dc / tc:.1f}%"
+        if ranks in cost_rows:
+            extra = (f"{cost(cost_rows[ranks]):+.0f}% / "
+                     f"{cost(cost_rows[ranks], 'per_cpu_s'):+.0f}%")
+        print(f"| {ranks} | {launch} | {sps} | {ratio} | {per_cpu} | {extra} |")
+    print()
+    if FAILURES:
+        print(f"{len(FAILURES)} failed attempt(s), retried:\n")
+        for what, output in FAILURES:
+            print(f"- {what}:\n\n```\n{output.strip()[-1500:]}\n```\n")
+    else:
+        print("No run failed.\n")
 
 
 def main():
@@ -260,11 +403,15 @@ def main():
                      f"per-rank batch 64/{r}")
     print(f"machine: {os.cpu_count()} cores, load {load():.1f}; torch from {PYTHON}; every "
           f"worker's environment: " + " ".join(f"{k}={v}" for k, v in WORKER_ENV.items()) + "\n")
+    launch_rows, cost_rows = {}, {}
     with tempfile.TemporaryDirectory(prefix="torch-ddp-bench-") as work:
         if "det" not in skip:
-            det_vs_torchrun(args, work)
+            launch_rows, det_error = det_vs_torchrun(args, work)
+            print_det_vs_torchrun(args, launch_rows, det_error)
         if "cost" not in skip:
-            deterministic_cost(args)
+            cost_rows = deterministic_cost(args)
+            print_deterministic_cost(args, cost_rows)
+    print_summary(args, launch_rows, cost_rows)
 
 
 if __name__ == "__main__":

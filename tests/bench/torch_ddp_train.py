@@ -10,11 +10,13 @@ MASTER_ADDR, MASTER_PORT), as under torchrun.
 Rank 0 prints two lines:
   BENCH first_step_unix=<time.time() when every rank is ready to train>
   BENCH steps=<n> samples=<n> seconds=<first step to last step> samples_per_s=<x>
+        worker_cpu_s=<CPU seconds (user + system) all ranks used between those moments>
 """
 
 import argparse
 import gzip
 import os
+import resource
 import struct
 import time
 
@@ -29,6 +31,11 @@ def read_idx(path):
     dims = magic & 0xFF
     shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
     return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
+
+
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -68,6 +75,7 @@ def main():
     loss_fn = torch.nn.functional.cross_entropy
     dist.barrier()
     start = time.time()
+    cpu_start = cpu_seconds()
     if rank == 0:
         print(f"BENCH first_step_unix={start:.6f}", flush=True)
     step = 0
@@ -89,10 +97,15 @@ def main():
         epoch += 1
     dist.barrier()
     seconds = time.time() - start
+    # How much CPU the ranks got in the window (of seconds x cores): a launcher whose own
+    # processes take CPU, or that places its workers worse, shows here.
+    cpu = torch.tensor([cpu_seconds() - cpu_start], dtype=torch.float64)
+    dist.all_reduce(cpu)
     if rank == 0:
         samples = args.steps * args.global_batch
         print(f"BENCH steps={args.steps} samples={samples} seconds={seconds:.3f} "
-              f"samples_per_s={samples / seconds:.1f}", flush=True)
+              f"samples_per_s={samples / seconds:.1f} worker_cpu_s={float(cpu):.3f}",
+              flush=True)
     dist.destroy_process_group()
 
 
