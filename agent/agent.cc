@@ -57,6 +57,8 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
   launch_context_.python_path =
       config_.python_path ? *config_.python_path : DefaultPythonPath(options_.shim_path);
   launch_context_.cpu_count = UsableCpuCount();
+  launch_context_.task_user = options_.task_user;
+  launch_context_.task_user_name = options_.task_user_name;
   heartbeat_interval_ = config_.heartbeat_interval;
 }
 
@@ -168,6 +170,15 @@ absl::Status Agent::RegisterOnce() {
 }
 
 absl::Status Agent::Run() {
+  // Allocation directories are reachable by their task user, listable by nobody; records
+  // and worker output are the agent's alone.
+  if (absl::Status st = PrepareWorkRoot(config_.work_dir); !st.ok()) {
+    Logger("agent")->warn("work_dir: {}", st.ToString());
+  }
+  if (absl::Status st = CheckUserCanReach(config_.work_dir, launch_context_.task_user); !st.ok()) {
+    Logger("agent")->warn("workers will fail to start: {}; put work_dir where it can",
+                          std::string(st.message()));
+  }
   Restore();
   poller_ = std::thread([this] { PollLoop(); });
   outbox_thread_ = std::thread([this] { OutboxLoop(); });
@@ -604,6 +615,8 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     st = WriteCheckpointGcSpec(spec_file, launch.checkpoint_gc());
     argv = CheckpointGcArgv(options_.shim_path, spec_file);
   }
+  // Last: the allocation's files become its task user's, readable by no other.
+  if (st.ok()) st = HandOverWorkDir(alloc->work_dir, launch_context.task_user);
   alloc->launch = launch;
   alloc->launch.clear_context();  // Written to disk; no need to keep it in memory.
   std::vector<int> started;
@@ -620,6 +633,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
       spec.stdout_path = RankOutputPath(alloc->run_dir, r.rank(), 0);
       spec.stderr_path = RankOutputPath(alloc->run_dir, r.rank(), 1);
       spec.exit_path = RankExitPath(alloc->run_dir, r.rank());
+      spec.run_as = launch_context.task_user;
       if (spec.argv.empty()) {
         st = absl::InvalidArgumentError("the launch has an empty entrypoint");
       } else if (auto proc = WorkerProcess::Start(spec); proc.ok()) {

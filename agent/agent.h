@@ -39,6 +39,10 @@ struct AgentOptions {
   absl::Duration system_metrics_period = absl::Seconds(5);
   // Takes the samples; null: none are sent. Not owned; must outlive the agent.
   SystemSampler* sampler = nullptr;
+  // The OS user every worker runs as and whose its allocation's work dir is (mode 0700);
+  // unset: the agent's own user. Needs an agent running as root. See LaunchContext.
+  std::optional<RunAs> task_user;
+  std::string task_user_name;
 };
 
 // Threads: Run() is the session loop (register, heartbeat); one poller thread; one outbox

@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
@@ -90,6 +91,13 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
       {"PWD", work_dir},
       {"PYTHONPATH", absl::StrJoin(pythonpath, ":")},
   });
+  if (ctx.task_user) {
+    overrides.emplace_back("HOME", work_dir);
+    if (!ctx.task_user_name.empty()) {
+      overrides.emplace_back("USER", ctx.task_user_name);
+      overrides.emplace_back("LOGNAME", ctx.task_user_name);
+    }
+  }
   if (!launch.chief_address().empty()) overrides.emplace_back("MASTER_ADDR", launch.chief_address());
   if (launch.chief_port() > 0) overrides.emplace_back("MASTER_PORT", absl::StrCat(launch.chief_port()));
   if (!launch.run_id().empty()) overrides.emplace_back("TORCHELASTIC_RUN_ID", launch.run_id());
@@ -124,6 +132,62 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
     if (!kNotInherited->contains(kv.first)) clean.push_back(kv);
   }
   return MergeEnvironment(std::move(clean), overrides);
+}
+
+absl::Status PrepareWorkRoot(const std::string& work_dir) {
+  const std::string run = work_dir + "/run";
+  for (const auto& [dir, mode] : {std::pair{work_dir, 0711}, std::pair{run, 0700}}) {
+    if (auto st = MakeDirs(dir); !st.ok()) return st;
+    if (chmod(dir.c_str(), mode) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrFormat("cannot set the mode of '%s' to %04o: %s", dir, mode, strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HandOverWorkDir(const std::string& dir, const std::optional<RunAs>& user) {
+  if (chmod(dir.c_str(), 0700) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set the mode of '", dir, "' to 0700: ", strerror(errno)));
+  }
+  if (!user) return absl::OkStatus();
+  auto give = [&](const std::string& path) -> absl::Status {
+    if (lchown(path.c_str(), user->uid, user->gid) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot give '", path, "' to uid ",
+                                                      user->uid, ": ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  };
+  if (auto st = give(dir); !st.ok()) return st;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (auto st = give(it->path().string()); !st.ok()) return st;
+  }
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot walk '", dir, "': ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUserCanReach(const std::string& path, const std::optional<RunAs>& user) {
+  if (!user) return absl::OkStatus();
+  SpawnOptions opts;
+  opts.argv = {"/usr/bin/test", "-x", path};
+  opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kNull;
+  opts.cwd = "/";
+  opts.run_as = user;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(opts);
+  if (!child.ok()) return child.status();
+  absl::StatusOr<ExitStatus> done = (*child)->Wait();
+  if (!done.ok()) return done.status();
+  if (!done->ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("uid ", user->uid, " (the task user) cannot reach '", path,
+                     "': a directory on the way is not searchable by it"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> WorkerArgv(const std::vector<std::string>& entrypoint,

@@ -4,6 +4,7 @@
 #ifndef DET_AGENT_LAUNCHER_LAUNCHER_H_
 #define DET_AGENT_LAUNCHER_LAUNCHER_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,12 @@ struct LaunchContext {
   // network interface holding that address; either may be empty (unknown).
   std::string advertise_address;
   std::string network_interface;
+  // The OS user the allocation's workers run as and own its work dir (see HandOverWorkDir);
+  // unset: the agent's own user. The agent fills in its configured task user; a launch
+  // for a det user linked to an OS user may set another one per allocation.
+  std::optional<RunAs> task_user;
+  // Its name (USER and LOGNAME of the workers), when known.
+  std::string task_user_name;
 };
 
 // The complete environment of the worker running `rank` of `launch` in `work_dir` (its
@@ -45,7 +52,9 @@ struct LaunchContext {
 //   PATH (worker_path, then base's PATH; a default when neither has one),
 //   PWD = work_dir,
 //   DET_PYTHON = worker_python (when set),
-//   PYTHONPATH = work_dir, then python_path, then the launch's PYTHONPATH or else base's.
+//   PYTHONPATH = work_dir, then python_path, then the launch's PYTHONPATH or else base's,
+//   HOME = work_dir, USER = LOGNAME = ctx.task_user_name: only with a ctx.task_user (the
+//     agent's home is not the worker's), the names only when known.
 // torchrun's launch contract (what `torchrun` gives each worker, so that
 // `init_process_group(init_method="env://")` works unchanged):
 //   RANK, WORLD_SIZE            the rank and the number of ranks of the allocation
@@ -90,6 +99,20 @@ int UsableCpuCount();
 // `dir`; anything else is InvalidArgument naming the path.
 absl::Status WriteContext(const std::string& dir,
                           const google::protobuf::RepeatedPtrField<v1::ContextFile>& files);
+
+// Makes the agent's work_dir ready to hold allocations: `work_dir` (created) mode 0711, so
+// that a task user can reach its own allocation's directory by path but list nothing, and
+// `work_dir`/run (records, exit files, worker output) mode 0700.
+absl::Status PrepareWorkRoot(const std::string& work_dir);
+
+// Gives an allocation's work dir (written by the agent) to its workers: `dir` becomes mode
+// 0700 and, with a `user`, it and everything in it are chowned to that user (links
+// themselves, never followed).
+absl::Status HandOverWorkDir(const std::string& dir, const std::optional<RunAs>& user);
+
+// Whether `user` can reach (search) `path`, checked in a child process that switches to
+// it. OK without a `user`; PermissionDenied naming the user and path otherwise.
+absl::Status CheckUserCanReach(const std::string& path, const std::optional<RunAs>& user);
 
 // A directory name for an allocation id (only [A-Za-z0-9._-]).
 std::string SafeName(const std::string& id);

@@ -1,5 +1,6 @@
 #include "agent/launcher/launcher.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -301,6 +302,73 @@ TEST(WriteContext, WritesFilesAndRefusesEscapes) {
     absl::Status st = WriteContext(dir, evil);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(WorkerEnvironment, ATaskUserGetsTheWorkDirAsHomeAndItsName) {
+  v1::LaunchCommand l = TwoAgentLaunch();
+  LaunchContext ctx{"b", "m:1", "cpu", {}};
+  EnvironmentVariables base = {{"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}};
+  auto as_agent = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, "/w/7.0", base));
+  EXPECT_EQ(as_agent["HOME"], "/root");
+  ctx.task_user = RunAs{65534, 65534};
+  ctx.task_user_name = "nobody";
+  auto as_task = AsMap(WorkerEnvironment(l, l.ranks(0), ctx, "/w/7.0", base));
+  EXPECT_EQ(as_task["HOME"], "/w/7.0");
+  EXPECT_EQ(as_task["USER"], "nobody");
+  EXPECT_EQ(as_task["LOGNAME"], "nobody");
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(lstat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+TEST(PrepareWorkRoot, WorkDirIsSearchableOnlyAndRunDirPrivate) {
+  std::string root = std::string(getenv("TEST_TMPDIR")) + "/agent-root/work";
+  ASSERT_TRUE(PrepareWorkRoot(root).ok());
+  EXPECT_EQ(ModeOf(root), 0711u);
+  EXPECT_EQ(ModeOf(root + "/run"), 0700u);
+  // Existing directories are tightened too.
+  ASSERT_EQ(chmod(root.c_str(), 0755), 0);
+  ASSERT_EQ(chmod((root + "/run").c_str(), 0755), 0);
+  ASSERT_TRUE(PrepareWorkRoot(root).ok());
+  EXPECT_EQ(ModeOf(root), 0711u);
+  EXPECT_EQ(ModeOf(root + "/run"), 0700u);
+}
+
+TEST(HandOverWorkDir, GivesTheTreeToTheTaskUserWithoutFollowingLinks) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root; this test runs as uid " << geteuid();
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/handover";
+  std::string outside = std::string(getenv("TEST_TMPDIR")) + "/outside";
+  google::protobuf::RepeatedPtrField<v1::ContextFile> files;
+  files.Add()->set_path("a/b/model.py");
+  ASSERT_TRUE(WriteContext(dir, files).ok());
+  std::ofstream(outside) << "agent's";
+  std::filesystem::create_symlink(outside, dir + "/a/link");
+  ASSERT_TRUE(HandOverWorkDir(dir, RunAs{65534, 65533}).ok());
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  for (const std::string p : {dir, dir + "/a", dir + "/a/b", dir + "/a/b/model.py", dir + "/a/link"}) {
+    struct stat st;
+    ASSERT_EQ(lstat(p.c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_uid, 65534u) << p;
+    EXPECT_EQ(st.st_gid, 65533u) << p;
+  }
+  struct stat st;
+  ASSERT_EQ(stat(outside.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_TRUE(CheckUserCanReach("/usr/bin", RunAs{65534, 65533}).ok());
+  absl::Status denied = CheckUserCanReach(dir, RunAs{65532, 65532});
+  EXPECT_TRUE(absl::IsPermissionDenied(denied)) << denied;
+  EXPECT_THAT(denied.message(), HasSubstr("uid 65532 (the task user) cannot reach '" + dir + "'"));
+}
+
+TEST(HandOverWorkDir, WithoutATaskUserOnlyTightensTheMode) {
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/mine";
+  ASSERT_TRUE(WriteContext(dir, {}).ok());
+  ASSERT_TRUE(HandOverWorkDir(dir, std::nullopt).ok());
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  EXPECT_TRUE(CheckUserCanReach(dir, std::nullopt).ok());
 }
 
 TEST(SafeName, KeepsOnlyHarmlessCharacters) {

@@ -20,12 +20,29 @@ namespace det::agent {
 namespace {
 
 constexpr int kGracefulSignals[] = {SIGTERM, SIGINT, SIGHUP};
+constexpr char kRunAsFlag[] = "--run-as";
+
+// "UID:GID".
+std::optional<RunAs> ParseRunAs(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  uint32_t uid = 0, gid = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &uid) || !absl::SimpleAtoi(parts[1], &gid)) {
+    return std::nullopt;
+  }
+  return RunAs{static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
+}
 
 }  // namespace
 
 std::vector<std::string> ShimArgv(const std::string& shim_path, const std::string& exit_file,
-                                  const std::vector<std::string>& argv) {
-  std::vector<std::string> out = {shim_path, kWorkerShimFlag, exit_file, "--"};
+                                  const std::vector<std::string>& argv,
+                                  const std::optional<RunAs>& run_as) {
+  std::vector<std::string> out = {shim_path, kWorkerShimFlag, exit_file};
+  if (run_as) {
+    out.push_back(kRunAsFlag);
+    out.push_back(absl::StrCat(run_as->uid, ":", run_as->gid));
+  }
+  out.push_back("--");
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
@@ -67,12 +84,20 @@ absl::StatusOr<ExitStatus> ReadExitFile(const std::string& path) {
 }
 
 int RunWorkerShim(const std::vector<std::string>& args) {
-  if (args.size() < 3 || args[1] != "--" || args[0].empty() || args[2].empty()) {
-    fprintf(stderr, "usage: det-agent %s EXIT_FILE -- PROGRAM [ARGS...]\n", kWorkerShimFlag);
+  std::optional<RunAs> run_as;
+  size_t dashes = 1;
+  if (args.size() >= 3 && args[1] == kRunAsFlag) {
+    run_as = ParseRunAs(args[2]);
+    dashes = run_as ? 3 : args.size();
+  }
+  if (args.size() < dashes + 2 || args[dashes] != "--" || args[0].empty() ||
+      args[dashes + 1].empty()) {
+    fprintf(stderr, "usage: det-agent %s EXIT_FILE [%s UID:GID] -- PROGRAM [ARGS...]\n",
+            kWorkerShimFlag, kRunAsFlag);
     return 2;
   }
   const std::string& exit_file = args[0];
-  std::vector<std::string> argv_storage(args.begin() + 2, args.end());
+  std::vector<std::string> argv_storage(args.begin() + dashes + 1, args.end());
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -92,8 +117,14 @@ int RunWorkerShim(const std::vector<std::string>& args) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    int error = run_as ? SwitchToUser(*run_as) : 0;
+    if (error != 0) {
+      fprintf(stderr, "det-agent: cannot run the worker as uid %u gid %u: %s\n", run_as->uid,
+              run_as->gid, strerror(error));
+      _exit(126);
+    }
     execvp(argv[0], argv.data());
-    int error = errno;
+    error = errno;
     while (write(report[1], &error, sizeof(error)) < 0 && errno == EINTR) {
     }
     _exit(127);

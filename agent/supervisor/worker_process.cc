@@ -55,7 +55,7 @@ bool IsRunning(pid_t pid, uint64_t start_ticks) {
 
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const WorkerSpec& spec) {
   SpawnOptions opts;
-  opts.argv = ShimArgv(spec.shim_path, spec.exit_path, spec.argv);
+  opts.argv = ShimArgv(spec.shim_path, spec.exit_path, spec.argv, spec.run_as);
   opts.env = spec.env;
   opts.cwd = spec.cwd;
   opts.stdout_mode = opts.stderr_mode = SpawnOptions::Output::kFile;

@@ -32,6 +32,8 @@ struct WorkerSpec {
   std::string stderr_path;
   // Where the shim records the exit status.
   std::string exit_path;
+  // The user the entrypoint runs as (the shim keeps the agent's); unset: the agent's user.
+  std::optional<RunAs> run_as;
 };
 
 // How a worker ended. `note` explains a status the agent had to infer.

@@ -111,6 +111,35 @@ TEST_F(WorkerProcessTest, ScriptEntrypointIsExecutedDirectlyInItsDirectory) {
   EXPECT_EQ(Slurp(dir_ + "/out"), absl::StrCat("cwd=", dir_, " args=a b $HOME;\n"));
 }
 
+TEST_F(WorkerProcessTest, RunAsRunsTheWorkerAsThatUserAndTheShimAsTheAgent) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root; this test runs as uid " << geteuid();
+  // The exit file lies in a directory only the agent (root) may write; the worker's
+  // directory is its own.
+  ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+  std::string work = dir_ + "/work";
+  ASSERT_EQ(mkdir(work.c_str(), 0700), 0);
+  ASSERT_EQ(chown(work.c_str(), 65534, 65534), 0);
+  std::ofstream(dir_ + "/agent-secret") << "x";
+  WorkerSpec s = Spec(
+      "id -u; id -G; echo $PPID > ppid; cat ../agent-secret; kill -TERM $PPID; touch ../exit; "
+      "exit 4");
+  s.cwd = work;
+  s.run_as = RunAs{65534, 65534};
+  auto w = WorkerProcess::Start(s);
+  ASSERT_TRUE(w.ok()) << w.status();
+  WorkerExit e = WaitDone(**w);
+  EXPECT_EQ(e.status, (ExitStatus{4, 0}));
+  EXPECT_EQ(Slurp(dir_ + "/out"), "65534\n65534\n");
+  std::string err = Slurp(dir_ + "/err");
+  EXPECT_THAT(err, HasSubstr("../agent-secret: Permission denied"));
+  EXPECT_THAT(err, HasSubstr("Operation not permitted"));  // the kill of the shim
+  EXPECT_THAT(err, HasSubstr("touch: cannot touch '../exit': Permission denied"));
+  // The shim (the worker's parent) kept the agent's user.
+  pid_t shim = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(Slurp(work + "/ppid")), &shim));
+  EXPECT_EQ(shim, (*w)->pid());
+}
+
 TEST_F(WorkerProcessTest, SigkilledWorkerIsReportedWithItsSignal) {
   auto w = WorkerProcess::Start(Spec("echo $$ > \"$DIR/pid\"; exec sleep 1000"));
   ASSERT_TRUE(w.ok()) << w.status();

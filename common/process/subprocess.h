@@ -39,6 +39,22 @@ struct ExitStatus {
 
 using EnvironmentVariables = std::vector<std::pair<std::string, std::string>>;
 
+// An OS identity a child process runs as. Switching to it needs root (CAP_SETUID and
+// CAP_SETGID): in the child, before exec, its only group becomes `gid` (setgroups), then
+// setgid(gid), then setuid(uid), so that it keeps none of the caller's privileges.
+struct RunAs {
+  uid_t uid = 0;
+  gid_t gid = 0;
+
+  friend bool operator==(const RunAs& a, const RunAs& b) {
+    return a.uid == b.uid && a.gid == b.gid;
+  }
+};
+
+// Switches the calling process to `user` as RunAs describes. Async-signal-safe (for a
+// forked child of a multithreaded process). Returns 0, or the errno of the call that failed.
+int SwitchToUser(const RunAs& user);
+
 struct SpawnOptions {
   // Program and arguments, exec'd directly (no shell). REQUIRES: non-empty.
   // argv[0] without '/' is searched in PATH taken from `env` (default "/bin:/usr/bin" when
@@ -66,6 +82,10 @@ struct SpawnOptions {
   // setsid(): the child leads a new session without a controlling terminal (daemons).
   // Either way the child leads its own process group (pgid == pid).
   bool new_session = false;
+
+  // When set, the child runs as this user (see RunAs). The output files and `cwd` are
+  // opened and entered before the switch, with the caller's rights.
+  std::optional<RunAs> run_as;
 };
 
 // One spawned child process and its process group. Stdin of the child is /dev/null; all

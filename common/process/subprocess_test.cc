@@ -156,6 +156,50 @@ TEST(SubprocessTest, ReportsSignal) {
   EXPECT_EQ(status->ToString(), "killed by signal 9 (SIGKILL)");
 }
 
+TEST(SubprocessTest, RunsAsAnotherUserWithOnlyItsGroup) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root; this test runs as uid " << geteuid();
+  SpawnOptions options = Shell("id -u; id -g; id -G; cat /proc/self/status | grep ^CapEff");
+  options.run_as = RunAs{65534, 65533};
+  auto process = SpawnOrDie(options);
+  ASSERT_NE(process, nullptr);
+  Captured captured = Drain(*process);
+  EXPECT_EQ(captured.out, (std::vector<std::string>{"65534", "65533", "65533",
+                                                    "CapEff:\t0000000000000000"}));
+  EXPECT_TRUE(process->Wait()->ok());
+}
+
+TEST(SubprocessTest, EntersCwdAndOpensOutputBeforeSwitchingUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root; this test runs as uid " << geteuid();
+  std::string dir = MakeTempDir();
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  SpawnOptions options = Shell("pwd; cat secret; id -u");
+  options.cwd = dir;
+  WriteFile(dir + "/secret", "root only\n", 0600);
+  options.stdout_mode = SpawnOptions::Output::kFile;
+  options.stdout_path = dir + "/out";
+  options.stderr_mode = SpawnOptions::Output::kFile;
+  options.stderr_path = dir + "/out";
+  options.run_as = RunAs{65534, 65534};
+  auto process = SpawnOrDie(options);
+  ASSERT_NE(process, nullptr);
+  ASSERT_TRUE(process->Wait().ok());
+  std::string out = ReadFile(dir + "/out");
+  EXPECT_NE(out.find(dir + "\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("secret: Permission denied"), std::string::npos) << out;
+  EXPECT_NE(out.find("65534\n"), std::string::npos) << out;
+}
+
+TEST(SubprocessTest, ReportsAUserSwitchThatIsRefused) {
+  if (geteuid() == 0) GTEST_SKIP() << "as root every switch succeeds";
+  SpawnOptions options = Shell("true");
+  options.run_as = RunAs{geteuid() + 1, getegid() + 1};
+  absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(options);
+  ASSERT_FALSE(process.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(process.status())) << process.status();
+  EXPECT_NE(process.status().message().find("cannot switch to uid"), std::string::npos)
+      << process.status();
+}
+
 TEST(SubprocessTest, CapturesStdoutAndStderrAsLines) {
   auto process =
       SpawnOrDie(Shell("printf 'one\\ntwo\\r\\nthree'; printf 'e1\\n\\ne2\\n' >&2; exit 0"));
