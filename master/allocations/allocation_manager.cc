@@ -35,7 +35,12 @@ AllocationManager::AllocationManager(Clock& clock, Turns& turns, Store& store,
       trials_(registry.trials),
       allocation_trial_(registry.allocation_trial),
       waiting_reason_(registry.waiting_reason),
-      counters_(registry.counters) {}
+      counters_(registry.counters) {
+  logs_.SetShippedLineCheck([this](const v1::LogLine& line) { return CheckShippedLine(line); });
+  logs_.SetLinesDropped([this](int64_t trial_id, int64_t count, const std::string& what) {
+    LinesDropped(trial_id, count, what);
+  });
+}
 
 void AllocationManager::Restore(
     std::vector<std::pair<v1::Allocation, std::string>> open_allocations) {
@@ -243,6 +248,7 @@ void AllocationManager::EndAllocation(TrialState& t) {
   chief_ports_.Release(a->id());
   allocation_trial_.erase(a->id());
   ended_allocations_[a->id()] = t.token;
+  ended_placements_[a->id()] = *a;
   AnswerPreemptWaiters(t, absl::FailedPreconditionError(
                               absl::StrCat("allocation ", a->id(), " has ended")));
   for (auto& d : t.rendezvous_waiters) d(absl::AbortedError("allocation ended"));
@@ -290,6 +296,11 @@ void AllocationManager::OnExit(const v1::ReportExitRequest& req, const std::stri
   DET_CHECK_ON_LOOP(loop_);
   auto at = allocation_trial_.find(req.allocation_id());
   if (at == allocation_trial_.end()) return;  // Already ended.
+  if (absl::Status allowed = CheckAgentReport(req.agent_id(), req.allocation_id(), req.rank());
+      !allowed.ok()) {
+    Logger("master")->warn("exit report ignored: {}", std::string(allowed.message()));
+    return;
+  }
   TrialState& t = trials_.at(at->second);
   if (req.agent_stopping()) t.lost = true;
   OnRankExit(t, req.rank(), how, abnormal);

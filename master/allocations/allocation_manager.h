@@ -59,9 +59,16 @@ class AllocationManager {
   // The lowest port of [first, last] on `agent_id` no open allocation holds.
   std::optional<int> FreeChiefPort(const std::string& agent_id, int first, int last) const;
 
-  // Agent channel.
+  // Agent channel. An agent reports and ships lines only for ranks placed on it.
+  // PERMISSION_DENIED naming the rule when rank `rank` of `allocation_id`, a trial's run
+  // open or ended since the master started, is not placed on `agent_id` (or is no rank of
+  // it); OK for other ids (checkpoint GC tasks, runs the master does not know).
+  absl::Status CheckAgentReport(const std::string& agent_id, const std::string& allocation_id,
+                                int rank) const;
+  // Refused (PERMISSION_DENIED) unless every rank of req.ranks is placed on the agent.
   absl::Status ReportLaunched(const v1::ReportLaunchedRequest& req);
-  // A rank of a trial's run exited (`how`; `abnormal`: signal or non-zero code).
+  // A rank of a trial's run exited (`how`; `abnormal`: signal or non-zero code). A report
+  // that fails CheckAgentReport changes nothing (logged).
   void OnExit(const v1::ReportExitRequest& req, const std::string& how, bool abnormal);
   // `agent_id` registered still running `allocation_id`: true when the agent must stop it
   // (unknown, or its ranks there already count as exited); else it is reattached.
@@ -86,6 +93,13 @@ class AllocationManager {
   void FailWaiters(const absl::Status& status);
 
  private:
+  // The log manager's shipped-line check: a line of a trial's run only from the agent
+  // its rank is placed on, and only into that run's trial; a line naming a run the master
+  // never placed (not a checkpoint GC task's) is refused.
+  absl::Status CheckShippedLine(const v1::LogLine& line) const;
+  // Lines of trial `trial_id` lost for good: "N log lines dropped (...)" in its warnings
+  // (one such warning, with the running total) and log.
+  void LinesDropped(int64_t trial_id, int64_t count, const std::string& what);
   // Answers t's ShouldPreempt long polls with `status` (OK: the current kill state).
   void AnswerPreemptWaiters(TrialState& t, const absl::Status& status);
   void OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal);
@@ -119,6 +133,10 @@ class AllocationManager {
   // Allocations ended since the master started -> their tokens (ShouldPreempt tells their
   // workers they ended).
   std::map<std::string, std::string> ended_allocations_;
+  // Allocations ended since the master started, as they ended (where their ranks ran).
+  std::map<std::string, v1::Allocation> ended_placements_;
+  // Log lines dropped per trial (agents' and the master's), for its warning.
+  std::map<int64_t, int64_t> lines_dropped_;
   // torchrun MASTER_PORTs held by open allocations, per chief agent.
   ChiefPorts chief_ports_;
 };

@@ -76,5 +76,92 @@ TEST_F(AllocationManagerTest, AnAgentThatReturnsInTimeKeepsItsRun) {
   EXPECT_THAT(h_.Logs(trial), HasSubstr("agent a reattached"));
 }
 
+// An agent reports and ships lines only for the ranks placed on it (issue 15: an agent
+// with the cluster secret ended another agent's run and wrote into any trial's log).
+TEST_F(AllocationManagerTest, AnotherAgentCannotReportOrShipForARunThatIsNotOnIt) {
+  const int64_t trial = h_.CreateExperiment("victim");
+  const std::string session = h_.Register("a", 1);
+  const std::string rogue = h_.Register("rogue", 0);
+  const std::string allocation = h_.Trial(trial).allocation().id();
+  ASSERT_EQ(h_.Trial(trial).allocation().ranks(0).agent_id(), "a");
+
+  absl::Status launched;
+  absl::Status allowed;
+  h_.Turn([&] {
+    v1::ReportLaunchedRequest req;
+    req.set_agent_id("rogue");
+    req.set_session_id(rogue);
+    req.set_allocation_id(allocation);
+    req.add_ranks(0);
+    launched = h_.allocations.ReportLaunched(req);
+    allowed = h_.allocations.CheckAgentReport("a", allocation, 0);
+  });
+  EXPECT_TRUE(absl::IsPermissionDenied(launched)) << launched;
+  EXPECT_THAT(launched.message(),
+              HasSubstr("agent rogue may report only for allocations placed on it: rank 0 of "
+                        "allocation " + allocation + " runs on agent a"));
+  EXPECT_TRUE(allowed.ok()) << allowed;
+  // Its exit report changes nothing.
+  EXPECT_TRUE(h_.ReportExit("rogue", rogue, allocation, 0).ok());
+  v1::Trial kept = h_.Trial(trial);
+  EXPECT_EQ(kept.state(), v1::STATE_STARTING);
+  EXPECT_EQ(kept.allocation().id(), allocation);
+
+  // Lines: not of a run on it, not into another trial, never the master's stream.
+  auto ship = [&](const std::string& agent, const std::string& alloc, int64_t into,
+                  const std::string& stream) {
+    absl::Status st;
+    h_.Turn([&] {
+      std::vector<v1::LogLine> lines(1);
+      lines[0].set_agent_id(agent);
+      lines[0].set_allocation_id(alloc);
+      lines[0].set_trial_id(into);
+      lines[0].set_stream(stream);
+      lines[0].set_message("hello from " + agent);
+      st = h_.logs.AddLines(&lines, {into});
+    });
+    return st;
+  };
+  absl::Status st = ship("rogue", allocation, trial, "stdout");
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  st = ship("rogue", "999.0", trial, "stdout");
+  EXPECT_THAT(st.message(), HasSubstr("the master placed no allocation '999.0'"));
+  st = ship("a", allocation, trial, "master");
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("may not claim the master's stream 'master'"));
+  EXPECT_THAT(h_.Logs(trial), ::testing::Not(HasSubstr("hello from")));
+  EXPECT_TRUE(ship("a", allocation, trial, "stdout").ok());
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("hello from a"));
+
+  // The run's own agent ends it; lines of the ended run still need their agent.
+  ASSERT_TRUE(h_.ReportExit("a", session, allocation, 0).ok());
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_COMPLETED);
+  EXPECT_TRUE(absl::IsPermissionDenied(ship("rogue", allocation, trial, "stdout")));
+  EXPECT_TRUE(ship("a", allocation, trial, "stdout").ok());
+}
+
+TEST_F(AllocationManagerTest, DroppedLinesAreATrialWarningWithTheirTotal) {
+  const int64_t trial = h_.CreateExperiment("lossy");
+  h_.Register("a", 1);
+  const std::string allocation = h_.Trial(trial).allocation().id();
+  for (int64_t dropped : {5, 7}) {
+    absl::Status st;
+    h_.Turn([&] {
+      std::vector<v1::LogLine> lines(1);
+      lines[0].set_agent_id("a");
+      lines[0].set_allocation_id(allocation);
+      lines[0].set_trial_id(trial);
+      lines[0].set_stream("agent");
+      lines[0].set_message(absl::StrCat("[", dropped, " log lines dropped while the master was "
+                                        "unreachable]"));
+      st = h_.logs.AddLines(&lines, {trial});
+    });
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  v1::Trial t = h_.Trial(trial);
+  ASSERT_EQ(t.warnings_size(), 1) << t.DebugString();
+  EXPECT_THAT(t.warnings(0), HasSubstr("12 log lines dropped (the last 7: agent a)"));
+}
+
 }  // namespace
 }  // namespace det::master

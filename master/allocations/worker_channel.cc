@@ -2,6 +2,7 @@
 // agents, rendezvous, ShouldPreempt). The life of a run is in allocation_manager.cc.
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
@@ -19,6 +20,9 @@ constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
 absl::Status AllocationManager::ReportLaunched(const v1::ReportLaunchedRequest& req) {
   DET_CHECK_ON_LOOP(loop_);
   RETURN_IF_ERROR(agents_.Touch(req.agent_id(), req.session_id()));
+  for (int rank : req.ranks()) {
+    RETURN_IF_ERROR(CheckAgentReport(req.agent_id(), req.allocation_id(), rank));
+  }
   auto at = allocation_trial_.find(req.allocation_id());
   if (at == allocation_trial_.end()) return absl::OkStatus();
   TrialState& t = trials_.at(at->second);
@@ -33,6 +37,69 @@ absl::Status AllocationManager::ReportLaunched(const v1::ReportLaunchedRequest& 
   TrialEvent(t.trial.id(), absl::StrCat("agent ", req.agent_id(), " started rank(s) ",
                                         absl::StrJoin(req.ranks(), ", ")));
   return absl::OkStatus();
+}
+
+absl::Status AllocationManager::CheckAgentReport(const std::string& agent_id,
+                                                const std::string& allocation_id,
+                                                int rank) const {
+  DET_CHECK_ON_LOOP(loop_);
+  const v1::Allocation* allocation = nullptr;
+  if (auto at = allocation_trial_.find(allocation_id); at != allocation_trial_.end()) {
+    allocation = &trials_.at(at->second).trial.allocation();
+  } else if (auto ended = ended_placements_.find(allocation_id);
+             ended != ended_placements_.end()) {
+    allocation = &ended->second;
+  } else {
+    return absl::OkStatus();
+  }
+  for (const auto& r : allocation->ranks()) {
+    if (r.rank() != rank) continue;
+    if (r.agent_id() == agent_id) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "agent ", agent_id, " may report only for allocations placed on it: rank ", rank,
+        " of allocation ", allocation_id, " runs on agent ", r.agent_id()));
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "agent ", agent_id, " may report only for allocations placed on it: allocation ",
+      allocation_id, " has no rank ", rank));
+}
+
+absl::Status AllocationManager::CheckShippedLine(const v1::LogLine& line) const {
+  const std::string& id = line.allocation_id();
+  // Checkpoint GC tasks' lines: routed (and their trial set) by the checkpoint manager.
+  if (absl::StartsWith(id, "gc-")) return absl::OkStatus();
+  int64_t trial_id = -1;
+  if (auto at = allocation_trial_.find(id); at != allocation_trial_.end()) {
+    trial_id = at->second;
+  } else if (auto ended = ended_placements_.find(id); ended != ended_placements_.end()) {
+    trial_id = ended->second.trial_id();
+  } else {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "agent ", line.agent_id(), " may ship log lines only of allocations placed on it: the "
+        "master placed no allocation '", id, "' (line for trial ", line.trial_id(), ")"));
+  }
+  if (line.trial_id() != trial_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "agent ", line.agent_id(), ": a log line of allocation ", id, " belongs to trial ",
+        trial_id, ", not trial ", line.trial_id()));
+  }
+  return CheckAgentReport(line.agent_id(), id, line.rank());
+}
+
+void AllocationManager::LinesDropped(int64_t trial_id, int64_t count, const std::string& what) {
+  auto t = trials_.find(trial_id);
+  if (t == trials_.end() || count <= 0) return;
+  int64_t total = lines_dropped_[trial_id] += count;
+  Logger("master")->warn("trial {}: {} log lines dropped ({})", trial_id, count, what);
+  // One warning with the running total.
+  auto* warnings = t->second.trial.mutable_warnings();
+  for (int i = warnings->size() - 1; i >= 0; --i) {
+    if (absl::StrContains(warnings->Get(i), " log lines dropped")) {
+      warnings->DeleteSubrange(i, 1);
+    }
+  }
+  AddTrialWarning(store_, t->second,
+                  absl::StrCat(total, " log lines dropped (the last ", count, ": ", what, ")"));
 }
 
 void AllocationManager::Rendezvous(const v1::RendezvousRequest& req,

@@ -59,8 +59,9 @@ absl::Status AgentLiveness::Register(const v1::RegisterRequest& req, v1::Registe
         "agent ", req.agent_id(), ": resource_pool '", pool,
         "' is not defined in the master's resource_pools"));
   }
-  ASSIGN_OR_RETURN(std::string session, agents_.Register(req));
-  resp->set_session_id(session);
+  ASSIGN_OR_RETURN(AgentManager::Admission admitted, agents_.Register(req));
+  resp->set_session_id(admitted.session_id);
+  resp->set_agent_credential(admitted.credential);
   resp->set_heartbeat_interval_ms(static_cast<int32_t>(
       absl::ToInt64Milliseconds(std::min(absl::Seconds(5), config_.agent_timeout / 3))));
   const std::string& agent_id = req.agent_id();

@@ -45,7 +45,8 @@ void AgentManager::Persist(const v1::Agent& agent) {
   if (!st.ok()) Logger("agents")->error("agent {}: cannot persist: {}", agent.id(), st.ToString());
 }
 
-absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& req) {
+absl::StatusOr<AgentManager::Admission> AgentManager::Register(
+    const v1::RegisterRequest& req) {
   if (!options_.cluster_secret.empty() &&
       !SecretsEqual(req.cluster_secret(), options_.cluster_secret)) {
     Logger("agents")->warn("agent {} refused: wrong or missing cluster secret", req.agent_id());
@@ -63,6 +64,18 @@ absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& re
     return absl::InvalidArgumentError(absl::StrCat(
         "agent ", req.agent_id(), ": chief_port_range: expected 1 <= first <= last <= 65535, got ",
         chief.port_first, "..", chief.port_last));
+  }
+  auto known = agents_.find(req.agent_id());
+  const bool credential_ok = known == agents_.end() || known->second.credential.empty() ||
+                             SecretsEqual(req.agent_credential(), known->second.credential);
+  if (!credential_ok && known->second.agent.connected()) {
+    Logger("agents")->warn("registration as agent {} refused: it is connected and the request "
+                           "has {} agent credential", req.agent_id(),
+                           req.agent_credential().empty() ? "no" : "a wrong");
+    return absl::AlreadyExistsError(absl::StrCat(
+        "agent id '", req.agent_id(), "' is connected: registering under it needs the agent "
+        "credential the master issued to that agent (kept in its work_dir as agent_credential); "
+        "start this agent with another agent_id"));
   }
   Entry& e = agents_[req.agent_id()];
   bool returning = e.agent.registered_time_ms() != 0;
@@ -94,12 +107,17 @@ absl::StatusOr<std::string> AgentManager::Register(const v1::RegisterRequest& re
   e.agent = std::move(agent);
   e.chief = std::move(chief);
   e.session_id = RandomHex(16);
+  if (!credential_ok) {
+    Logger("agents")->warn("agent {} came back without its agent credential; issued a new one",
+                           req.agent_id());
+  }
+  if (e.credential.empty() || !credential_ok) e.credential = RandomHex(32);
   e.last_seen = clock_.Now();
   e.queued.clear();
   Logger("agents")->info("agent {} {} with {} slots (pool {})", req.agent_id(),
                          returning ? "reconnected" : "registered", req.slots_size(),
                          e.agent.resource_pool());
-  return e.session_id;
+  return Admission{e.session_id, e.credential};
 }
 
 absl::Status AgentManager::Touch(const std::string& agent_id, const std::string& session_id) {

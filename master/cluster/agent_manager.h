@@ -40,9 +40,21 @@ class AgentManager {
   // Agents known from the store; all start disconnected.
   void Restore(const std::vector<v1::Agent>& agents);
 
-  // Admits (or re-admits) an agent and returns its new session id. Slot usage recorded for
-  // the agent is kept. Unauthenticated without the right secret.
-  absl::StatusOr<std::string> Register(const v1::RegisterRequest& request);
+  struct Admission {
+    std::string session_id;
+    // The agent's credential: issued at its first registration with this master process,
+    // presented by the agent (RegisterRequest.agent_credential) at every later one.
+    std::string credential;
+  };
+  // Admits (or re-admits) an agent: a new session id. Slot usage recorded for the agent is
+  // kept. Unauthenticated without the right secret. While an agent is connected, a
+  // registration under its id without its credential is refused (ALREADY_EXISTS naming the
+  // id): no one else with the cluster secret can take over a live agent. A disconnected
+  // agent (silent for agent_timeout) may come back without it (e.g. restarted with a fresh
+  // work_dir) and is issued a new one. Credentials live in this process only (agent
+  // records in the store carry none): after a master restart the first registration of an
+  // id is issued a new one.
+  absl::StatusOr<Admission> Register(const v1::RegisterRequest& request);
   // OK when `session_id` is the agent's current session (and notes it alive); NotFound
   // otherwise, telling the agent to register again.
   absl::Status Touch(const std::string& agent_id, const std::string& session_id);
@@ -86,6 +98,7 @@ class AgentManager {
     v1::Agent agent;
     ChiefEndpoint chief;
     std::string session_id;
+    std::string credential;  // Empty until the agent registers with this process.
     absl::Time last_seen;
     std::deque<v1::AgentCommand> queued;
     PollDone waiter;

@@ -57,8 +57,9 @@ TEST_F(AgentManagerTest, SlotsNameTheirAgent) {
 }
 
 TEST_F(AgentManagerTest, SilentAgentIsDisconnectedAndMustRegisterAgainKeepingItsSlotUse) {
-  auto session = agents_.Register(Request("a", "s3cret"));
-  ASSERT_TRUE(session.ok());
+  auto admitted = agents_.Register(Request("a", "s3cret"));
+  ASSERT_TRUE(admitted.ok());
+  const std::string* session = &admitted->session_id;
   agents_.SetSlotsUsed("a", {"1"}, "7.0");
   clock_.Advance(absl::Seconds(20));
   EXPECT_TRUE(agents_.Touch("a", *session).ok());
@@ -71,9 +72,43 @@ TEST_F(AgentManagerTest, SilentAgentIsDisconnectedAndMustRegisterAgainKeepingIts
   // Back (a restarted agent process): a new session; the slot is still the allocation's.
   auto again = agents_.Register(Request("a", "s3cret"));
   ASSERT_TRUE(again.ok());
-  EXPECT_NE(*again, *session);
+  EXPECT_NE(again->session_id, *session);
   EXPECT_EQ(agents_.Find("a")->slots(1).allocation_id(), "7.0");
   EXPECT_EQ(agents_.SchedulerView().at(0).free_slots, std::vector<std::string>{"0"});
+}
+
+TEST_F(AgentManagerTest, AConnectedAgentsIdCannotBeTakenOverWithoutItsCredential) {
+  auto first = agents_.Register(Request("a", "s3cret"));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->credential.size(), 64u);  // 32 random bytes, hex.
+  for (const std::string& credential : std::vector<std::string>{"", "0123", std::string(64, '0')}) {
+    v1::RegisterRequest rogue = Request("a", "s3cret", 8);
+    rogue.set_agent_credential(credential);
+    auto refused = agents_.Register(rogue);
+    EXPECT_TRUE(absl::IsAlreadyExists(refused.status())) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("agent id 'a' is connected"));
+  }
+  // The original keeps its session and its slots.
+  EXPECT_TRUE(agents_.Touch("a", first->session_id).ok());
+  EXPECT_EQ(agents_.Find("a")->slots_size(), 2);
+
+  // The agent itself, with its credential (a restarted agent process): a new session, the
+  // same credential.
+  v1::RegisterRequest again = Request("a", "s3cret");
+  again.set_agent_credential(first->credential);
+  auto back = agents_.Register(again);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_NE(back->session_id, first->session_id);
+  EXPECT_EQ(back->credential, first->credential);
+
+  // Silent past agent_timeout: it may come back without it (a fresh work_dir) and gets a
+  // new one; the old one no longer admits anyone while it is connected.
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_EQ(agents_.ExpireSilent(), std::vector<std::string>{"a"});
+  auto fresh = agents_.Register(Request("a", "s3cret"));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->credential, first->credential);
+  EXPECT_TRUE(absl::IsAlreadyExists(agents_.Register(again).status()));
 }
 
 }  // namespace

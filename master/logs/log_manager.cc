@@ -4,6 +4,9 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "master/loop/on_loop.h"
@@ -11,6 +14,8 @@
 namespace det::master {
 namespace {
 constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
+// How long events the store refused wait before the next try.
+constexpr absl::Duration kRetryWait = absl::Seconds(1);
 }  // namespace
 
 LogManager::LogManager(Clock& clock, EventLoop& loop, Store& store, TrialEnded trial_ended)
@@ -44,12 +49,44 @@ bool LogManager::HasPendingEvents() const { return !pending_events_.empty(); }
 
 void LogManager::FlushEvents() {
   DET_CHECK_ON_LOOP(loop_);
+  // After a refused write, wait a little before the next try (every turn ends in a flush).
+  if (clock_.Now() < retry_after_) return;
   std::vector<v1::LogLine> lines = std::move(pending_events_);
   pending_events_.clear();
+  // Notes about events dropped earlier go first (they were older).
+  std::vector<v1::LogLine> notes;
+  for (const auto& [trial_id, count] : events_dropped_) {
+    v1::LogLine& note = notes.emplace_back();
+    note.set_trial_id(trial_id);
+    note.set_rank(-1);
+    note.set_stream("master");
+    note.set_time_ms(clock_.NowMs());
+    note.set_message(absl::StrCat("[", count, " of the master's lines about this trial were "
+                                  "dropped: the database refused them]"));
+  }
+  lines.insert(lines.begin(), notes.begin(), notes.end());
   absl::Status st = store_.AddLogs(&lines);
   if (!st.ok()) {
-    Logger("master")->error("cannot store {} trial events: {}", lines.size(), st.ToString());
+    Logger("master")->error("cannot store {} trial events (kept, tried again at the next "
+                            "flush): {}", lines.size(), st.ToString());
+    lines.erase(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(notes.size()));
+    // Kept in order, before the events recorded since; beyond the bound the oldest go.
+    lines.insert(lines.end(), pending_events_.begin(), pending_events_.end());
+    size_t excess = lines.size() > kMaxPendingEvents ? lines.size() - kMaxPendingEvents : 0;
+    std::map<int64_t, int64_t> dropped;
+    for (size_t i = 0; i < excess; ++i) ++dropped[lines[i].trial_id()];
+    lines.erase(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(excess));
+    pending_events_ = std::move(lines);
+    retry_after_ = clock_.Now() + kRetryWait;
+    for (const auto& [trial_id, count] : dropped) {
+      events_dropped_[trial_id] += count;
+      if (lines_dropped_) {
+        lines_dropped_(trial_id, count, absl::StrCat("the master's, ", st.message()));
+      }
+    }
+    return;
   }
+  events_dropped_.clear();
   std::set<int64_t> trials;
   for (const auto& l : lines) trials.insert(l.trial_id());
   for (int64_t t : trials) AnswerWaiters(t);
@@ -58,11 +95,30 @@ void LogManager::FlushEvents() {
 absl::Status LogManager::AddLines(std::vector<v1::LogLine>* lines,
                                   const std::vector<int64_t>& trials) {
   DET_CHECK_ON_LOOP(loop_);
+  for (const v1::LogLine& l : *lines) {
+    if (l.stream() == "master") {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "agent ", l.agent_id(), ": shipped log lines may not claim the master's stream "
+          "'master' (line of allocation ", l.allocation_id(), ", rank ", l.rank(), ")"));
+    }
+    if (shipped_line_check_) RETURN_IF_ERROR(shipped_line_check_(l));
+  }
   if (absl::Status st = store_.AddLogs(lines); !st.ok()) {
     Logger("master")->error("cannot store {} log lines: {}", lines->size(), st.ToString());
-    return st;
+    return absl::UnavailableError(absl::StrCat("the master could not store ", lines->size(),
+                                               " log lines (send them again): ", st.message()));
   }
   lines_stored_total_ += static_cast<int64_t>(lines->size());
+  for (const v1::LogLine& l : *lines) {
+    // The note MasterService::ShipLogs stores for ShipLogsRequest.dropped.
+    int64_t count = 0;
+    if (l.stream() == "agent" && absl::StartsWith(l.message(), "[") &&
+        absl::StrContains(l.message(), " log lines dropped") &&
+        absl::SimpleAtoi(l.message().substr(1, l.message().find(' ') - 1), &count) &&
+        count > 0 && lines_dropped_) {
+      lines_dropped_(l.trial_id(), count, absl::StrCat("agent ", l.agent_id()));
+    }
+  }
   for (int64_t t : trials) AnswerWaiters(t);
   return absl::OkStatus();
 }

@@ -33,15 +33,34 @@ class LogManager {
   LogManager(Clock& clock, EventLoop& loop, Store& store, TrialEnded trial_ended);
 
   // Records a line about the trial in its logs (stream "master", rank -1), stored by the
-  // next FlushEvents; also logged by the master (`verbose` ones at debug level).
+  // next FlushEvents; also logged by the master (`verbose` ones at debug level). Only the
+  // master writes the stream "master".
   void Event(int64_t trial_id, const std::string& message, bool verbose = false);
   bool HasPendingEvents() const;
-  // Stores the pending events (a refused write is logged; they are dropped) and answers
-  // the waiters of their trials.
+  // Stores the pending events and answers the waiters of their trials. When the store
+  // refuses them (e.g. the database is full) they stay pending and the next flush tries
+  // again; beyond kMaxPendingEvents the oldest are dropped, counted per trial, reported
+  // to LinesDropped and noted in the trial's log once a flush succeeds.
   void FlushEvents();
+  static constexpr size_t kMaxPendingEvents = 10000;
+
+  // Whether an agent may ship `line` (line.agent_id() is the agent that shipped it):
+  // PERMISSION_DENIED naming the rule when not.
+  using ShippedLineCheck = std::function<absl::Status(const v1::LogLine& line)>;
+  // Lines about trial `trial_id` that are lost for good: `count` of them, `what` says
+  // whose and why.
+  using LinesDropped =
+      std::function<void(int64_t trial_id, int64_t count, const std::string& what)>;
+  // Installed by the manager that knows where allocations run (the allocation manager).
+  void SetShippedLineCheck(ShippedLineCheck check) { shipped_line_check_ = std::move(check); }
+  void SetLinesDropped(LinesDropped observer) { lines_dropped_ = std::move(observer); }
 
   // Stores lines shipped by an agent (ids assigned in place) and answers the waiters of
-  // `trials`. The store's error, if it refuses them (the agent sends them again).
+  // `trials`. Refused whole (PERMISSION_DENIED) when one line claims the master's stream
+  // ("master") or fails the shipped-line check. When the store refuses them the answer is
+  // UNAVAILABLE with the store's error: the agent keeps the lines and sends them again
+  // (nothing is lost silently). A stored note of the agent's about lines it dropped
+  // ("[N log lines dropped ...]", stream "agent") is reported to LinesDropped.
   absl::Status AddLines(std::vector<v1::LogLine>* lines, const std::vector<int64_t>& trials);
 
   // GetTrialLogs: answers at once when there are lines, the trial has ended, the request
@@ -70,6 +89,11 @@ class LogManager {
   Store& store_;
   TrialEnded trial_ended_;
   std::vector<v1::LogLine> pending_events_;
+  // Events dropped (kMaxPendingEvents) per trial, not yet noted in its log.
+  std::map<int64_t, int64_t> events_dropped_;
+  absl::Time retry_after_ = absl::InfinitePast();
+  ShippedLineCheck shipped_line_check_;
+  LinesDropped lines_dropped_;
   bool flush_posted_ = false;
   std::map<int64_t, std::vector<Waiter>> waiters_;
   int64_t lines_stored_total_ = 0;

@@ -7,6 +7,7 @@
 #include "common/clock/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/store/fault_injecting_store.h"
 #include "master/store/in_memory_store.h"
 #include "master/testing/master_testing.h"
 
@@ -99,6 +100,55 @@ TEST_F(LogManagerTest, AnUnknownTrialIsNotFoundAndRefusedLinesAreAnError) {
   loop_.RunSync([&] { st = logs_.AddLines(&lines, {trial_}); });
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(logs_.lines_stored_total(), 1);
+}
+
+// A full database (SqliteStore answers RESOURCE_EXHAUSTED) loses nothing silently: shipped
+// lines are refused as UNAVAILABLE (the agent keeps and resends them); the master's own
+// events stay pending and are stored once the store takes them again; beyond the bound the
+// oldest are dropped, counted and noted.
+TEST_F(LogManagerTest, AFullStoreLosesNoLineSilently) {
+  FaultInjectingStore full(store_);
+  full.SetFaultCode(absl::StatusCode::kResourceExhausted);
+  std::vector<std::pair<int64_t, int64_t>> dropped;
+  LogManager logs(clock_, loop_, full, [](int64_t) -> absl::StatusOr<bool> { return false; });
+  logs.SetLinesDropped([&](int64_t trial, int64_t count, const std::string&) {
+    dropped.emplace_back(trial, count);
+  });
+  full.FailWrites(true, "AddLogs");
+
+  absl::Status shipped;
+  loop_.RunSync([&] {
+    std::vector<v1::LogLine> lines(2);
+    for (auto& l : lines) {
+      l.set_trial_id(trial_);
+      l.set_stream("stdout");
+      l.set_message("worker line");
+    }
+    shipped = logs.AddLines(&lines, {trial_});
+  });
+  EXPECT_TRUE(absl::IsUnavailable(shipped)) << shipped;
+  EXPECT_THAT(shipped.message(), HasSubstr("could not store 2 log lines (send them again)"));
+
+  const size_t bound = LogManager::kMaxPendingEvents;
+  loop_.RunSync([&] {
+    for (size_t i = 0; i < bound + 3; ++i) logs.Event(trial_, absl::StrCat("event ", i));
+    logs.FlushEvents();
+  });
+  EXPECT_EQ(dropped, (std::vector<std::pair<int64_t, int64_t>>{{trial_, 3}}));
+  loop_.RunSync([&] { EXPECT_TRUE(logs.HasPendingEvents()); });
+
+  full.FailWrites(false, "AddLogs");
+  clock_.Advance(absl::Seconds(1));
+  loop_.RunSync([&] { logs.FlushEvents(); });
+  auto stored = store_.GetLogs(trial_, 0, 5, std::nullopt);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 5u);
+  EXPECT_EQ((*stored)[0].message(),
+            "[3 of the master's lines about this trial were dropped: the database refused them]");
+  EXPECT_EQ((*stored)[1].message(), "event 3");
+  auto all = store_.GetLogs(trial_, 0, 20000, std::nullopt);
+  EXPECT_EQ(all->size(), bound + 1);
+  loop_.RunSync([&] { EXPECT_FALSE(logs.HasPendingEvents()); });
 }
 
 }  // namespace
