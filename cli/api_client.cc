@@ -226,12 +226,45 @@ absl::StatusOr<v1::GetExperimentResponse> ApiClient::GetExperiment(int64_t id) {
               options_.deadline, address_);
 }
 
-absl::Status ApiClient::PauseExperiment(int64_t id) {
+absl::StatusOr<v1::PauseExperimentResponse> ApiClient::PauseExperiment(int64_t id) {
   v1::PauseExperimentRequest request;
   request.set_id(id);
   return Call(*rpc_->stub, &v1::Api::Stub::PauseExperiment, "PauseExperiment", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetMasterConfigResponse> ApiClient::GetMasterConfig() {
+  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterConfig, "GetMasterConfig",
+              v1::GetMasterConfigRequest(), options_.deadline, address_);
+}
+
+absl::Status ApiClient::ArchiveExperiment(int64_t id) {
+  v1::ArchiveExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::ArchiveExperiment, "ArchiveExperiment", request,
               options_.deadline, address_)
       .status();
+}
+
+absl::Status ApiClient::UnarchiveExperiment(int64_t id) {
+  v1::UnarchiveExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::UnarchiveExperiment, "UnarchiveExperiment",
+              request, options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::PatchExperimentResponse> ApiClient::PatchExperiment(
+    const v1::PatchExperimentRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::PatchExperiment, "PatchExperiment", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetCheckpointResponse> ApiClient::GetCheckpoint(const std::string& uuid) {
+  v1::GetCheckpointRequest request;
+  request.set_uuid(uuid);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetCheckpoint, "GetCheckpoint", request,
+              options_.deadline, address_);
 }
 
 absl::Status ApiClient::ActivateExperiment(int64_t id) {

@@ -52,13 +52,19 @@ class ApiClient {
   const std::string& address() const { return address_; }
 
   absl::StatusOr<v1::GetMasterInfoResponse> GetMasterInfo();
+  absl::StatusOr<v1::GetMasterConfigResponse> GetMasterConfig();
   absl::StatusOr<v1::CreateExperimentResponse> CreateExperiment(
       const v1::CreateExperimentRequest& request);
   absl::StatusOr<v1::ListExperimentsResponse> ListExperiments(
       const v1::ListExperimentsRequest& request);
   absl::StatusOr<v1::GetExperimentResponse> GetExperiment(int64_t id);
   absl::Status KillExperiment(int64_t id);
-  absl::Status PauseExperiment(int64_t id);
+  absl::StatusOr<v1::PauseExperimentResponse> PauseExperiment(int64_t id);
+  absl::Status ArchiveExperiment(int64_t id);
+  absl::Status UnarchiveExperiment(int64_t id);
+  absl::StatusOr<v1::PatchExperimentResponse> PatchExperiment(
+      const v1::PatchExperimentRequest& request);
+  absl::StatusOr<v1::GetCheckpointResponse> GetCheckpoint(const std::string& uuid);
   absl::Status ActivateExperiment(int64_t id);
   absl::StatusOr<v1::SetExperimentSlotsResponse> SetExperimentSlots(int64_t id, int32_t slots,
                                                                     bool force);

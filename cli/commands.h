@@ -31,6 +31,20 @@ void RegisterUserCommands(CLI::App& app, CliContext& ctx);
 void RegisterTemplateCommands(CLI::App& app, CliContext& ctx);
 // det job, det task, det resource-pool: the scheduler's view.
 void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx);
+// det checkpoint list|ls|describe (checkpoint_cmd.cc).
+void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx);
+// det experiment archive|unarchive|label and det experiment set description|name|priority
+// (experiment_edit_cmd.cc): `group` is det experiment, `set` its set command.
+void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& ctx);
+
+struct CheckpointsOptions {
+  int64_t id = 0;
+  // > 0: only the best N by the searcher's metric.
+  int best = 0;
+  bool diagnostics = false;
+};
+// An experiment's checkpoints as a table (or JSON): det e lc, det checkpoint list.
+absl::Status ListExperimentCheckpoints(CliContext& ctx, const CheckpointsOptions& options);
 
 // Where a reader of one trial's logs stands.
 struct TrialLogCursor {

@@ -28,6 +28,7 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
   RegisterUserCommands(app, ctx);
   RegisterTemplateCommands(app, ctx);
   RegisterSchedulingCommands(app, ctx);
+  RegisterCheckpointCommands(app, ctx);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {

@@ -652,7 +652,11 @@ TEST_F(DetCliTest, DeterminedCommandsAndAliasesResolve) {
       {"master", "info"}, {"user", "login"}, {"user", "logout"}, {"user", "whoami"},
       {"user", "create"}, {"user", "list"}, {"template", "list"}, {"tpl", "set"},
       {"tpl", "describe"}, {"tpl", "remove"}, {"resource-pool", "list"},
-      {"deploy", "local", "cluster-up"}, {"deploy", "local", "cluster-down"}};
+      {"deploy", "local", "cluster-up"}, {"deploy", "local", "cluster-down"},
+      {"e", "archive"}, {"e", "unarchive"}, {"e", "label", "add"}, {"e", "label", "remove"},
+      {"e", "set", "description"}, {"e", "set", "name"}, {"e", "set", "priority"},
+      {"checkpoint", "list"}, {"checkpoint", "ls"}, {"checkpoint", "describe"},
+      {"master", "config"}};
   for (std::vector<std::string> words : commands) {
     words.push_back("--help");
     EXPECT_EQ(DetRaw(words), 0) << absl::StrJoin(words, " ") << ": " << err_;

@@ -31,9 +31,15 @@ struct CreateOptions {
   std::string context_dir;
   bool follow = false;
   bool force = false;
+  bool paused = false;
   std::string template_name;
   std::vector<std::string> config_overrides;
 };
+
+// "Warning: ..." lines for the master's warnings.
+void PrintWarnings(CliContext& ctx, const google::protobuf::RepeatedPtrField<std::string>& warnings) {
+  for (const std::string& warning : warnings) ctx.out << "Warning: " << warning << '\n';
+}
 
 // Writes "[trial ID] <log line>" to ctx.out.
 std::function<void(const v1::LogLine&)> PrintTrialLine(CliContext& ctx, int64_t trial_id) {
@@ -95,6 +101,7 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
   request.set_config_yaml(std::move(config_yaml));
   request.set_config_path(options.config);
   request.set_force(options.force);
+  request.set_paused(options.paused);
   request.set_template_(options.template_name);
   for (const std::string& item : options.config_overrides) request.add_config_overrides(item);
   if (!options.context_dir.empty()) {
@@ -107,20 +114,26 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
   if (ctx.json) return WriteJson(response, ctx.out);
   const int64_t id = response.experiment().id();
   ctx.out << "Created experiment " << id << '\n';
-  for (const std::string& warning : response.warnings()) {
-    ctx.out << "Warning: " << warning << '\n';
-  }
+  if (options.paused) ctx.out << "It is paused: det e activate " << id << " starts it\n";
+  PrintWarnings(ctx, response.warnings());
   if (!options.follow) return absl::OkStatus();
   return FollowExperiment(ctx, *api, id);
 }
 
-// `user`: only that user's experiments, when not empty.
-absl::Status List(CliContext& ctx, const std::string& user) {
+struct ListOptions {
+  // Only that user's experiments, when not empty.
+  std::string user;
+  // Archived ones too.
+  bool all = false;
+};
+
+absl::Status List(CliContext& ctx, const ListOptions& options) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   v1::ListExperimentsResponse all;
   for (int offset = 0;;) {
     v1::ListExperimentsRequest request;
-    request.set_user(user);
+    request.set_user(options.user);
+    request.set_include_archived(options.all);
     request.set_limit(kListPage);
     request.set_offset(offset);
     ASSIGN_OR_RETURN(v1::ListExperimentsResponse page, api->ListExperiments(request));
@@ -210,8 +223,9 @@ absl::Status Kill(CliContext& ctx, int64_t id) {
 
 absl::Status Pause(CliContext& ctx, int64_t id) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
-  RETURN_IF_ERROR(api->PauseExperiment(id));
+  ASSIGN_OR_RETURN(v1::PauseExperimentResponse response, api->PauseExperiment(id));
   ctx.out << "Paused experiment " << id << " (running trials checkpoint and stop)\n";
+  PrintWarnings(ctx, response.warnings());
   return absl::OkStatus();
 }
 
@@ -222,14 +236,9 @@ absl::Status Activate(CliContext& ctx, int64_t id) {
   return absl::OkStatus();
 }
 
-struct CheckpointsOptions {
-  int64_t id = 0;
-  // > 0: only the best N by the searcher's metric.
-  int best = 0;
-  bool diagnostics = false;
-};
+}  // namespace
 
-absl::Status ListCheckpoints(CliContext& ctx, const CheckpointsOptions& options) {
+absl::Status ListExperimentCheckpoints(CliContext& ctx, const CheckpointsOptions& options) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   v1::ListCheckpointsRequest request;
   request.set_experiment_id(options.id);
@@ -267,6 +276,8 @@ absl::Status ListCheckpoints(CliContext& ctx, const CheckpointsOptions& options)
   CheckpointsTable(response.checkpoints(), options.diagnostics).Render(ctx.out);
   return absl::OkStatus();
 }
+
+namespace {
 
 struct WaitOptions {
   int64_t id = 0;
@@ -320,6 +331,8 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
                    "queue it even if it can never fit the resource pool as configured");
   create->add_option("-t,--template", create_options->template_name,
                      "stored template to merge the config over (det template list)");
+  create->add_flag("--paused", create_options->paused,
+                   "create it paused: its trials start at det e activate");
   create->add_option("--config", create_options->config_overrides,
                      "override a config value after the template: KEY.PATH=VALUE (VALUE is "
                      "YAML; repeatable)")
@@ -329,12 +342,14 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
     ctx.action = [&ctx, create_options] { return Create(ctx, *create_options); };
   });
 
-  auto list_user = std::make_shared<std::string>();
+  auto list_options = std::make_shared<ListOptions>();
   CLI::App* list = group->add_subcommand("list", "list experiments")->alias("ls");
   list->add_flag("--json", ctx.json, kJsonHelp);
-  list->add_option("-u,--user", *list_user, "only the experiments of this user (username)");
-  list->callback([&ctx, list_user] {
-    ctx.action = [&ctx, list_user] { return List(ctx, *list_user); };
+  list->add_option("-u,--user", list_options->user,
+                   "only the experiments of this user (username)");
+  list->add_flag("--all,-a", list_options->all, "archived experiments too");
+  list->callback([&ctx, list_options] {
+    ctx.action = [&ctx, list_options] { return List(ctx, *list_options); };
   });
 
   for (bool trials_only : {false, true}) {
@@ -380,6 +395,7 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
                        api->SetExperimentSlots(set_slots->id, set_slots->slots, set_slots->force));
       ctx.out << "Experiment " << set_slots->id << ": slots_per_trial = "
               << r.experiment().slots_per_trial() << " (activate it to resume)\n";
+      PrintWarnings(ctx, r.warnings());
       return absl::OkStatus();
     };
   });
@@ -394,7 +410,7 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   lc->add_flag("--json", ctx.json, kJsonHelp);
   lc->add_flag("--diagnostics", checkpoints->diagnostics, kDiagnosticsHelp);
   lc->callback([&ctx, checkpoints] {
-    ctx.action = [&ctx, checkpoints] { return ListCheckpoints(ctx, *checkpoints); };
+    ctx.action = [&ctx, checkpoints] { return ListExperimentCheckpoints(ctx, *checkpoints); };
   });
 
   struct LogsOptions {
@@ -413,6 +429,8 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
       return FollowExperiment(ctx, *api, logs_options->id, logs_options->follow);
     };
   });
+
+  RegisterExperimentEditCommands(*group, *set, ctx);
 
   auto wait = std::make_shared<WaitOptions>();
   CLI::App* wait_cmd = group->add_subcommand(

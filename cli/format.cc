@@ -1,6 +1,7 @@
 #include "cli/format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -121,7 +122,12 @@ std::string FormatTimeMs(int64_t ms) {
                           absl::UTCTimeZone());
 }
 
-std::string FormatMetric(double value) { return absl::StrFormat("%.6g", value); }
+std::string FormatMetric(double value) {
+  // As the master's JSON and the web page write them (not printf's nan/inf).
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  return absl::StrFormat("%.6g", value);
+}
 
 std::string FormatPercent(double fraction) {
   return absl::StrFormat("%.1f%%", fraction * 100.0);
@@ -186,6 +192,8 @@ KeyValues ExperimentFields(const v1::Experiment& e) {
   if (!e.description().empty()) fields.emplace_back("Description", e.description());
   fields.emplace_back("State", StateName(e.state()));
   if (!e.owner().empty()) fields.emplace_back("Owner", e.owner());
+  if (e.labels_size() > 0) fields.emplace_back("Labels", absl::StrJoin(e.labels(), ", "));
+  if (e.archived()) fields.emplace_back("Archived", "yes");
   fields.emplace_back("Searcher", e.searcher());
   fields.emplace_back("Trials", absl::StrCat(e.num_trials()));
   fields.emplace_back("Progress", FormatPercent(e.progress()));

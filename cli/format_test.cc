@@ -1,5 +1,6 @@
 #include "cli/format.h"
 
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -101,6 +102,10 @@ TEST(FormatTest, Values) {
   EXPECT_EQ(FormatTimeMs(0), "");
   EXPECT_EQ(FormatTimeMs(1700000000123), "2023-11-14T22:13:20Z");
   EXPECT_EQ(FormatMetric(0.123456789), "0.123457");
+  // As JSON and the web page write them, not printf's nan/inf.
+  EXPECT_EQ(FormatMetric(std::numeric_limits<double>::quiet_NaN()), "NaN");
+  EXPECT_EQ(FormatMetric(std::numeric_limits<double>::infinity()), "Infinity");
+  EXPECT_EQ(FormatMetric(-std::numeric_limits<double>::infinity()), "-Infinity");
   EXPECT_EQ(FormatPercent(0.425), "42.5%");
   EXPECT_EQ(FormatBytes(100), "100 B");
   EXPECT_EQ(FormatBytes(uint64_t{70} << 20), "70.0 MiB");

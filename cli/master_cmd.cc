@@ -1,4 +1,4 @@
-// det master info
+// det master info|config
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
@@ -16,6 +16,14 @@ absl::Status Info(CliContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status Config(CliContext& ctx) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetMasterConfigResponse config, api->GetMasterConfig());
+  if (ctx.json) return WriteJson(config, ctx.out);
+  ctx.out << config.config_yaml();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterMasterCommands(CLI::App& app, CliContext& ctx) {
@@ -24,6 +32,10 @@ void RegisterMasterCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* info = group->add_subcommand("info", "show the master's version and setup");
   info->add_flag("--json", ctx.json, "print machine-readable JSON");
   info->callback([&ctx] { ctx.action = [&ctx] { return Info(ctx); }; });
+  CLI::App* config = group->add_subcommand(
+      "config", "show the running master's config (secrets redacted; admins only)");
+  config->add_flag("--json", ctx.json, "print machine-readable JSON");
+  config->callback([&ctx] { ctx.action = [&ctx] { return Config(ctx); }; });
 }
 
 }  // namespace det::cli

@@ -84,6 +84,7 @@ class ApiService final : public v1::Api::CallbackService {
 
   DET_SERVE_API(GetMasterInfo)
   DET_SERVE_API(GetMasterStats)
+  DET_SERVE_API(GetMasterConfig)
   DET_SERVE_API(CreateExperiment)
   DET_SERVE_API(ListExperiments)
   DET_SERVE_API(GetExperiment)
@@ -96,6 +97,10 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(GetTrialLogs)
   DET_SERVE_API(ListCheckpoints)
   DET_SERVE_API(ListAgents)
+  DET_SERVE_API(ArchiveExperiment)
+  DET_SERVE_API(UnarchiveExperiment)
+  DET_SERVE_API(PatchExperiment)
+  DET_SERVE_API(GetCheckpoint)
   DET_SERVE_API(EnableAgent)
   DET_SERVE_API(DisableAgent)
   DET_SERVE_API(ListJobs)

@@ -32,6 +32,7 @@ class ApiHandler {
   virtual ~ApiHandler() = default;
   virtual void GetMasterInfo(const Caller& caller, const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
   virtual void GetMasterStats(const Caller& caller, const v1::GetMasterStatsRequest& request, v1::GetMasterStatsResponse* response, Done done) = 0;
+  virtual void GetMasterConfig(const Caller& caller, const v1::GetMasterConfigRequest& request, v1::GetMasterConfigResponse* response, Done done) = 0;
   virtual void CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
   virtual void ListExperiments(const Caller& caller, const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
   virtual void GetExperiment(const Caller& caller, const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
@@ -39,6 +40,10 @@ class ApiHandler {
   virtual void PauseExperiment(const Caller& caller, const v1::PauseExperimentRequest& request, v1::PauseExperimentResponse* response, Done done) = 0;
   virtual void ActivateExperiment(const Caller& caller, const v1::ActivateExperimentRequest& request, v1::ActivateExperimentResponse* response, Done done) = 0;
   virtual void SetExperimentSlots(const Caller& caller, const v1::SetExperimentSlotsRequest& request, v1::SetExperimentSlotsResponse* response, Done done) = 0;
+  virtual void ArchiveExperiment(const Caller& caller, const v1::ArchiveExperimentRequest& request, v1::ArchiveExperimentResponse* response, Done done) = 0;
+  virtual void UnarchiveExperiment(const Caller& caller, const v1::UnarchiveExperimentRequest& request, v1::UnarchiveExperimentResponse* response, Done done) = 0;
+  virtual void PatchExperiment(const Caller& caller, const v1::PatchExperimentRequest& request, v1::PatchExperimentResponse* response, Done done) = 0;
+  virtual void GetCheckpoint(const Caller& caller, const v1::GetCheckpointRequest& request, v1::GetCheckpointResponse* response, Done done) = 0;
   virtual void GetTrial(const Caller& caller, const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
   virtual void GetTrialMetrics(const Caller& caller, const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
   virtual void GetTrialLogs(const Caller& caller, const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;

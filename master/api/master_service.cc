@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "master/api/master_config_view.h"
+#include "master/api/permissions.h"
 #include "master/scheduling/pools.h"
 #include "master/views/views.h"
 
@@ -50,6 +52,15 @@ void MasterService::GetMasterStats(const Caller&, const v1::GetMasterStatsReques
   });
 }
 
+void MasterService::GetMasterConfig(const Caller& caller, const v1::GetMasterConfigRequest&,
+                                    v1::GetMasterConfigResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "read the master's config"));
+    resp->set_config_yaml(MasterConfigYaml(config_));
+    return absl::OkStatus();
+  });
+}
+
 void MasterService::CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& req,
                                      v1::CreateExperimentResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &req, resp, owner = caller.user.username()] {
@@ -67,24 +78,77 @@ void MasterService::GetExperiment(const Caller&, const v1::GetExperimentRequest&
   turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.Get(req, resp); });
 }
 
-void MasterService::KillExperiment(const Caller&, const v1::KillExperimentRequest& req,
+absl::Status MasterService::MayChange(const Caller& caller, int64_t experiment_id,
+                                      absl::string_view action) {
+  auto it = m_.registry.experiments.find(experiment_id);
+  if (it == m_.registry.experiments.end()) return absl::OkStatus();  // The manager: NotFound.
+  return MayChangeExperiment(caller, it->second.experiment, action);
+}
+
+void MasterService::KillExperiment(const Caller& caller, const v1::KillExperimentRequest& req,
                                    v1::KillExperimentResponse*, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Kill(req); });
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "kill"));
+    return m_.experiments.Kill(req);
+  });
 }
 
-void MasterService::PauseExperiment(const Caller&, const v1::PauseExperimentRequest& req,
+void MasterService::PauseExperiment(const Caller& caller, const v1::PauseExperimentRequest& req,
                                     v1::PauseExperimentResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.Pause(req, resp); });
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "pause"));
+    return m_.experiments.Pause(req, resp);
+  });
 }
 
-void MasterService::ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest& req,
+void MasterService::ActivateExperiment(const Caller& caller,
+                                       const v1::ActivateExperimentRequest& req,
                                        v1::ActivateExperimentResponse*, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.Activate(req); });
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "activate"));
+    return m_.experiments.Activate(req);
+  });
 }
 
-void MasterService::SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest& req,
+void MasterService::SetExperimentSlots(const Caller& caller,
+                                       const v1::SetExperimentSlotsRequest& req,
                                        v1::SetExperimentSlotsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.SetSlots(req, resp); });
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "set the slots of"));
+    return m_.experiments.SetSlots(req, resp);
+  });
+}
+
+void MasterService::ArchiveExperiment(const Caller& caller,
+                                      const v1::ArchiveExperimentRequest& req,
+                                      v1::ArchiveExperimentResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "archive"));
+    return m_.experiments.SetArchived(req.id(), true);
+  });
+}
+
+void MasterService::UnarchiveExperiment(const Caller& caller,
+                                        const v1::UnarchiveExperimentRequest& req,
+                                        v1::UnarchiveExperimentResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "unarchive"));
+    return m_.experiments.SetArchived(req.id(), false);
+  });
+}
+
+void MasterService::PatchExperiment(const Caller& caller, const v1::PatchExperimentRequest& req,
+                                    v1::PatchExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "change"));
+    return m_.experiments.Patch(req, resp);
+  });
+}
+
+void MasterService::GetCheckpoint(const Caller&, const v1::GetCheckpointRequest& req,
+                                  v1::GetCheckpointResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done),
+                [this, &req, resp] { return m_.checkpoints.GetCheckpoint(req, resp); });
 }
 
 void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
@@ -119,18 +183,20 @@ void MasterService::ListAgents(const Caller&, const v1::ListAgentsRequest&,
   });
 }
 
-void MasterService::EnableAgent(const Caller&, const v1::EnableAgentRequest& req,
+void MasterService::EnableAgent(const Caller& caller, const v1::EnableAgentRequest& req,
                                 v1::EnableAgentResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "enable agents"));
     ASSIGN_OR_RETURN(*resp->mutable_agent(), m_.agents.SetEnabled(req.agent_id(), true));
     turns_.RequestSchedule();
     return absl::OkStatus();
   });
 }
 
-void MasterService::DisableAgent(const Caller&, const v1::DisableAgentRequest& req,
+void MasterService::DisableAgent(const Caller& caller, const v1::DisableAgentRequest& req,
                                  v1::DisableAgentResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "disable agents"));
     ASSIGN_OR_RETURN(*resp->mutable_agent(), m_.agents.SetEnabled(req.agent_id(), false));
     // Not draining: its runs stop and are rescheduled elsewhere, not counted as restarts.
     if (!req.drain()) m_.allocations.StopRunsOn(req.agent_id());
@@ -151,9 +217,13 @@ void MasterService::ListJobs(const Caller&, const v1::ListJobsRequest& req,
   });
 }
 
-void MasterService::UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest& req,
+void MasterService::UpdateJobPriority(const Caller& caller,
+                                      const v1::UpdateJobPriorityRequest& req,
                                       v1::UpdateJobPriorityResponse*, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req] { return m_.experiments.UpdateJobPriority(req); });
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.experiment_id(), "change the priority of"));
+    return m_.experiments.UpdateJobPriority(req);
+  });
 }
 
 void MasterService::ListTasks(const Caller&, const v1::ListTasksRequest&,
@@ -184,12 +254,18 @@ void MasterService::ListResourcePools(const Caller&, const v1::ListResourcePools
   });
 }
 
-void MasterService::SetTemplate(const Caller&, const v1::SetTemplateRequest& req,
+void MasterService::SetTemplate(const Caller& caller, const v1::SetTemplateRequest& req,
                                 v1::SetTemplateResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    if (absl::StatusOr<v1::Template> old = m_.templates.Get(req.name()); old.ok()) {
+      RETURN_IF_ERROR(MayChangeTemplate(caller, *old, "replace"));
+    } else if (!absl::IsNotFound(old.status())) {
+      return old.status();
+    }
     bool created = false;
     ASSIGN_OR_RETURN(*resp->mutable_template_(),
-                     m_.templates.Set(req.name(), req.config_yaml(), req.config_path(), &created));
+                     m_.templates.Set(req.name(), req.config_yaml(), req.config_path(),
+                                      caller.user.username(), &created));
     resp->set_created(created);
     Logger("master")->info("template {} {}", req.name(), created ? "created" : "replaced");
     return absl::OkStatus();
@@ -213,9 +289,11 @@ void MasterService::GetTemplate(const Caller&, const v1::GetTemplateRequest& req
   });
 }
 
-void MasterService::RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest& req,
+void MasterService::RemoveTemplate(const Caller& caller, const v1::RemoveTemplateRequest& req,
                                    v1::RemoveTemplateResponse*, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req]() -> absl::Status {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Template old, m_.templates.Get(req.name()));  // NotFound as before.
+    RETURN_IF_ERROR(MayChangeTemplate(caller, old, "remove"));
     RETURN_IF_ERROR(m_.templates.Remove(req.name()));
     Logger("master")->info("template {} removed", req.name());
     return absl::OkStatus();
@@ -261,6 +339,8 @@ void MasterService::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitR
                                Done done) {
   turns_.OnLoop(std::move(done), [this, &req]() -> absl::Status {
     RETURN_IF_ERROR(m_.agents.Touch(req.agent_id(), req.session_id()));
+    // Only for ranks placed on the calling agent (PERMISSION_DENIED naming the rule).
+    RETURN_IF_ERROR(m_.allocations.CheckAgentReport(req.agent_id(), req.allocation_id(), req.rank()));
     std::string how = req.signal() != 0 ? absl::StrCat("killed by signal ", req.signal())
                                         : absl::StrCat("exit code ", req.exit_code());
     if (!req.message().empty()) absl::StrAppend(&how, " (", req.message(), ")");

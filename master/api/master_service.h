@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
 #include "master/allocations/allocation_manager.h"
@@ -55,6 +56,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                      v1::GetMasterInfoResponse*, Done) override;
   void GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
                       v1::GetMasterStatsResponse*, Done) override;
+  void GetMasterConfig(const Caller&, const v1::GetMasterConfigRequest&,
+                       v1::GetMasterConfigResponse*, Done) override;
   void CreateExperiment(const Caller&, const v1::CreateExperimentRequest&,
                         v1::CreateExperimentResponse*, Done) override;
   void ListExperiments(const Caller&, const v1::ListExperimentsRequest&,
@@ -69,6 +72,14 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                           v1::ActivateExperimentResponse*, Done) override;
   void SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest&,
                           v1::SetExperimentSlotsResponse*, Done) override;
+  void ArchiveExperiment(const Caller&, const v1::ArchiveExperimentRequest&,
+                         v1::ArchiveExperimentResponse*, Done) override;
+  void UnarchiveExperiment(const Caller&, const v1::UnarchiveExperimentRequest&,
+                           v1::UnarchiveExperimentResponse*, Done) override;
+  void PatchExperiment(const Caller&, const v1::PatchExperimentRequest&,
+                       v1::PatchExperimentResponse*, Done) override;
+  void GetCheckpoint(const Caller&, const v1::GetCheckpointRequest&,
+                     v1::GetCheckpointResponse*, Done) override;
   void GetTrial(const Caller&, const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
   void GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest&,
                        v1::GetTrialMetricsResponse*, Done) override;
@@ -114,6 +125,10 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   void ShouldPreempt(const v1::ShouldPreemptRequest&, v1::ShouldPreemptResponse*, Done) override;
 
  private:
+  // OK when `caller` may change experiment `experiment_id` (permissions.h) or the
+  // experiment does not exist (the manager then answers NotFound). On the loop.
+  absl::Status MayChange(const Caller& caller, int64_t experiment_id, absl::string_view action);
+
   const config::MasterConfig& config_;
   Clock& clock_;
   Turns& turns_;

@@ -121,6 +121,25 @@ absl::Status CheckpointManager::ListCheckpoints(const v1::ListCheckpointsRequest
   return absl::OkStatus();
 }
 
+absl::Status CheckpointManager::GetCheckpoint(const v1::GetCheckpointRequest& req,
+                                              v1::GetCheckpointResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (req.uuid().empty()) return absl::InvalidArgumentError("uuid: must not be empty");
+  for (const auto& [experiment_id, es] : registry_.experiments) {
+    for (int64_t tid : es.trial_ids) {
+      ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, store_.GetCheckpoints(tid));
+      for (v1::Checkpoint& c : cs) {
+        if (c.uuid() != req.uuid()) continue;
+        c.set_experiment_id(experiment_id);
+        if (c.state() == v1::STATE_UNSPECIFIED) c.set_state(v1::STATE_COMPLETED);
+        *resp->mutable_checkpoint() = std::move(c);
+        return absl::OkStatus();
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("checkpoint ", req.uuid(), " not found"));
+}
+
 void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   DET_CHECK_ON_LOOP(loop_);
   auto policy = GcPolicyFromConfig(es.config_json);

@@ -58,6 +58,9 @@ class CheckpointManager {
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req);
   absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
                                v1::ListCheckpointsResponse* resp);
+  // Checkpoint `uuid` of any experiment (each trial's checkpoints read from the store);
+  // NotFound "checkpoint UUID not found".
+  absl::Status GetCheckpoint(const v1::GetCheckpointRequest& req, v1::GetCheckpointResponse* resp);
 
   // After `ended_trial` ended: queues a CHECKPOINT_GC task for the checkpoints to delete
   // that no queued or running task covers yet.

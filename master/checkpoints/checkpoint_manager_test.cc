@@ -144,5 +144,25 @@ TEST_F(CheckpointManagerTest, AnAgentBackInTimeKeepsItsGcTaskAndAnExitEndsIt) {
   EXPECT_THAT(h_->GcTasks().at(0).error(), HasSubstr("c-20"));
 }
 
+// det checkpoint describe: one checkpoint by UUID, whichever experiment has it.
+TEST_F(CheckpointManagerTest, ACheckpointIsFoundByItsUuid) {
+  std::string session = h_->Register("a1", 1);
+  TrialWithThreeCheckpointsEnds(session);
+  v1::GetCheckpointRequest req;
+  req.set_uuid("c-20");
+  v1::GetCheckpointResponse resp;
+  absl::Status st;
+  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(req, &resp); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resp.checkpoint().uuid(), "c-20");
+  EXPECT_EQ(resp.checkpoint().trial_id(), trial_);
+  EXPECT_EQ(resp.checkpoint().total_batches(), 20);
+  EXPECT_EQ(resp.checkpoint().experiment_id(), h_->Trial(trial_).experiment_id());
+  req.set_uuid("c-nope");
+  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(req, &resp); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "checkpoint c-nope not found");
+}
+
 }  // namespace
 }  // namespace det::master

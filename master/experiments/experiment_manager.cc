@@ -100,7 +100,7 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   e.set_name(c.name);
   e.set_description(c.description);
   e.set_owner(owner);
-  e.set_state(v1::STATE_ACTIVE);
+  e.set_state(req.paused() ? v1::STATE_PAUSED : v1::STATE_ACTIVE);
   e.set_config_yaml(parsed.effective_yaml);
   e.set_start_time_ms(clock_.NowMs());
   e.set_searcher(c.searcher.name);
@@ -115,7 +115,7 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   std::vector<v1::Trial> trials;
   for (const searcher::TrialRequest& r : search->NextTrials()) {
     v1::Trial& t = trials.emplace_back();
-    t.set_state(v1::STATE_QUEUED);
+    t.set_state(req.paused() ? v1::STATE_PAUSED : v1::STATE_QUEUED);
     t.set_seed(r.seed);
     t.set_hparams_json(r.hparams_json);
     t.set_target_batches(r.target_batches);
@@ -157,6 +157,7 @@ absl::Status ExperimentManager::List(const v1::ListExperimentsRequest& req,
   int matched = 0;
   for (const auto& [id, es] : experiments_) {
     const v1::Experiment& e = es.experiment;
+    if (e.archived() && !req.include_archived()) continue;
     if (!states.empty() && !states.count(e.state())) continue;
     if (!req.name().empty() && e.name().find(req.name()) == std::string::npos) continue;
     if (!req.user().empty() && e.owner() != req.user()) continue;

@@ -61,6 +61,11 @@ class ExperimentManager {
   absl::Status SetSlots(const v1::SetExperimentSlotsRequest& req,
                         v1::SetExperimentSlotsResponse* resp);
   absl::Status UpdateJobPriority(const v1::UpdateJobPriorityRequest& req);
+  // Archives (or unarchives) experiment `id`; only an ended one can be archived
+  // (FailedPrecondition naming its state). experiment_edits.cc.
+  absl::Status SetArchived(int64_t id, bool archived);
+  // Changes name, description and labels; InvalidArgument naming the field and its limit.
+  absl::Status Patch(const v1::PatchExperimentRequest& req, v1::PatchExperimentResponse* resp);
   absl::Status GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp);
 
   // Ends trial t in `state` (persisted as it happened), then tells its log waiters, the
@@ -77,6 +82,8 @@ class ExperimentManager {
   void WarnProgressLoss(TrialState& t, google::protobuf::RepeatedPtrField<std::string>* warnings);
 
  private:
+  // Experiment `id`, or NotFound "experiment N not found".
+  absl::StatusOr<ExperimentState*> Find(int64_t id);
   // FailedPrecondition "experiment N is COMPLETED" once es has ended.
   static absl::Status RefuseEnded(const ExperimentState& es);
   // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is

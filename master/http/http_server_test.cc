@@ -119,6 +119,7 @@ class RestTest : public ::testing::Test {
         method == "GET"      ? http_->Get(path.c_str(), headers)
         : method == "PUT"    ? http_->Put(path.c_str(), headers, body, "application/json")
         : method == "DELETE" ? http_->Delete(path.c_str(), headers, body, "application/json")
+        : method == "PATCH"  ? http_->Patch(path.c_str(), headers, body, "application/json")
                              : http_->Post(path.c_str(), headers, body, "application/json");
     HttpReply r;
     if (!res) {
@@ -150,11 +151,15 @@ class RestTest : public ::testing::Test {
   std::string RegisterAgent(const std::string& id, int slots,
                             const std::vector<std::string>& running = {}) {
     v1::RegisterRequest req = testing::RegisterRequest(id, slots, running);
+    // As a real agent keeps it in its work_dir: a connected id needs its credential.
+    req.set_agent_credential(credentials_[id]);
     v1::RegisterResponse resp;
     absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
+    credentials_[id] = resp.agent_credential();
     return resp.session_id();
   }
+  std::map<std::string, std::string> credentials_;  // agent id -> its agent credential
 
   // Waits for the next launch command of agent `id`.
   v1::LaunchCommand NextLaunch(const std::string& id, const std::string& session) {
@@ -310,6 +315,22 @@ TEST_F(RestTest, MasterInfoHealthAndWebPage) {
   EXPECT_EQ(charts->status, 200);
   EXPECT_THAT(charts->body, HasSubstr("function lineChart("));
   EXPECT_THAT(page->body, HasSubstr("<script src=\"/charts.js\"></script>"));
+  // Every script the page loads is served (the page is split into per-view files).
+  int scripts = 0;
+  for (size_t at = page->body.find("<script src=\"/"); at != std::string::npos;
+       at = page->body.find("<script src=\"/", at + 1)) {
+    size_t start = at + std::string("<script src=\"").size();
+    std::string src = page->body.substr(start, page->body.find('"', start) - start);
+    auto file = http_->Get(src);
+    ASSERT_TRUE(file) << src;
+    EXPECT_EQ(file->status, 200) << src;
+    EXPECT_THAT(file->get_header_value("Content-Type"), HasSubstr("javascript")) << src;
+    ++scripts;
+  }
+  EXPECT_GE(scripts, 7);
+  auto missing = http_->Get("/nothing.js");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
   auto css = http_->Get("/style.css");
   ASSERT_TRUE(css);
   EXPECT_EQ(css->status, 200);
@@ -1037,6 +1058,33 @@ std::string RawHttp(int port, const std::string& request) {
   return out;
 }
 
+// Archive, unarchive and PATCH (name, description, labels) over REST; archived
+// experiments are listed only with include_archived=true.
+TEST_F(RestTest, ExperimentsAreArchivedRenamedAndLabelled) {
+  ASSERT_EQ(CreateExperiment("edits"), 1);
+  HttpReply refused = Post("/api/v1/experiments/1/archive", "{}");
+  EXPECT_EQ(refused.status, 400) << refused.text;
+  EXPECT_EQ(refused.body["code"], "FAILED_PRECONDITION");
+  EXPECT_THAT(refused.body["message"].get<std::string>(), HasSubstr("experiment 1 is ACTIVE"));
+  HttpReply patched = Send("PATCH", "/api/v1/experiments/1",
+                           R"({"name": "renamed", "add_labels": ["x", "y"]})", token_);
+  ASSERT_EQ(patched.status, 200) << patched.text;
+  EXPECT_EQ(patched.body["experiment"]["name"], "renamed");
+  EXPECT_EQ(patched.body["experiment"]["labels"], json({"x", "y"}));
+  HttpReply bad = Send("PATCH", "/api/v1/experiments/1", R"({"name": ""})", token_);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["message"], "name: must not be empty");
+  ASSERT_EQ(Post("/api/v1/experiments/1/kill", "{}").status, 200);
+  ASSERT_EQ(Post("/api/v1/experiments/1/archive", "{}").status, 200);
+  EXPECT_EQ(Get("/api/v1/experiments").body["experiments"].size(), 0u);
+  HttpReply all = Get("/api/v1/experiments?include_archived=true");
+  ASSERT_EQ(all.body["experiments"].size(), 1u);
+  EXPECT_EQ(all.body["experiments"][0]["archived"], true);
+  ASSERT_EQ(Post("/api/v1/experiments/1/unarchive", "{}").status, 200);
+  EXPECT_EQ(Get("/api/v1/experiments").body["experiments"].size(), 1u);
+  EXPECT_EQ(Get("/api/v1/checkpoints/nope").status, 404);
+}
+
 TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
   ASSERT_EQ(CreateExperiment("shapes"), 1);
   auto expect_error = [&](const std::string& what, const httplib::Result& r, int status,
@@ -1053,7 +1101,7 @@ TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
                "no route for GET /api/v1/nothing");
   expect_error("unknown POST route", http_->Post("/nothing", auth, "{}", "application/json"), 404,
                "NOT_FOUND", "no route for POST /nothing");
-  expect_error("PATCH", http_->Patch("/api/v1/experiments/1", auth, "{}", "application/json"),
+  expect_error("PATCH", http_->Patch("/api/v1/experiments/1/kill", auth, "{}", "application/json"),
                404, "NOT_FOUND", "no route for PATCH");
   expect_error("OPTIONS", http_->Options("/api/v1/experiments", auth), 404, "NOT_FOUND",
                "no route for OPTIONS");

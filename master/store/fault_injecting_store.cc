@@ -169,9 +169,10 @@ absl::Status FaultInjectingStore::UpdateCheckpointGcTask(const v1::CheckpointGcT
 
 absl::StatusOr<v1::Template> FaultInjectingStore::PutTemplate(const std::string& name,
                                                               const std::string& config_yaml,
+                                                              const std::string& owner,
                                                               int64_t now_ms, bool* created) {
   RETURN_IF_ERROR(BeforeWrite("PutTemplate"));
-  return store_.PutTemplate(name, config_yaml, now_ms, created);
+  return store_.PutTemplate(name, config_yaml, owner, now_ms, created);
 }
 
 absl::StatusOr<v1::Template> FaultInjectingStore::GetTemplate(const std::string& name) {

@@ -83,7 +83,7 @@ std::vector<Call> Writes() {
       {"PutTemplate",
        [](Store& s) {
          bool created;
-         return s.PutTemplate("t", "a: 1\n", 5, &created).status();
+         return s.PutTemplate("t", "a: 1\n", "", 5, &created).status();
        }},
       {"DeleteTemplate", [](Store& s) { return s.DeleteTemplate("kept"); }},
       {"AddSystemMetrics",
@@ -132,7 +132,7 @@ void Seed(Store& store) {
   ASSERT_TRUE(store.InsertUser({0, "user", "h", false, 1}).ok());
   ASSERT_TRUE(store.InsertSession({"kept", 1, 0, 100}).ok());
   bool created;
-  ASSERT_TRUE(store.PutTemplate("kept", "a: 1\n", 1, &created).ok());
+  ASSERT_TRUE(store.PutTemplate("kept", "a: 1\n", "", 1, &created).ok());
 }
 
 // Everything a reader of `store` can see, as text, to compare before and after a call.

@@ -297,6 +297,7 @@ absl::Status InMemoryStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& t
 
 absl::StatusOr<v1::Template> InMemoryStore::PutTemplate(const std::string& name,
                                                         const std::string& config_yaml,
+                                                        const std::string& owner,
                                                         int64_t now_ms, bool* created) {
   absl::MutexLock lock(&mu_);
   auto it = templates_.find(name);
@@ -306,6 +307,7 @@ absl::StatusOr<v1::Template> InMemoryStore::PutTemplate(const std::string& name,
   t.set_config_yaml(config_yaml);
   t.set_create_time_ms(*created ? now_ms : it->second.create_time_ms());
   t.set_update_time_ms(now_ms);
+  t.set_owner(*created ? owner : it->second.owner());
   templates_[name] = t;
   return t;
 }

@@ -59,6 +59,7 @@ class InMemoryStore : public Store {
   absl::StatusOr<int64_t> InsertCheckpointGcTask(const v1::CheckpointGcTask& task) override;
   absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) override;
   absl::StatusOr<v1::Template> PutTemplate(const std::string& name, const std::string& config_yaml,
+                                           const std::string& owner,
                                            int64_t now_ms, bool* created) override;
   absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
   absl::StatusOr<std::vector<v1::Template>> ListTemplates() override;

@@ -488,12 +488,12 @@ TEST_P(StoreConformanceTest, CompletingAGcTaskMarksItsStoredCheckpointsDeleted) 
 
 TEST_P(StoreConformanceTest, TemplatesAreReplacedByNameKeepingTheirCreationTime) {
   bool created = false;
-  auto t = store_->PutTemplate("zz", "a: 1\n", 1000, &created);
+  auto t = store_->PutTemplate("zz", "a: 1\n", "", 1000, &created);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(created);
   EXPECT_EQ(t->create_time_ms(), 1000);
-  ASSERT_TRUE(store_->PutTemplate("aa", "b: 2\n", 1500, &created).ok());
-  t = store_->PutTemplate("zz", "a: 3\n", 2000, &created);
+  ASSERT_TRUE(store_->PutTemplate("aa", "b: 2\n", "", 1500, &created).ok());
+  t = store_->PutTemplate("zz", "a: 3\n", "", 2000, &created);
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE(created);
   EXPECT_EQ(t->create_time_ms(), 1000);

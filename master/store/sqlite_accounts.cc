@@ -21,6 +21,7 @@ using sqlite_internal::Transaction;
 
 absl::StatusOr<v1::Template> SqliteStore::PutTemplate(const std::string& name,
                                                       const std::string& config_yaml,
+                                                      const std::string& owner,
                                                       int64_t now_ms, bool* created) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
@@ -29,25 +30,31 @@ absl::StatusOr<v1::Template> SqliteStore::PutTemplate(const std::string& name,
   t.set_config_yaml(config_yaml);
   t.set_create_time_ms(now_ms);
   t.set_update_time_ms(now_ms);
+  t.set_owner(owner);
   {
-    Stmt s(db_, "SELECT create_ms FROM templates WHERE name = ?");
+    Stmt s(db_, "SELECT create_ms, owner FROM templates WHERE name = ?");
     s.Bind(1, name);
     *created = !s.Step();
     RETURN_IF_ERROR(s.status());
-    if (!*created) t.set_create_time_ms(s.Int(0));
+    if (!*created) {
+      t.set_create_time_ms(s.Int(0));
+      t.set_owner(s.Text(1));
+    }
   }
   Stmt s(db_,
-         "INSERT INTO templates (name, config_yaml, create_ms, update_ms) VALUES (?, ?, ?, ?) "
+         "INSERT INTO templates (name, config_yaml, create_ms, update_ms, owner) "
+         "VALUES (?, ?, ?, ?, ?) "
          "ON CONFLICT(name) DO UPDATE SET config_yaml = excluded.config_yaml, "
          "update_ms = excluded.update_ms");
   s.Bind(1, name).Bind(2, config_yaml).Bind(3, t.create_time_ms()).Bind(4, now_ms);
+  s.Bind(5, t.owner());
   RETURN_IF_ERROR(s.Run());
   RETURN_IF_ERROR(tx.Commit());
   return t;
 }
 
 absl::StatusOr<v1::Template> SqliteStore::GetTemplate(const std::string& name) {
-  Stmt s(db_, "SELECT config_yaml, create_ms, update_ms FROM templates WHERE name = ?");
+  Stmt s(db_, "SELECT config_yaml, create_ms, update_ms, owner FROM templates WHERE name = ?");
   s.Bind(1, name);
   if (!s.Step()) {
     RETURN_IF_ERROR(s.status());
@@ -58,11 +65,13 @@ absl::StatusOr<v1::Template> SqliteStore::GetTemplate(const std::string& name) {
   t.set_config_yaml(s.Text(0));
   t.set_create_time_ms(s.Int(1));
   t.set_update_time_ms(s.Int(2));
+  t.set_owner(s.Text(3));
   return t;
 }
 
 absl::StatusOr<std::vector<v1::Template>> SqliteStore::ListTemplates() {
-  Stmt s(db_, "SELECT name, config_yaml, create_ms, update_ms FROM templates ORDER BY name");
+  Stmt s(db_,
+         "SELECT name, config_yaml, create_ms, update_ms, owner FROM templates ORDER BY name");
   std::vector<v1::Template> out;
   while (s.Step()) {
     v1::Template& t = out.emplace_back();
@@ -70,6 +79,7 @@ absl::StatusOr<std::vector<v1::Template>> SqliteStore::ListTemplates() {
     t.set_config_yaml(s.Text(1));
     t.set_create_time_ms(s.Int(2));
     t.set_update_time_ms(s.Int(3));
+    t.set_owner(s.Text(4));
   }
   RETURN_IF_ERROR(s.status());
   return out;

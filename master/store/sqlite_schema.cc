@@ -115,6 +115,11 @@ CREATE TABLE checkpoint_gc_tasks (
   data BLOB NOT NULL);
 CREATE INDEX checkpoint_gc_tasks_by_experiment ON checkpoint_gc_tasks(experiment_id);
 )sql",
+    // 6: a template's owner (only the owner or an admin may replace or remove it); ""
+    // for templates made before (admins only).
+    R"sql(
+ALTER TABLE templates ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 5);
+    EXPECT_EQ((*store)->SchemaVersion(), 6);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -43,6 +43,20 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
     auto id = (*store)->InsertExperiment(e, "context-bytes", &none);
     ASSERT_TRUE(id.ok()) << id.status();
     exp_id = *id;
+    // What det e archive, set name|description and label add change.
+    e.set_id(exp_id);
+    e.set_state(v1::STATE_COMPLETED);
+    e.set_archived(true);
+    e.set_name("mnist-renamed");
+    e.set_description("why");
+    e.add_labels("a");
+    e.add_labels("b");
+    ASSERT_TRUE((*store)->UpdateExperiment(e).ok());
+    bool created = false;
+    ASSERT_TRUE((*store)->PutTemplate("base", "description: x\n", "alice", 1, &created).ok());
+    ASSERT_TRUE(created);
+    // A replacement keeps the owner.
+    ASSERT_TRUE((*store)->PutTemplate("base", "description: y\n", "bob", 2, &created).ok());
 
     v1::Trial t;
     t.set_experiment_id(exp_id);
@@ -84,7 +98,15 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   EXPECT_EQ(snap->cluster_id, cluster_id);
   ASSERT_EQ(snap->experiments.size(), 1u);
   EXPECT_EQ(snap->experiments[0].id(), exp_id);
-  EXPECT_EQ(snap->experiments[0].name(), "mnist");
+  EXPECT_EQ(snap->experiments[0].name(), "mnist-renamed");
+  EXPECT_TRUE(snap->experiments[0].archived());
+  EXPECT_EQ(snap->experiments[0].description(), "why");
+  EXPECT_THAT(snap->experiments[0].labels(), ::testing::ElementsAre("a", "b"));
+  auto tmpl = (*store)->GetTemplate("base");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  EXPECT_EQ(tmpl->owner(), "alice");
+  EXPECT_EQ(tmpl->config_yaml(), "description: y\n");
+  EXPECT_EQ((*store)->ListTemplates()->at(0).owner(), "alice");
   ASSERT_EQ(snap->trials.size(), 1u);
   EXPECT_EQ(snap->trials[0].seed(), 17);
   EXPECT_DOUBLE_EQ(snap->trials[0].validation_summary().at("accuracy").last(), 0.875);
@@ -313,14 +335,16 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
     }
   }
   // Back to what a schema-4 master left.
-  std::string down = "sqlite3 " + path + " 'DROP TABLE checkpoint_gc_tasks; PRAGMA user_version=4'";
+  std::string down = "sqlite3 " + path +
+                     " 'DROP TABLE checkpoint_gc_tasks; ALTER TABLE templates DROP COLUMN owner; "
+                     "PRAGMA user_version=4'";
   ASSERT_EQ(std::system(down.c_str()), 0);
 
   v1::CheckpointGcTask task;
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 5);
+    EXPECT_EQ((*store)->SchemaVersion(), 6);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok()) << snap.status();
     ASSERT_EQ(snap->experiments.size(), 1u);

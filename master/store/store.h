@@ -98,11 +98,13 @@ class Store {
   virtual absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) = 0;
 
   // Config templates, by unique name. PutTemplate creates or replaces `name`'s row with
-  // `config_yaml` at `now_ms`, keeping the creation time of a replaced one, and returns
-  // the row with `*created` telling which happened.
+  // `config_yaml` at `now_ms`, keeping the creation time and owner of a replaced one
+  // (`owner` is that of a new one), and returns the row with `*created` telling which
+  // happened.
   virtual absl::StatusOr<v1::Template> PutTemplate(const std::string& name,
                                                    const std::string& config_yaml,
-                                                   int64_t now_ms, bool* created) = 0;
+                                                   const std::string& owner, int64_t now_ms,
+                                                   bool* created) = 0;
   // NotFound "template 'NAME' does not exist" when absent.
   virtual absl::StatusOr<v1::Template> GetTemplate(const std::string& name) = 0;
   // Every template, by name.

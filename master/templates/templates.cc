@@ -19,11 +19,12 @@ absl::Status ValidateTemplateName(const std::string& name) {
 
 absl::StatusOr<v1::Template> Templates::Set(const std::string& name,
                                             const std::string& config_yaml,
-                                            const std::string& source, bool* created) {
+                                            const std::string& source,
+                                            const std::string& owner, bool* created) {
   RETURN_IF_ERROR(ValidateTemplateName(name));
   RETURN_IF_ERROR(
       config::ValidateTemplate(config_yaml, source.empty() ? absl::StrCat("template ", name) : source));
-  return store_.PutTemplate(name, config_yaml, clock_.NowMs(), created);
+  return store_.PutTemplate(name, config_yaml, owner, clock_.NowMs(), created);
 }
 
 absl::StatusOr<v1::Template> Templates::Get(const std::string& name) {

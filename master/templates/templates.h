@@ -28,9 +28,11 @@ class Templates {
   // Creates or replaces template `name` after checking the name and the YAML (a mapping
   // of experiment config keys that names no template; see config::ValidateTemplate).
   // `source` names the text in messages (the user's file name); "" for "template NAME".
-  // Experiments created before keep their merged configs.
+  // Experiments created before keep their merged configs. `owner` owns a new template; a
+  // replaced one keeps its owner (who may replace it is the caller's check).
   absl::StatusOr<v1::Template> Set(const std::string& name, const std::string& config_yaml,
-                                   const std::string& source, bool* created);
+                                   const std::string& source, const std::string& owner,
+                                   bool* created);
   // NotFound "template 'NAME' does not exist".
   absl::StatusOr<v1::Template> Get(const std::string& name);
   // By name.

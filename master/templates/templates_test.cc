@@ -47,23 +47,25 @@ class TemplatesTest : public ::testing::Test {
 
 TEST_F(TemplatesTest, SetReplacesAndSurvivesReopen) {
   bool created = false;
-  auto t = templates_->Set("base", "description: one\n", "base.yaml", &created);
+  auto t = templates_->Set("base", "description: one\n", "base.yaml", "alice", &created);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(created);
   const int64_t first = t->create_time_ms();
   clock_.Advance(absl::Seconds(5));
-  t = templates_->Set("base", "description: two\n", "", &created);
+  t = templates_->Set("base", "description: two\n", "", "bob", &created);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(created);
   EXPECT_EQ(t->create_time_ms(), first);
   EXPECT_EQ(t->update_time_ms(), first + 5000);
-  ASSERT_TRUE(templates_->Set("a-first", "labels: [x]\n", "", &created).ok());
+  EXPECT_EQ(t->owner(), "alice");  // A replacement keeps the owner.
+  ASSERT_TRUE(templates_->Set("a-first", "labels: [x]\n", "", "", &created).ok());
 
   Open();
   auto got = templates_->Get("base");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->config_yaml(), "description: two\n");
   EXPECT_EQ(got->create_time_ms(), first);
+  EXPECT_EQ(got->owner(), "alice");
   auto all = templates_->List();
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u);
@@ -98,7 +100,7 @@ TEST_F(TemplatesTest, RefusesWhatCannotBeUsed) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.yaml);
-    auto t = templates_->Set(c.name, c.yaml, c.source, &created);
+    auto t = templates_->Set(c.name, c.yaml, c.source, "", &created);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(t.status().message(), HasSubstr(c.message));
   }
@@ -108,7 +110,7 @@ TEST_F(TemplatesTest, RefusesWhatCannotBeUsed) {
 TEST_F(TemplatesTest, ExperimentsMergeTheStoredTemplate) {
   bool created;
   ASSERT_TRUE(templates_->Set("base", "resources: {slots_per_trial: 2}\nlabels: [from-template]\n",
-                              "", &created).ok());
+                              "", "", &created).ok());
   config::ConfigInput input;
   input.config_yaml = "entrypoint: x\nsearcher: {name: single, metric: m, max_length: {batches: 1}}\nlabels: [mine]\n";
   input.config_path = "exp.yaml";

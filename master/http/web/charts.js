@@ -1,5 +1,5 @@
-// det's web page: the SVG charts (loaded before app.js, which draws them with these
-// functions; COLORS, esc and fmt come from app.js at call time).
+// det's web page: the SVG charts (loaded after util.js, whose COLORS, esc and fmt they
+// use, and before the views that draw them).
 'use strict';
 
 function niceStep(range, target) {

@@ -1,0 +1,107 @@
+// det experiment archive|unarchive, label add|remove, set description|name|priority:
+// what a user edits on an experiment besides its run.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "common/status/status_macros.h"
+
+namespace det::cli {
+namespace {
+
+struct EditOptions {
+  int64_t id = 0;
+  std::string value;
+  int32_t priority = 0;
+};
+
+// Sends `request` (its id set here) and prints `done` and the experiment's labels.
+absl::Status Patch(CliContext& ctx, int64_t id, v1::PatchExperimentRequest request,
+                   const std::string& done) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  request.set_id(id);
+  ASSIGN_OR_RETURN(v1::PatchExperimentResponse response, api->PatchExperiment(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  ctx.out << done << '\n';
+  return absl::OkStatus();
+}
+
+// Adds `name` to `parent`: ID and `value_name` (a required positional) into a fresh
+// EditOptions, then `run`.
+CLI::App* AddEdit(CLI::App& parent, CliContext& ctx, const std::string& name,
+                  const std::string& help, const std::string& value_name,
+                  std::function<absl::Status(CliContext&, const EditOptions&)> run) {
+  auto options = std::make_shared<EditOptions>();
+  CLI::App* cmd = parent.add_subcommand(name, help);
+  cmd->add_option("ID", options->id, "experiment ID")->required();
+  if (!value_name.empty()) cmd->add_option(value_name, options->value, value_name)->required();
+  cmd->callback([&ctx, options, run] {
+    ctx.action = [&ctx, options, run] { return run(ctx, *options); };
+  });
+  return cmd;
+}
+
+}  // namespace
+
+void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& ctx) {
+  for (bool archive : {true, false}) {
+    AddEdit(group, ctx, archive ? "archive" : "unarchive",
+            archive ? "archive an ended experiment: hidden from 'det e list' unless --all"
+                    : "unarchive an experiment",
+            "", [archive](CliContext& ctx, const EditOptions& o) -> absl::Status {
+              ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+              RETURN_IF_ERROR(archive ? api->ArchiveExperiment(o.id)
+                                      : api->UnarchiveExperiment(o.id));
+              ctx.out << (archive ? "Archived" : "Unarchived") << " experiment " << o.id << '\n';
+              return absl::OkStatus();
+            });
+  }
+
+  CLI::App* label = group.add_subcommand("label", "add or remove an experiment's labels");
+  label->require_subcommand(1);
+  for (bool add : {true, false}) {
+    AddEdit(*label, ctx, add ? "add" : "remove",
+            add ? "add a label to an experiment" : "remove a label from an experiment", "LABEL",
+            [add](CliContext& ctx, const EditOptions& o) {
+              v1::PatchExperimentRequest request;
+              (add ? request.add_add_labels() : request.add_remove_labels())->assign(o.value);
+              return Patch(ctx, o.id, request,
+                           absl::StrCat(add ? "Added label '" : "Removed label '", o.value,
+                                        add ? "' to" : "' from", " experiment ", o.id));
+            });
+  }
+
+  AddEdit(set, ctx, "description", "set an experiment's description", "DESCRIPTION",
+          [](CliContext& ctx, const EditOptions& o) {
+            v1::PatchExperimentRequest request;
+            request.set_description(o.value);
+            return Patch(ctx, o.id, request,
+                         absl::StrCat("Experiment ", o.id, ": description set"));
+          });
+  AddEdit(set, ctx, "name", "rename an experiment", "NAME",
+          [](CliContext& ctx, const EditOptions& o) {
+            v1::PatchExperimentRequest request;
+            request.set_name(o.value);
+            return Patch(ctx, o.id, request,
+                         absl::StrCat("Experiment ", o.id, ": name = ", o.value));
+          });
+  auto priority = std::make_shared<EditOptions>();
+  CLI::App* prio = set.add_subcommand(
+      "priority", "set an experiment's scheduling priority (1..99, lower first)");
+  prio->add_option("ID", priority->id, "experiment ID")->required();
+  prio->add_option("PRIORITY", priority->priority, "priority")->required();
+  prio->callback([&ctx, priority] {
+    ctx.action = [&ctx, priority]() -> absl::Status {
+      ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+      RETURN_IF_ERROR(api->UpdateJobPriority(priority->id, priority->priority));
+      ctx.out << "Experiment " << priority->id << ": priority = " << priority->priority << '\n';
+      return absl::OkStatus();
+    };
+  });
+}
+
+}  // namespace det::cli

@@ -1,0 +1,90 @@
+// ExperimentManager: what a user edits on an experiment besides its run: archived,
+// name, description, labels.
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/limits.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "master/experiments/experiment_manager.h"
+#include "master/loop/on_loop.h"
+#include "master/views/views.h"
+
+namespace det::master {
+namespace {
+
+constexpr size_t kMaxNameBytes = 128;
+constexpr size_t kMaxLabelBytes = 128;
+constexpr int kMaxLabels = 64;
+
+absl::Status CheckText(const std::string& field, const std::string& value, size_t max_bytes,
+                       bool may_be_empty) {
+  if (!may_be_empty && value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  }
+  if (value.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most ", max_bytes,
+                                                   " bytes, got ", value.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ExperimentState*> ExperimentManager::Find(int64_t id) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) {
+    return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
+  }
+  return &it->second;
+}
+
+absl::Status ExperimentManager::SetArchived(int64_t id, bool archived) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * es, Find(id));
+  if (archived && !views::Terminal(es->experiment.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", id, " is ", StateName(es->experiment.state()),
+        ": only an ended experiment (COMPLETED, CANCELED or ERROR) can be archived"));
+  }
+  if (es->experiment.archived() == archived) return absl::OkStatus();
+  v1::Experiment updated = es->experiment;
+  updated.set_archived(archived);
+  RETURN_IF_ERROR(PersistExperiment(store_, *es, std::move(updated)));
+  Logger("master")->info("experiment {} {}", id, archived ? "archived" : "unarchived");
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
+                                      v1::PatchExperimentResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * es, Find(req.id()));
+  v1::Experiment updated = es->experiment;
+  if (req.has_name()) {
+    RETURN_IF_ERROR(CheckText("name", req.name(), kMaxNameBytes, /*may_be_empty=*/false));
+    updated.set_name(req.name());
+  }
+  if (req.has_description()) {
+    RETURN_IF_ERROR(CheckText("description", req.description(),
+                              static_cast<size_t>(config::kMaxStringBytes), true));
+    updated.set_description(req.description());
+  }
+  std::set<std::string> labels(updated.labels().begin(), updated.labels().end());
+  for (int i = 0; i < req.add_labels_size(); ++i) {
+    RETURN_IF_ERROR(CheckText(absl::StrCat("add_labels[", i, "]"), req.add_labels(i),
+                              kMaxLabelBytes, /*may_be_empty=*/false));
+    labels.insert(req.add_labels(i));
+  }
+  for (const std::string& label : req.remove_labels()) labels.erase(label);
+  if (static_cast<int>(labels.size()) > kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("labels: at most ", kMaxLabels,
+                                                   " per experiment, would be ", labels.size()));
+  }
+  updated.clear_labels();
+  for (const std::string& label : labels) updated.add_labels(label);
+  RETURN_IF_ERROR(PersistExperiment(store_, *es, std::move(updated)));
+  *resp->mutable_experiment() = es->experiment;
+  return absl::OkStatus();
+}
+
+}  // namespace det::master
