@@ -1,14 +1,21 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "agent/checkpoint_gc/checkpoint_gc.h"
 #include "agent/net/local_address.h"
 #include "agent/supervisor/file_tailer.h"
@@ -39,6 +46,39 @@ void RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   if (ec) Logger("agent")->warn("cannot remove {}: {}", path, ec.message());
+}
+
+// The credential the master issued to this agent id (proto/agent.proto): under
+// work_dir/run (0700), mode 0600, so that no worker can read it and take the id over.
+std::string CredentialPath(const std::string& work_dir) {
+  return work_dir + "/run/agent_credential";
+}
+
+std::string ReadCredential(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+absl::Status WriteCredential(const std::string& path, const std::string& credential) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
+  }
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
+  const std::string text = credential + "\n";
+  bool ok = fchmod(fd, 0600) == 0 &&
+            write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -108,6 +148,10 @@ absl::Status Agent::RegisterOnce() {
   gethostname(host, sizeof(host) - 1);
   req.set_hostname(host);
   req.set_cluster_secret(config_.cluster_secret);
+  {
+    absl::MutexLock l(&mu_);
+    req.set_agent_credential(credential_);
+  }
   req.set_version("0.1.0");
   req.set_resource_pool(config_.resource_pool);
   std::string advertise = config_.advertise_address;
@@ -143,7 +187,7 @@ absl::Status Agent::RegisterOnce() {
   }
   auto resp = client_.Register(req);
   if (!resp.ok()) {
-    if (absl::IsUnauthenticated(resp.status())) {
+    if (absl::IsUnauthenticated(resp.status()) || absl::IsAlreadyExists(resp.status())) {
       Logger("agent")->error("the master at {} refused agent {}: {}", config_.master,
                              config_.agent_id, std::string(resp.status().message()));
     } else {
@@ -152,7 +196,16 @@ absl::Status Agent::RegisterOnce() {
     return resp.status();
   }
   for (const auto& id : resp->kill_allocations()) Kill(id, "the master no longer runs it");
+  if (!resp->agent_credential().empty() && resp->agent_credential() != req.agent_credential()) {
+    // Kept for the next registration (this process's or a restarted one's).
+    absl::Status kept = WriteCredential(CredentialPath(config_.work_dir), resp->agent_credential());
+    if (!kept.ok()) {
+      Logger("agent")->error("cannot keep the agent credential (a restarted agent must wait for "
+                             "the master to see this one go): {}", kept.ToString());
+    }
+  }
   absl::MutexLock l(&mu_);
+  if (!resp->agent_credential().empty()) credential_ = resp->agent_credential();
   session_ = resp->session_id();
   launch_context_.advertise_address = advertise;
   launch_context_.network_interface = interface;
@@ -180,6 +233,10 @@ absl::Status Agent::Run() {
                           std::string(st.message()));
   }
   Restore();
+  {
+    absl::MutexLock l(&mu_);
+    credential_ = ReadCredential(CredentialPath(config_.work_dir));
+  }
   poller_ = std::thread([this] { PollLoop(); });
   outbox_thread_ = std::thread([this] { OutboxLoop(); });
   if (options_.sampler != nullptr && options_.system_metrics_period > absl::ZeroDuration()) {
@@ -431,7 +488,15 @@ void Agent::OutboxLoop() {
           if (outbox_.front().line) --outbox_lines_;
           outbox_.pop_front();
         }
-        if (batch[0].line) dropped_lines_ -= dropped;
+        if (batch[0].line) {
+          // Lines the master refused for good are counted as dropped: the count goes with
+          // the next batch (ShipLogsRequest.dropped), never lost without a word.
+          if (st.ok()) {
+            dropped_lines_ -= dropped;
+          } else {
+            dropped_lines_ += static_cast<int64_t>(batch.size());
+          }
+        }
         Delivered(batch);
       }
       backoff = absl::Milliseconds(100);
@@ -440,6 +505,10 @@ void Agent::OutboxLoop() {
       continue;
     }
     if (absl::IsNotFound(st)) SessionLost(session);
+    if (batch[0].line && !absl::IsNotFound(st)) {
+      Logger("agent")->warn("cannot ship {} log lines (kept; sending them again in {}): {}",
+                            batch.size(), absl::FormatDuration(backoff), st.ToString());
+    }
     {
       absl::MutexLock l(&mu_);
       done = detaching_;

@@ -139,6 +139,8 @@ class Agent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool detaching_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_ ABSL_GUARDED_BY(mu_);
+  // The credential the master issued to this agent id (work_dir/run/agent_credential).
+  std::string credential_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Allocation>> allocations_ ABSL_GUARDED_BY(mu_);
   std::deque<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
   int64_t outbox_lines_ ABSL_GUARDED_BY(mu_) = 0;

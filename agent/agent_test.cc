@@ -36,6 +36,7 @@ class FakeMasterClient : public MasterClient {
     resp.set_session_id(absl::StrCat("session-", registers_.size()));
     resp.set_heartbeat_interval_ms(100);
     for (const auto& id : kill_on_register_) resp.add_kill_allocations(id);
+    resp.set_agent_credential(credential_);
     return resp;
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req) override {
@@ -82,6 +83,11 @@ class FakeMasterClient : public MasterClient {
   void Send(v1::AgentCommand cmd) {
     absl::MutexLock l(&mu_);
     commands_.push_back(std::move(cmd));
+  }
+  // The agent credential every RegisterResponse carries ("": none).
+  void IssueCredential(const std::string& credential) {
+    absl::MutexLock l(&mu_);
+    credential_ = credential;
   }
   void FailRegister(absl::Status st) {
     absl::MutexLock l(&mu_);
@@ -151,6 +157,7 @@ class FakeMasterClient : public MasterClient {
   std::vector<std::string> kill_on_register_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AgentCommand> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RegisterRequest> registers_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportLaunchedRequest> launched_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LogLine> lines_ ABSL_GUARDED_BY(mu_);
@@ -492,6 +499,31 @@ TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   for (size_t i = 0; i < lines.size(); i += 9973) EXPECT_EQ(lines[i], absl::StrCat(i + 1));
   EXPECT_EQ(lines.back(), "250000");
   EXPECT_EQ(master.dropped(), 0);
+}
+
+// The credential the master issues is kept in work_dir/run (0600: no worker reads it) and
+// presented by the next agent process, so that only it may take the id back while the
+// master still sees the first one connected.
+TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
+  {
+    FakeMasterClient first;
+    first.IssueCredential("c0ffee");
+    RunningAgent agent(config_, first, options_);
+    ASSERT_TRUE(first.WaitFor([&] { return !first.registers().empty(); }));
+    EXPECT_EQ(first.registers()[0].agent_credential(), "");
+    EXPECT_TRUE(agent.Stop().ok());
+  }
+  const std::string path = dir_ + "/work/run/agent_credential";
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(Slurp(path), "c0ffee\n");
+
+  FakeMasterClient second;
+  RunningAgent agent(config_, second, options_);
+  ASSERT_TRUE(second.WaitFor([&] { return !second.registers().empty(); }));
+  EXPECT_EQ(second.registers()[0].agent_credential(), "c0ffee");
+  EXPECT_TRUE(agent.Stop().ok());
 }
 
 // Registration tells the master where other agents reach this one and which ports it lends
