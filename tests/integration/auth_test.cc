@@ -1,5 +1,6 @@
 // Users and sessions with the real master and the real det CLI: login/logout/whoami/
-// create/change-password, the token file, and calls refused without a token.
+// create/change-password, the token file, calls refused without a token, and ownership
+// (only an experiment's owner or an admin changes it).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -135,6 +136,44 @@ TEST_F(Auth, AdminCreatesUsersWhoChangeTheirPasswords) {
   CommandResult again = DetIn(home, {"user", "login"}, {{"DET_PASSWORD", "bobs-new-password"}});
   ASSERT_TRUE(again.exit.ok()) << again.err;
   EXPECT_THAT(again.out, HasSubstr("Logged in as bob"));
+}
+
+// Ownership: a user who does not own an experiment cannot kill it (it keeps running),
+// nor disable agents; an admin can.
+TEST_F(Auth, OnlyTheOwnerOrAnAdminKillsAnExperiment) {
+  ASSERT_TRUE(cluster_.StartAgent("agent-a", 1).ok()) << cluster_.LogTail("agent-a");
+  CommandResult create = RunCommand(
+      {TestCluster::BinDir() + "/det", "-m", cluster_.address(), "user", "create", "bob"},
+      absl::Seconds(60), {{"DET_USER_TOKEN", cluster_.token()}, {"DET_NEW_PASSWORD", "bobs-password"}});
+  ASSERT_TRUE(create.exit.ok()) << create.err;
+  std::string bob = Home("bob");
+  ASSERT_TRUE(DetIn(bob, {"user", "login", "bob"}, {{"DET_PASSWORD", "bobs-password"}}).exit.ok());
+
+  std::string config = cluster_.WriteFile("long.yaml", ExampleExperiment{.batches = 100000}.Yaml());
+  ASSERT_TRUE(cluster_.Det({"e", "create", config}).exit.ok());  // Owned by admin.
+  CommandResult kill = DetIn(bob, {"e", "kill", "1"});
+  EXPECT_EQ(kill.exit.exit_code, 1);
+  EXPECT_THAT(kill.err, HasSubstr("only the experiment's owner (admin) or an admin may kill "
+                                  "experiment 1; you are 'bob'"));
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"e", "pause", "1"}, {"e", "set", "priority", "1", "5"}, {"e", "label", "add", "1", "x"}}) {
+    CommandResult refused = DetIn(bob, args);
+    EXPECT_EQ(refused.exit.exit_code, 1) << args[1];
+    EXPECT_THAT(refused.err, HasSubstr("only the experiment's owner (admin) or an admin may"));
+  }
+  CommandResult disable = DetIn(bob, {"agent", "disable", "agent-a"});
+  EXPECT_EQ(disable.exit.exit_code, 1);
+  EXPECT_THAT(disable.err, HasSubstr("only an admin may disable agents; user 'bob' is not one"));
+  nlohmann::json d = cluster_.DetJson({"e", "describe", "1"});
+  ASSERT_TRUE(d.is_object());
+  EXPECT_EQ(d["experiment"]["state"], "STATE_ACTIVE");
+  EXPECT_NE(d["trials"][0]["state"], "STATE_CANCELED");
+  // Bob's own experiment is his to change; the admin kills the other.
+  ASSERT_TRUE(DetIn(bob, {"e", "create", config}).exit.ok());
+  EXPECT_TRUE(DetIn(bob, {"e", "label", "add", "2", "mine"}).exit.ok());
+  EXPECT_TRUE(DetIn(bob, {"e", "kill", "2"}).exit.ok());
+  CommandResult admin_kill = cluster_.Det({"e", "kill", "1"});
+  EXPECT_TRUE(admin_kill.exit.ok()) << admin_kill.err;
 }
 
 TEST_F(Auth, SessionsSurviveAMasterRestart) {

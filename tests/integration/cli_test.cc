@@ -16,6 +16,7 @@
 namespace det::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -147,6 +148,54 @@ data: {dir: /usr/share/datasets/fashion-mnist}
   EXPECT_THAT(t.out, Not(HasSubstr("e-0")));
   EXPECT_THAT(t.out, Not(HasSubstr("diag/")));
 
+  // checkpoint list (ls) and describe.
+  CommandResult cls = cluster_.Det({"checkpoint", "ls", "1"});
+  ASSERT_TRUE(cls.exit.ok()) << cls.err;
+  EXPECT_THAT(cls.out, HasSubstr(best_uuid));
+  EXPECT_THAT(cluster_.Det({"checkpoint", "list", "1"}).out, HasSubstr(best_uuid));
+  CommandResult cd = cluster_.Det({"checkpoint", "describe", best_uuid});
+  ASSERT_TRUE(cd.exit.ok()) << cd.err;
+  EXPECT_THAT(cd.out, HasSubstr(best_uuid));
+  EXPECT_THAT(cd.out, HasSubstr("Metric validation_loss"));
+  EXPECT_THAT(cd.out, ContainsRegex("Experiment: +1\n"));
+  CommandResult nock = cluster_.Det({"checkpoint", "describe", "no-such-uuid"});
+  EXPECT_FALSE(nock.exit.ok());
+  EXPECT_THAT(nock.err, HasSubstr("checkpoint no-such-uuid not found"));
+
+  // set name|description, label add|remove: shown by describe.
+  ASSERT_TRUE(cluster_.Det({"e", "set", "name", "1", "grid-renamed"}).exit.ok());
+  ASSERT_TRUE(cluster_.Det({"e", "set", "description", "1", "two learning rates"}).exit.ok());
+  for (const char* label : {"fashion", "tmp"}) {
+    CommandResult add = cluster_.Det({"e", "label", "add", "1", label});
+    ASSERT_TRUE(add.exit.ok()) << add.err;
+    EXPECT_EQ(add.out, absl::StrCat("Added label '", label, "' to experiment 1\n"));
+  }
+  ASSERT_TRUE(cluster_.Det({"e", "label", "remove", "1", "tmp"}).exit.ok());
+  CommandResult described = cluster_.Det({"e", "describe", "1"});
+  EXPECT_THAT(described.out, ContainsRegex("Name: +grid-renamed"));
+  EXPECT_THAT(described.out, ContainsRegex("Description: +two learning rates"));
+  EXPECT_THAT(described.out, ContainsRegex("Labels: +fashion\n"));
+  // set priority of an ended experiment: refused, naming its state.
+  CommandResult prio = cluster_.Det({"e", "set", "priority", "1", "10"});
+  EXPECT_FALSE(prio.exit.ok());
+  EXPECT_THAT(prio.err, HasSubstr("experiment 1 is COMPLETED"));
+
+  // archive: hidden from list unless --all; unarchive shows it again.
+  CommandResult archive = cluster_.Det({"e", "archive", "1"});
+  ASSERT_TRUE(archive.exit.ok()) << archive.err;
+  EXPECT_EQ(archive.out, "Archived experiment 1\n");
+  EXPECT_THAT(cluster_.Det({"e", "list"}).out, Not(HasSubstr("grid-renamed")));
+  EXPECT_THAT(cluster_.Det({"e", "ls", "--all"}).out, HasSubstr("grid-renamed"));
+  ASSERT_TRUE(cluster_.Det({"e", "unarchive", "1"}).exit.ok());
+  EXPECT_THAT(cluster_.Det({"e", "list"}).out, HasSubstr("grid-renamed"));
+
+  // master config: the running master's settings, the cluster secret redacted.
+  CommandResult mc = cluster_.Det({"master", "config"});
+  ASSERT_TRUE(mc.exit.ok()) << mc.err;
+  EXPECT_THAT(mc.out, HasSubstr(absl::StrCat("grpc_listen: ")));
+  EXPECT_THAT(mc.out, HasSubstr("resource_pools:"));
+  EXPECT_THAT(mc.out, ContainsRegex("cluster_secret: \"(<redacted>)?\"\n"));
+
   // A mistyped command word is named with the nearest command.
   CommandResult typo = cluster_.Det({"e", "lsit"});
   EXPECT_FALSE(typo.exit.ok());
@@ -162,6 +211,20 @@ TEST_F(Cli, WaitFailsForAKilledExperiment) {
   EXPECT_FALSE(wait.exit.ok());
   EXPECT_EQ(wait.out, "Experiment 1 ended: CANCELED\n");
   EXPECT_THAT(wait.err, HasSubstr("experiment 1 ended in CANCELED"));
+
+  // create --paused: nothing runs until activated; a running experiment is not archived.
+  CommandResult paused = cluster_.Det({"e", "create", config, "--paused"});
+  ASSERT_TRUE(paused.exit.ok()) << paused.err;
+  EXPECT_THAT(paused.out, StartsWith("Created experiment 2\n"));
+  nlohmann::json d = cluster_.DetJson({"e", "describe", "2"});
+  ASSERT_TRUE(d.is_object());
+  EXPECT_EQ(d["experiment"]["state"], "STATE_PAUSED");
+  EXPECT_EQ(d["trials"][0]["state"], "STATE_PAUSED");
+  CommandResult archive = cluster_.Det({"e", "archive", "2"});
+  EXPECT_FALSE(archive.exit.ok());
+  EXPECT_THAT(archive.err, HasSubstr("experiment 2 is PAUSED: only an ended experiment"));
+  ASSERT_TRUE(cluster_.Det({"e", "kill", "2"}).exit.ok());
+  EXPECT_TRUE(cluster_.Det({"e", "archive", "2"}).exit.ok());
 }
 
 }  // namespace

@@ -240,6 +240,10 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(experiment, Not(HasSubstr("★ best")));
   EXPECT_THAT(experiment, HasSubstr("id=\"act-kill\" class=\"danger\" hidden=\"\""));
   EXPECT_THAT(experiment, HasSubstr("id=\"act-pause\" hidden=\"\""));
+  // Ended: Archive offered (Unarchive once archived), and a label can be added.
+  EXPECT_THAT(experiment, HasSubstr("<button id=\"act-archive\">Archive</button>"));
+  EXPECT_THAT(experiment, HasSubstr("id=\"act-unarchive\" hidden=\"\""));
+  EXPECT_THAT(experiment, HasSubstr("id=\"act-label\""));
 
   // Without a session the page asks to log in and shows no data.
   std::string anonymous = Browse("#/", "--dump-dom", /*with_token=*/false);
