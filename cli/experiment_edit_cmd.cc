@@ -1,8 +1,10 @@
-// det experiment archive|unarchive, label add|remove, set description|name|priority:
+// det experiment archive|unarchive, label add|remove, set description|name|priority|
+// gc-policy:
 // what a user edits on an experiment besides its run.
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +91,33 @@ void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& 
             return Patch(ctx, o.id, request,
                          absl::StrCat("Experiment ", o.id, ": name = ", o.value));
           });
+  struct GcPolicy {
+    int64_t id = 0;
+    std::optional<int32_t> experiment_best, trial_best, trial_latest;
+  };
+  auto gc = std::make_shared<GcPolicy>();
+  CLI::App* gc_cmd = set.add_subcommand(
+      "gc-policy", "change which checkpoints are kept; those no longer kept are deleted");
+  gc_cmd->add_option("ID", gc->id, "experiment ID")->required();
+  gc_cmd->add_option("--save-experiment-best", gc->experiment_best,
+                     "keep the N best checkpoints of the experiment");
+  gc_cmd->add_option("--save-trial-best", gc->trial_best, "keep the N best of each trial");
+  gc_cmd->add_option("--save-trial-latest", gc->trial_latest, "keep the N latest of each trial");
+  gc_cmd->callback([&ctx, gc] {
+    ctx.action = [&ctx, gc]() -> absl::Status {
+      v1::PatchExperimentRequest request;
+      if (gc->experiment_best) request.set_save_experiment_best(*gc->experiment_best);
+      if (gc->trial_best) request.set_save_trial_best(*gc->trial_best);
+      if (gc->trial_latest) request.set_save_trial_latest(*gc->trial_latest);
+      if (!gc->experiment_best && !gc->trial_best && !gc->trial_latest) {
+        return absl::InvalidArgumentError(
+            "gc-policy: give --save-experiment-best, --save-trial-best or --save-trial-latest");
+      }
+      return Patch(ctx, gc->id, request,
+                   absl::StrCat("Experiment ", gc->id, ": checkpoint GC policy set"));
+    };
+  });
+
   auto priority = std::make_shared<EditOptions>();
   CLI::App* prio = set.add_subcommand(
       "priority", "set an experiment's scheduling priority (1..99, lower first)");

@@ -164,5 +164,34 @@ TEST_F(CheckpointManagerTest, ACheckpointIsFoundByItsUuid) {
   EXPECT_EQ(st.message(), "checkpoint c-nope not found");
 }
 
+// det e set gc-policy: a policy keeping fewer checkpoints collects those of ended trials
+// it no longer keeps; the new policy is in the stored config.
+TEST_F(CheckpointManagerTest, ANewGcPolicyCollectsWhatItNoLongerKeeps) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_TRUE(h_->ReportExit("a1", session, gc.allocation_id(), 0).ok());
+  ASSERT_EQ(CheckpointStates()["c-30"], v1::STATE_COMPLETED);
+  const int64_t experiment = h_->Trial(trial_).experiment_id();
+
+  v1::PatchExperimentRequest req;
+  req.set_id(experiment);
+  req.set_save_trial_best(-1);
+  v1::PatchExperimentResponse resp;
+  absl::Status st;
+  h_->Turn([&] { st = h_->experiments.Patch(req, &resp); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "save_trial_best: expected an integer >= 0, got -1");
+
+  req.set_save_trial_best(0);
+  req.set_save_trial_latest(0);
+  h_->Turn([&] { st = h_->experiments.Patch(req, &resp); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(resp.experiment().config_yaml(), HasSubstr("save_trial_latest: 0"));
+  v1::LaunchCommand again = h_->NextLaunch("a1", session);
+  EXPECT_EQ(again.allocation_id(), "gc-2.0");
+  ASSERT_TRUE(h_->ReportExit("a1", session, again.allocation_id(), 0).ok());
+  EXPECT_EQ(CheckpointStates()["c-30"], v1::STATE_DELETED);
+}
+
 }  // namespace
 }  // namespace det::master

@@ -1,6 +1,9 @@
 // ExperimentManager: what a user edits on an experiment besides its run: archived,
 // name, description, labels.
+#include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/config/limits.h"
@@ -37,6 +40,19 @@ absl::StatusOr<ExperimentState*> ExperimentManager::Find(int64_t id) {
     return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
   }
   return &it->second;
+}
+
+absl::StatusOr<config::ParsedExperiment> ExperimentManager::Reparse(
+    const ExperimentState& es, std::vector<std::string> overrides) {
+  config::ConfigInput input;
+  input.config_yaml = es.experiment.config_yaml();
+  input.config_path = absl::StrCat("experiment ", es.experiment.id());
+  input.overrides = std::move(overrides);
+  auto no_template = [](const std::string& name) -> absl::StatusOr<std::string> {
+    return absl::NotFoundError(absl::StrCat("template ", name, " not found"));
+  };
+  return config::ParseExperimentConfig(input, no_template,
+                                       static_cast<uint32_t>(es.experiment.experiment_seed()));
 }
 
 absl::Status ExperimentManager::SetArchived(int64_t id, bool archived) {
@@ -82,7 +98,45 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
   }
   updated.clear_labels();
   for (const std::string& label : labels) updated.add_labels(label);
+  // The GC policy: checkpoint_storage.save_* overrides on the stored config.
+  std::vector<std::string> overrides;
+  const std::pair<const char*, std::optional<int32_t>> policy[] = {
+      {"save_experiment_best",
+       req.has_save_experiment_best() ? std::optional<int32_t>(req.save_experiment_best())
+                                      : std::nullopt},
+      {"save_trial_best",
+       req.has_save_trial_best() ? std::optional<int32_t>(req.save_trial_best()) : std::nullopt},
+      {"save_trial_latest", req.has_save_trial_latest()
+                                ? std::optional<int32_t>(req.save_trial_latest())
+                                : std::nullopt}};
+  for (const auto& [key, value] : policy) {
+    if (!value) continue;
+    if (*value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": expected an integer >= 0, got ", *value));
+    }
+    overrides.push_back(absl::StrCat("checkpoint_storage.", key, "=", *value));
+  }
+  std::optional<config::ParsedExperiment> parsed;
+  if (!overrides.empty()) {
+    if (!es->config.checkpoint_storage) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "experiment ", req.id(), " keeps no checkpoints (its config has no checkpoint_storage)"));
+    }
+    ASSIGN_OR_RETURN(parsed, Reparse(*es, std::move(overrides)));
+    updated.set_config_yaml(parsed->effective_yaml);
+  }
   RETURN_IF_ERROR(PersistExperiment(store_, *es, std::move(updated)));
+  if (parsed) {
+    es->config = parsed->config;
+    es->config_json = parsed->effective_json;
+    Logger("master")->info("experiment {}: checkpoint GC policy changed", req.id());
+    // Ended trials' checkpoints the new policy no longer keeps are collected now.
+    for (int64_t tid : es->trial_ids) {
+      if (views::Terminal(trials_.at(tid).trial.state())) checkpoints_.Collect(*es, tid);
+    }
+    turns_.RequestSchedule();
+  }
   *resp->mutable_experiment() = es->experiment;
   return absl::OkStatus();
 }

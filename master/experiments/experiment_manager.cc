@@ -319,16 +319,8 @@ absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& re
     return absl::FailedPreconditionError(absl::StrCat(
         "slots_per_trial ", slots, " can never be scheduled: ", why, " (use --force)"));
   }
-  config::ConfigInput input;
-  input.config_yaml = es.experiment.config_yaml();
-  input.config_path = absl::StrCat("experiment ", req.id());
-  input.overrides.push_back(absl::StrCat("resources.slots_per_trial=", slots));
-  auto no_template = [](const std::string& name) -> absl::StatusOr<std::string> {
-    return absl::NotFoundError(absl::StrCat("template ", name, " not found"));
-  };
   ASSIGN_OR_RETURN(config::ParsedExperiment parsed,
-                   config::ParseExperimentConfig(
-                       input, no_template, static_cast<uint32_t>(es.experiment.experiment_seed())));
+                   Reparse(es, {absl::StrCat("resources.slots_per_trial=", slots)}));
   v1::Experiment updated = es.experiment;
   updated.set_config_yaml(parsed.effective_yaml);
   updated.set_slots_per_trial(slots);

@@ -84,6 +84,9 @@ class ExperimentManager {
  private:
   // Experiment `id`, or NotFound "experiment N not found".
   absl::StatusOr<ExperimentState*> Find(int64_t id);
+  // es's stored config parsed again with `overrides` (KEY.PATH=VALUE) on top.
+  static absl::StatusOr<config::ParsedExperiment> Reparse(const ExperimentState& es,
+                                                          std::vector<std::string> overrides);
   // FailedPrecondition "experiment N is COMPLETED" once es has ended.
   static absl::Status RefuseEnded(const ExperimentState& es);
   // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is
