@@ -189,6 +189,13 @@ data: {dir: /usr/share/datasets/fashion-mnist}
   ASSERT_TRUE(cluster_.Det({"e", "unarchive", "1"}).exit.ok());
   EXPECT_THAT(cluster_.Det({"e", "list"}).out, HasSubstr("grid-renamed"));
 
+  // set gc-policy: stored in the config (the GC task it queues runs on the agent).
+  CommandResult gcp = cluster_.Det({"e", "set", "gc-policy", "1", "--save-trial-latest", "1"});
+  ASSERT_TRUE(gcp.exit.ok()) << gcp.err;
+  EXPECT_EQ(gcp.out, "Experiment 1: checkpoint GC policy set\n");
+  EXPECT_THAT(cluster_.Det({"e", "config", "1"}).out, HasSubstr("save_trial_latest: 1"));
+  EXPECT_FALSE(cluster_.Det({"e", "set", "gc-policy", "1"}).exit.ok());
+
   // master config: the running master's settings, the cluster secret redacted.
   CommandResult mc = cluster_.Det({"master", "config"});
   ASSERT_TRUE(mc.exit.ok()) << mc.err;
