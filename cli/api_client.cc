@@ -238,6 +238,12 @@ absl::StatusOr<v1::GetMasterConfigResponse> ApiClient::GetMasterConfig() {
               v1::GetMasterConfigRequest(), options_.deadline, address_);
 }
 
+absl::StatusOr<v1::DeleteCheckpointsResponse> ApiClient::DeleteCheckpoints(
+    const v1::DeleteCheckpointsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::DeleteCheckpoints, "DeleteCheckpoints", request,
+              options_.deadline, address_);
+}
+
 absl::Status ApiClient::ArchiveExperiment(int64_t id) {
   v1::ArchiveExperimentRequest request;
   request.set_id(id);

@@ -65,6 +65,8 @@ class ApiClient {
   absl::StatusOr<v1::PatchExperimentResponse> PatchExperiment(
       const v1::PatchExperimentRequest& request);
   absl::StatusOr<v1::GetCheckpointResponse> GetCheckpoint(const std::string& uuid);
+  absl::StatusOr<v1::DeleteCheckpointsResponse> DeleteCheckpoints(
+      const v1::DeleteCheckpointsRequest& request);
   absl::Status ActivateExperiment(int64_t id);
   absl::StatusOr<v1::SetExperimentSlotsResponse> SetExperimentSlots(int64_t id, int32_t slots,
                                                                     bool force);

@@ -1,8 +1,9 @@
-// det checkpoint list|ls EXPERIMENT_ID, describe UUID.
+// det checkpoint list|ls EXPERIMENT_ID, describe UUID, delete UUID... --yes.
 #include <CLI/CLI.hpp>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
@@ -37,6 +38,27 @@ absl::Status Describe(CliContext& ctx, const std::string& uuid) {
   return absl::OkStatus();
 }
 
+struct DeleteOptions {
+  std::vector<std::string> uuids;
+  bool yes = false;
+};
+
+absl::Status Delete(CliContext& ctx, const DeleteOptions& options) {
+  if (!options.yes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint delete removes the files of ", options.uuids.size(),
+        " checkpoint(s) for good: confirm with --yes"));
+  }
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::DeleteCheckpointsRequest request;
+  for (const std::string& uuid : options.uuids) request.add_uuids(uuid);
+  ASSIGN_OR_RETURN(v1::DeleteCheckpointsResponse response, api->DeleteCheckpoints(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  ctx.out << "Deleting " << response.queued_size()
+          << " checkpoint(s) (a garbage collection task on an agent; det task list shows it)\n";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
@@ -58,6 +80,13 @@ void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
   describe->callback([&ctx, uuid] {
     ctx.action = [&ctx, uuid] { return Describe(ctx, *uuid); };
   });
+  auto del = std::make_shared<DeleteOptions>();
+  CLI::App* delete_cmd =
+      group->add_subcommand("delete", "delete checkpoints of ended trials (their files too)");
+  delete_cmd->add_option("UUIDS", del->uuids, "checkpoint UUIDs")->required();
+  delete_cmd->add_flag("--yes,-y", del->yes, "do not ask: delete");
+  delete_cmd->add_flag("--json", ctx.json, "print machine-readable JSON");
+  delete_cmd->callback([&ctx, del] { ctx.action = [&ctx, del] { return Delete(ctx, *del); }; });
 }
 
 }  // namespace det::cli

@@ -101,6 +101,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(UnarchiveExperiment)
   DET_SERVE_API(PatchExperiment)
   DET_SERVE_API(GetCheckpoint)
+  DET_SERVE_API(DeleteCheckpoints)
   DET_SERVE_API(EnableAgent)
   DET_SERVE_API(DisableAgent)
   DET_SERVE_API(ListJobs)

@@ -44,6 +44,7 @@ class ApiHandler {
   virtual void UnarchiveExperiment(const Caller& caller, const v1::UnarchiveExperimentRequest& request, v1::UnarchiveExperimentResponse* response, Done done) = 0;
   virtual void PatchExperiment(const Caller& caller, const v1::PatchExperimentRequest& request, v1::PatchExperimentResponse* response, Done done) = 0;
   virtual void GetCheckpoint(const Caller& caller, const v1::GetCheckpointRequest& request, v1::GetCheckpointResponse* response, Done done) = 0;
+  virtual void DeleteCheckpoints(const Caller& caller, const v1::DeleteCheckpointsRequest& request, v1::DeleteCheckpointsResponse* response, Done done) = 0;
   virtual void GetTrial(const Caller& caller, const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;
   virtual void GetTrialMetrics(const Caller& caller, const v1::GetTrialMetricsRequest& request, v1::GetTrialMetricsResponse* response, Done done) = 0;
   virtual void GetTrialLogs(const Caller& caller, const v1::GetTrialLogsRequest& request, v1::GetTrialLogsResponse* response, Done done) = 0;

@@ -151,6 +151,16 @@ void MasterService::GetCheckpoint(const Caller&, const v1::GetCheckpointRequest&
                 [this, &req, resp] { return m_.checkpoints.GetCheckpoint(req, resp); });
 }
 
+void MasterService::DeleteCheckpoints(const Caller& caller,
+                                      const v1::DeleteCheckpointsRequest& req,
+                                      v1::DeleteCheckpointsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp] {
+    return m_.checkpoints.DeleteCheckpoints(req, resp, [&caller](const v1::Experiment& e) {
+      return MayChangeExperiment(caller, e, "delete checkpoints of");
+    });
+  });
+}
+
 void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
                              v1::GetTrialResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.GetTrial(req, resp); });

@@ -80,6 +80,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                        v1::PatchExperimentResponse*, Done) override;
   void GetCheckpoint(const Caller&, const v1::GetCheckpointRequest&,
                      v1::GetCheckpointResponse*, Done) override;
+  void DeleteCheckpoints(const Caller&, const v1::DeleteCheckpointsRequest&,
+                         v1::DeleteCheckpointsResponse*, Done) override;
   void GetTrial(const Caller&, const v1::GetTrialRequest&, v1::GetTrialResponse*, Done) override;
   void GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest&,
                        v1::GetTrialMetricsResponse*, Done) override;

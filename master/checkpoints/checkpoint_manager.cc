@@ -171,7 +171,13 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   for (const auto& [id, g] : gc_tasks_) tasks.push_back(&g.task);
   std::vector<std::string> to_delete = NotYetCollected(CheckpointsToDelete(all, ended, *policy), tasks);
   if (to_delete.empty()) return;
-  const std::set<std::string> doomed(to_delete.begin(), to_delete.end());
+  // Logged, and in the trial's log; the trial has ended either way.
+  (void)QueueGcTask(es, ended_trial, all, {to_delete.begin(), to_delete.end()});
+}
+
+absl::Status CheckpointManager::QueueGcTask(const ExperimentState& es, int64_t ended_trial,
+                                            const std::vector<v1::Checkpoint>& all,
+                                            const std::set<std::string>& doomed) {
   v1::CheckpointGcTask task;
   task.set_experiment_id(es.experiment.id());
   task.set_trial_id(ended_trial);
@@ -193,7 +199,7 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
                             id.status().ToString());
     logs_.Event(ended_trial,
                 absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
-    return;
+    return id.status();
   }
   task.set_id(*id);
   GcTaskState& g = gc_tasks_[*id];
@@ -203,6 +209,7 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
                            doomed.size(), " checkpoint(s) to delete on an agent of resource pool '",
                            g.task.resource_pool(), "'"));
   turns_.RequestSchedule();
+  return absl::OkStatus();
 }
 
 size_t CheckpointManager::running() const {

@@ -62,6 +62,15 @@ class CheckpointManager {
   // NotFound "checkpoint UUID not found".
   absl::Status GetCheckpoint(const v1::GetCheckpointRequest& req, v1::GetCheckpointResponse* resp);
 
+  // Queues a CHECKPOINT_GC task deleting `uuids` (checkpoints of ended trials; those
+  // deleted or queued already are skipped, the others listed in resp->queued). NotFound
+  // naming an unknown UUID, FailedPrecondition naming a trial that has not ended, or what
+  // `allowed` answers for the checkpoint's experiment; nothing is queued then.
+  // checkpoint_delete.cc.
+  absl::Status DeleteCheckpoints(const v1::DeleteCheckpointsRequest& req,
+                                 v1::DeleteCheckpointsResponse* resp,
+                                 const std::function<absl::Status(const v1::Experiment&)>& allowed);
+
   // After `ended_trial` ended: queues a CHECKPOINT_GC task for the checkpoints to delete
   // that no queued or running task covers yet.
   void Collect(ExperimentState& es, int64_t ended_trial);
@@ -93,6 +102,11 @@ class CheckpointManager {
   bool RouteLogLine(v1::LogLine* line);
 
  private:
+  // Stores and queues a GC task of es deleting those of `all` in `doomed`; its log lines
+  // go to `trial_id`'s log.
+  absl::Status QueueGcTask(const ExperimentState& es, int64_t trial_id,
+                           const std::vector<v1::Checkpoint>& all,
+                           const std::set<std::string>& doomed);
   // Ends the running attempt of `g`: STATE_QUEUED requeues it (a lost agent; attempt + 1),
   // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
   void End(GcTaskState& g, v1::State outcome, const std::string& why);

@@ -18,6 +18,7 @@
 namespace det::master {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::ManagerHarness;
 
@@ -191,6 +192,48 @@ TEST_F(CheckpointManagerTest, ANewGcPolicyCollectsWhatItNoLongerKeeps) {
   EXPECT_EQ(again.allocation_id(), "gc-2.0");
   ASSERT_TRUE(h_->ReportExit("a1", session, again.allocation_id(), 0).ok());
   EXPECT_EQ(CheckpointStates()["c-30"], v1::STATE_DELETED);
+}
+
+// det checkpoint delete: ended trials' checkpoints only, through a GC task; nothing is
+// queued when one UUID is refused; the callback's refusal (ownership) stands.
+TEST_F(CheckpointManagerTest, DeletedCheckpointsGoThroughAGcTask) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_TRUE(h_->ReportExit("a1", session, gc.allocation_id(), 0).ok());
+  auto allow = [](const v1::Experiment&) { return absl::OkStatus(); };
+  v1::DeleteCheckpointsRequest req;
+  v1::DeleteCheckpointsResponse resp;
+  absl::Status st;
+  auto del = [&](auto allowed) {
+    resp.Clear();
+    h_->Turn([&] { st = h_->checkpoints.DeleteCheckpoints(req, &resp, allowed); });
+  };
+  req.add_uuids("c-30");
+  req.add_uuids("c-nope");
+  del(allow);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "checkpoint c-nope not found");
+  req.clear_uuids();
+  req.add_uuids("c-30");
+  del([](const v1::Experiment&) { return absl::PermissionDeniedError("not yours"); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  req.add_uuids("c-10");  // Deleted already: skipped.
+  del(allow);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(resp.queued(), ElementsAre("c-30"));
+  v1::LaunchCommand again = h_->NextLaunch("a1", session);
+  ASSERT_TRUE(h_->ReportExit("a1", session, again.allocation_id(), 0).ok());
+  EXPECT_EQ(CheckpointStates()["c-30"], v1::STATE_DELETED);
+
+  // A running trial's checkpoints are refused, naming its state.
+  const int64_t running = h_->CreateExperiment("running");
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "r-1", 5).ok());
+  req.clear_uuids();
+  req.add_uuids("r-1");
+  del(allow);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("checkpoint r-1 belongs to trial ", running)));
 }
 
 }  // namespace

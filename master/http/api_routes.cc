@@ -98,6 +98,8 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
            HandlerRoute(api, &ApiHandler::PatchExperiment, {"id"}), users);
   Register(srv, routes_, "GET", v1 + "/checkpoints/" + name,
            HandlerRoute(api, &ApiHandler::GetCheckpoint, {"uuid"}), users);
+  Register(srv, routes_, "DELETE", v1 + "/checkpoints/" + name,
+           HandlerRoute(api, &ApiHandler::DeleteCheckpoints, {"uuids"}), users);
   Register(srv, routes_, "GET", v1 + "/experiments/" + id + "/checkpoints",
            HandlerRoute(api, &ApiHandler::ListCheckpoints, {"experiment_id"}), users);
 

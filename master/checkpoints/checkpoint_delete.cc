@@ -1,0 +1,66 @@
+// CheckpointManager: checkpoints deleted on request (det checkpoint delete), through the
+// same CHECKPOINT_GC tasks as the policy's garbage collection.
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "master/checkpoints/checkpoint_gc.h"
+#include "master/checkpoints/checkpoint_manager.h"
+#include "master/loop/on_loop.h"
+#include "master/views/views.h"
+
+namespace det::master {
+
+absl::Status CheckpointManager::DeleteCheckpoints(
+    const v1::DeleteCheckpointsRequest& req, v1::DeleteCheckpointsResponse* resp,
+    const std::function<absl::Status(const v1::Experiment&)>& allowed) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (req.uuids_size() == 0) {
+    return absl::InvalidArgumentError("uuids: give at least one checkpoint UUID");
+  }
+  const std::set<std::string> wanted(req.uuids().begin(), req.uuids().end());
+  // Trial -> its checkpoints, for the trials holding a wanted one.
+  std::map<int64_t, std::vector<v1::Checkpoint>> by_trial;
+  std::set<std::string> found;
+  for (const auto& [experiment_id, es] : registry_.experiments) {
+    for (int64_t tid : es.trial_ids) {
+      ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, store_.GetCheckpoints(tid));
+      for (const v1::Checkpoint& c : cs) {
+        if (!wanted.count(c.uuid())) continue;
+        found.insert(c.uuid());
+        const v1::Trial& trial = registry_.trials.at(tid).trial;
+        if (!views::Terminal(trial.state())) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "checkpoint ", c.uuid(), " belongs to trial ", tid, ", which is ",
+              StateName(trial.state()), ": delete checkpoints once their trial has ended"));
+        }
+        RETURN_IF_ERROR(allowed(es.experiment));
+        by_trial[tid] = cs;
+      }
+    }
+  }
+  for (const std::string& uuid : req.uuids()) {
+    if (!found.count(uuid)) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+  }
+  std::vector<const v1::CheckpointGcTask*> tasks;
+  for (const auto& [id, g] : gc_tasks_) tasks.push_back(&g.task);
+  for (const auto& [tid, cs] : by_trial) {
+    std::vector<std::string> uuids;
+    for (const v1::Checkpoint& c : cs) {
+      if (wanted.count(c.uuid()) && c.state() != v1::STATE_DELETED) uuids.push_back(c.uuid());
+    }
+    std::vector<std::string> doomed = NotYetCollected(uuids, tasks);
+    if (doomed.empty()) continue;
+    const ExperimentState& es =
+        registry_.experiments.at(registry_.trials.at(tid).trial.experiment_id());
+    RETURN_IF_ERROR(QueueGcTask(es, tid, cs, {doomed.begin(), doomed.end()}));
+    for (const std::string& uuid : doomed) resp->add_queued(uuid);
+    Logger("master")->info("trial {}: {} checkpoint(s) to delete on request", tid, doomed.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace det::master
