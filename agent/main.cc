@@ -1,6 +1,7 @@
 // det-agent: flags -> config -> agent. Also the worker shim (`det-agent --worker-shim`) and
 // the checkpoint garbage-collection process (`det-agent --checkpoint-gc`).
 #include <pthread.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "agent/checkpoint_gc/checkpoint_gc.h"
@@ -27,6 +29,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: det-agent --config AGENT_YAML [--system-metrics-period DURATION]\n"
+    "                 [--task-user NAME|UID:GID]\n"
+    "  --task-user              the unprivileged OS user every worker runs as (its work dir\n"
+    "                           is its own, mode 0700); needs an agent running as root\n"
     "  --system-metrics-period  how often host metrics are sampled and sent (overrides\n"
     "                           agent.yaml's system_metrics_period, default 5s; 0 off)\n"
     "Signals: SIGTERM/SIGINT stop the workers and exit; SIGUSR1 exits leaving the workers\n"
@@ -36,6 +41,28 @@ std::string SelfPath() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, n) : "";
+}
+
+// "NAME" (a passwd entry: its uid and primary group) or "UID:GID".
+absl::StatusOr<std::pair<det::RunAs, std::string>> ParseTaskUser(const std::string& text) {
+  uint32_t uid = 0, gid = 0;
+  size_t colon = text.find(':');
+  if (colon != std::string::npos) {
+    if (!absl::SimpleAtoi(text.substr(0, colon), &uid) ||
+        !absl::SimpleAtoi(text.substr(colon + 1), &gid)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--task-user: expected NAME or UID:GID, got \"", text, "\""));
+    }
+    return std::pair{det::RunAs{uid, gid}, std::string()};
+  }
+  struct passwd entry;
+  struct passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwnam_r(text.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("--task-user: no user \"", text, "\""));
+  }
+  return std::pair{det::RunAs{found->pw_uid, found->pw_gid}, text};
 }
 
 }  // namespace
@@ -49,6 +76,7 @@ int main(int argc, char** argv) {
   }
   std::string config_path;
   std::optional<absl::Duration> metrics_period;
+  std::string task_user;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -65,6 +93,8 @@ int main(int argc, char** argv) {
     };
     if (take("--config")) {
       config_path = value;
+    } else if (take("--task-user")) {
+      task_user = value;
     } else if (take("--system-metrics-period")) {
       absl::Duration d;
       if (!absl::ParseDuration(value, &d) || d < absl::ZeroDuration()) {
@@ -141,6 +171,32 @@ int main(int argc, char** argv) {
   options.shim_path = self;
   options.system_metrics_period = metrics_period.value_or(config->system_metrics_period);
   options.sampler = &sampler;
+  if (!task_user.empty()) {
+    auto parsed = ParseTaskUser(task_user);
+    if (!parsed.ok()) {
+      std::cerr << "det-agent: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    if (parsed->first.uid == 0) {
+      std::cerr << "det-agent: --task-user: uid 0 is root; name an unprivileged user\n";
+      return 2;
+    }
+    if (geteuid() != 0) {
+      det::Logger("agent")->warn(
+          "--task-user {}: this agent is not root and cannot switch users; workers run as its "
+          "own user (uid {}) and can read everything it can",
+          task_user, geteuid());
+    } else {
+      options.task_user = parsed->first;
+      options.task_user_name = parsed->second;
+      det::Logger("agent")->info("workers run as uid {} gid {}", parsed->first.uid,
+                                 parsed->first.gid);
+    }
+  } else if (geteuid() == 0) {
+    det::Logger("agent")->warn(
+        "workers run as root, like this agent: they can read its work_dir, secrets and every "
+        "file on this machine; start det-agent with --task-user (e.g. nobody)");
+  }
   det::agent::Agent agent(*config, *client, *slots, options);
   std::thread signals([&] {
     int sig = 0;

@@ -1,5 +1,7 @@
 // det-master: flags -> config -> server.
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
@@ -9,6 +11,28 @@
 #include "common/config/daemon_config.h"
 #include "common/logging/logging.h"
 #include "master/server/master.h"
+
+namespace {
+
+// The data directory and the database hold password hashes, tokens, every model context
+// and log line: the master's user alone may read them. New files get that from the umask;
+// what an older version left (0755, 0644) is tightened here.
+void KeepDataPrivate(const det::config::MasterConfig& config) {
+  umask(077);
+  auto tighten = [](const std::string& path, mode_t mode) {
+    struct stat st;
+    if (path.empty() || stat(path.c_str(), &st) != 0 || (st.st_mode & 07777) == mode) return;
+    if (chmod(path.c_str(), mode) != 0) {
+      det::Logger("master")->warn("cannot make {} mode {:o}: {}", path, mode, strerror(errno));
+    }
+  };
+  tighten(config.data_dir, 0700);
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    tighten(config.db_path + suffix, 0600);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string config_path;
@@ -39,6 +63,7 @@ int main(int argc, char** argv) {
     std::cerr << "det-master: " << st.message() << "\n";
     return 2;
   }
+  KeepDataPrivate(config);
   // Block the stop signals in every thread (threads inherit the mask); main waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
