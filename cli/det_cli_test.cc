@@ -656,7 +656,7 @@ TEST_F(DetCliTest, DeterminedCommandsAndAliasesResolve) {
       {"e", "archive"}, {"e", "unarchive"}, {"e", "label", "add"}, {"e", "label", "remove"},
       {"e", "set", "description"}, {"e", "set", "name"}, {"e", "set", "priority"},
       {"checkpoint", "list"}, {"checkpoint", "ls"}, {"checkpoint", "describe"},
-      {"master", "config"}, {"e", "set", "gc-policy"}, {"checkpoint", "delete"}};
+      {"master", "config"}, {"e", "set", "gc-policy"}, {"checkpoint", "delete"}, {"tpl", "rm"}};
   for (std::vector<std::string> words : commands) {
     words.push_back("--help");
     EXPECT_EQ(DetRaw(words), 0) << absl::StrJoin(words, " ") << ": " << err_;

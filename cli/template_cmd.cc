@@ -117,7 +117,7 @@ void RegisterTemplateCommands(CLI::App& app, CliContext& ctx) {
     ctx.action = [&ctx, options] { return Describe(ctx, options->name); };
   });
 
-  CLI::App* remove = group->add_subcommand("remove", "remove a template");
+  CLI::App* remove = group->add_subcommand("remove", "remove a template")->alias("rm");
   remove->add_option("NAME", options->name, "template name")->required();
   remove->callback([&ctx, options] {
     ctx.action = [&ctx, options] { return Remove(ctx, options->name); };

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -195,6 +196,21 @@ data: {dir: /usr/share/datasets/fashion-mnist}
   EXPECT_EQ(gcp.out, "Experiment 1: checkpoint GC policy set\n");
   EXPECT_THAT(cluster_.Det({"e", "config", "1"}).out, HasSubstr("save_trial_latest: 1"));
   EXPECT_FALSE(cluster_.Det({"e", "set", "gc-policy", "1"}).exit.ok());
+
+  // checkpoint delete: asks for --yes; then a GC task on the agent deletes it.
+  CommandResult unconfirmed = cluster_.Det({"checkpoint", "delete", best_uuid});
+  EXPECT_FALSE(unconfirmed.exit.ok());
+  EXPECT_THAT(unconfirmed.err, HasSubstr("confirm with --yes"));
+  CommandResult deleted = cluster_.Det({"checkpoint", "delete", best_uuid, "--yes"});
+  ASSERT_TRUE(deleted.exit.ok()) << deleted.err;
+  EXPECT_THAT(deleted.out, StartsWith("Deleting 1 checkpoint(s)"));
+  bool gone = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); !gone && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    gone = cluster_.DetJson({"checkpoint", "describe", best_uuid})["checkpoint"]["state"] ==
+           "STATE_DELETED";
+  }
+  EXPECT_TRUE(gone) << cluster_.LogTail("master");
 
   // master config: the running master's settings, the cluster secret redacted.
   CommandResult mc = cluster_.Det({"master", "config"});
