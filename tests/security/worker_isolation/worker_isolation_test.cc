@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/test_cluster.h"
 
 namespace det {
@@ -55,6 +56,14 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   ASSERT_NE(at, std::string::npos) << yaml;
   size_t end = yaml.find('\n', at + 1);
   yaml.replace(at, end - at, absl::StrCat("\nwork_dir: ", work_dir));
+  // det's Python package where the task user can read it (the runfiles are under /root).
+  std::string python = work_root + "/python";
+  std::filesystem::copy(
+      std::filesystem::canonical(TestCluster::BinDir() + "/det-agent").parent_path() / ".." /
+          "python",
+      python,
+                        std::filesystem::copy_options::recursive);
+  absl::StrAppend(&yaml, "worker_python: /usr/bin/python3\npython_path: [", python, "]\n");
   std::string agent_yaml = cluster.WriteFile("agent-a.yaml", yaml);
   ASSERT_TRUE(cluster.StartAgentWithYaml("a", yaml, {"--task-user", "nobody"}).ok())
       << cluster.LogTail("agent-a");
@@ -103,6 +112,52 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   }
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("test-secret")));
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("token")));
+
+  // A normal trial still works as the task user: it writes a checkpoint into storage that
+  // the task user owns, reports, and completes.
+  std::string storage = work_root + "/checkpoints";
+  ASSERT_EQ(mkdir(storage.c_str(), 0700), 0);
+  ASSERT_EQ(chown(storage.c_str(), 65534, 65534), 0);
+  std::string good = work_root + "/good";
+  ASSERT_EQ(mkdir(good.c_str(), 0755), 0);
+  std::ofstream(good + "/train.py")
+      << "import os\nimport det\n"
+         "with det.core.init() as core:\n"
+         "    with core.checkpoint.store_path({'steps_completed': 1}) as (path, storage_id):\n"
+         "        with open(os.path.join(path, 'weights'), 'w') as f:\n"
+         "            f.write('w')\n"
+         "    core.train.report_training_metrics(steps_completed=1, metrics={'loss': 1.0})\n"
+         "    for op in core.searcher.operations():\n"
+         "        op.report_completed(1.0)\n"
+         "    print('checkpoint', storage_id, flush=True)\n";
+  std::string good_config = cluster.WriteFile(
+      "good.yaml",
+      absl::StrCat("name: good\nentrypoint: python3 train.py\nsearcher:\n  name: single\n"
+                   "  metric: loss\n  smaller_is_better: true\n  max_length:\n    batches: 1\n"
+                   "resources:\n  slots_per_trial: 1\nmax_restarts: 0\ncheckpoint_storage:\n"
+                   "  type: shared_fs\n  host_path: ",
+                   storage, "\n"));
+  created = cluster.Det({"experiment", "create", good_config, good});
+  ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
+  std::string state;
+  deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline) {
+    nlohmann::json t = cluster.DetJson({"trial", "describe", "2"});
+    state = t.is_object() && t.contains("trial") ? t["trial"].value("state", "") : "";
+    if (state == "STATE_COMPLETED" || state == "STATE_ERROR" || state == "STATE_CANCELED") break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::string good_logs = cluster.Det({"trial", "logs", "2"}).out;
+  EXPECT_EQ(state, "STATE_COMPLETED") << good_logs << cluster.LogTail("agent-a");
+  EXPECT_THAT(good_logs, HasSubstr("checkpoint "));
+  int checkpoints = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(storage)) {
+    struct stat st;
+    ASSERT_EQ(stat(entry.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u) << entry.path();
+    checkpoints += std::filesystem::exists(entry.path() / "weights");
+  }
+  EXPECT_EQ(checkpoints, 1);
   std::filesystem::remove_all(work_root);
 }
 
