@@ -433,7 +433,11 @@ std::string MasterYaml(const LocalClusterLayout& layout) {
           ? absl::StrCat("http_listen: ", Quote(absl::StrCat("127.0.0.1:", layout.http_port)), "\n")
           : "",
       "data_dir: ", Quote(layout.data_dir + "/master"), "\n",
-      "cluster_secret: ", Quote(layout.cluster_secret), "\n");
+      "cluster_secret: ", Quote(layout.cluster_secret), "\n",
+      "# Experiments that name no checkpoint_storage keep their checkpoints here.\n",
+      "checkpoint_storage:\n",
+      "  type: shared_fs\n",
+      "  host_path: ", Quote(layout.data_dir + "/checkpoints"), "\n");
 }
 
 std::string AgentYaml(const LocalClusterLayout& layout, int index) {
@@ -547,6 +551,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   ASSIGN_OR_RETURN(const std::string admin_password, ReadOrCreateSecret(admin_password_file));
 
   RETURN_IF_ERROR(MakeDir(dir + "/master"));
+  RETURN_IF_ERROR(MakeDir(dir + "/checkpoints"));
   Daemon master = DaemonNamed(dir, "master");
   RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
   std::vector<Daemon> agents;

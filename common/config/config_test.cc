@@ -126,6 +126,34 @@ TEST(DaemonConfig, MasterDefaultsAndErrors) {
   EXPECT_EQ(LoadMasterConfig("/nonexistent/master.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(DaemonConfig, MasterCheckpointStorage) {
+  auto none = ParseMasterConfig("data_dir: /x\n", "m.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->checkpoint_storage.has_value());
+
+  auto c = ParseMasterConfig(
+      "checkpoint_storage: {type: shared_fs, host_path: /ckpt, save_trial_latest: 2}\n", "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->checkpoint_storage.has_value());
+  EXPECT_EQ(c->checkpoint_storage->host_path, "/ckpt");
+  EXPECT_EQ(c->checkpoint_storage->save_trial_latest, 2);
+  EXPECT_EQ(c->checkpoint_storage->save_trial_best, 1);
+
+  // The experiment config's rules, named by the master.yaml key.
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: s3, host_path: /c}\n", "m.yaml")
+                  .status().message(),
+              HasSubstr("m.yaml:1: checkpoint_storage.type: expected shared_fs"));
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: shared_fs}\n", "m.yaml")
+                  .status().message(),
+              HasSubstr("checkpoint_storage.host_path"));
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {host_path: rel}\n", "m.yaml")
+                  .status().message(),
+              HasSubstr("checkpoint_storage.host_path: expected an absolute path"));
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {host_path: /c, bogus: 1}\n", "m.yaml")
+                  .status().message(),
+              HasSubstr("bogus"));
+}
+
 TEST(DaemonConfig, ResourcePools) {
   auto c = ParseMasterConfig("data_dir: /x\n", "m.yaml");
   ASSERT_EQ(c->resource_pools.size(), 1u);

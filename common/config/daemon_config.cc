@@ -85,6 +85,11 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   if (const char* pw = std::getenv("DET_ADMIN_PASSWORD"); pw != nullptr) c.admin_password = pw;
   r.String("cluster_name", &c.cluster_name);
   r.String("cluster_secret", &c.cluster_secret);
+  r.Object("checkpoint_storage", [&](ObjectReader& cs) {
+    CheckpointStorageConfig storage;
+    ReadCheckpointStorageConfig(cs, /*required=*/true, &storage);
+    c.checkpoint_storage = storage;
+  });
   r.Object("scheduler", [&](ObjectReader& s) {
     s.String("fitting_policy", &c.scheduler_fit);
     if (s.ok() && c.scheduler_fit != "best_fit" && c.scheduler_fit != "worst_fit") {

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/config/experiment_config.h"
 
 namespace det::config {
 
@@ -62,6 +63,10 @@ struct MasterConfig {
   // After a master restart, how long agents have to come back before their trials are
   // declared lost.
   absl::Duration agent_reconnect_wait = absl::Seconds(60);
+  // The cluster's default checkpoint storage: experiments whose config sets none use it
+  // (their own keys win). Unset: such experiments keep no checkpoints, and pausing,
+  // preempting or resizing them loses their progress (they are warned).
+  std::optional<CheckpointStorageConfig> checkpoint_storage;
   std::string log_level = "info";
 };
 

@@ -325,34 +325,7 @@ class SchemaReader {
 
   void ReadCheckpointStorage(ObjectReader& cs) {
     CheckpointStorageConfig s;
-    const bool typed = cs.Has("type");
-    cs.String("type", &s.type, Req());
-    if (cs.ok() && typed && s.type != "shared_fs") {
-      cs.Fail("type", absl::StrCat("expected shared_fs (the only checkpoint storage det "
-                                   "supports), got \"", s.type, "\""));
-      return;
-    }
-    cs.String("host_path", &s.host_path, Req());
-    if (cs.ok() && cs.Has("host_path") && !IsAbsolute(s.host_path)) {
-      cs.Fail("host_path", absl::StrCat("expected an absolute path, got \"", s.host_path, "\""));
-    }
-    cs.String("storage_path", &s.storage_path);
-    if (cs.ok() && !s.storage_path.empty()) {
-      std::vector<std::string> parts = absl::StrSplit(s.storage_path, '/');
-      bool climbs = std::find(parts.begin(), parts.end(), "..") != parts.end();
-      std::string base = s.host_path;
-      while (base.size() > 1 && base.back() == '/') base.pop_back();
-      bool outside = IsAbsolute(s.storage_path) && !s.host_path.empty() &&
-                     s.storage_path != base && s.storage_path.rfind(base + "/", 0) != 0;
-      if (climbs || outside) {
-        cs.Fail("storage_path",
-                absl::StrCat("expected a path inside host_path \"", s.host_path, "\", got \"",
-                             s.storage_path, "\""));
-      }
-    }
-    cs.Int("save_experiment_best", &s.save_experiment_best, 0, 1000000);
-    cs.Int("save_trial_best", &s.save_trial_best, 0, 1000000);
-    cs.Int("save_trial_latest", &s.save_trial_latest, 0, 1000000);
+    ReadCheckpointStorageConfig(cs, Req(), &s);
     c_.checkpoint_storage = s;
   }
 
@@ -547,6 +520,38 @@ void FillDefaults(const ExperimentConfig& c, YAML::Node root) {
 }
 
 }  // namespace
+
+void ReadCheckpointStorageConfig(ObjectReader& cs, bool required, CheckpointStorageConfig* out) {
+  CheckpointStorageConfig& s = *out;
+  const bool typed = cs.Has("type");
+  cs.String("type", &s.type, required);
+  if (cs.ok() && typed && s.type != "shared_fs") {
+    cs.Fail("type", absl::StrCat("expected shared_fs (the only checkpoint storage det "
+                                 "supports), got \"", s.type, "\""));
+    return;
+  }
+  cs.String("host_path", &s.host_path, required);
+  if (cs.ok() && cs.Has("host_path") && !IsAbsolute(s.host_path)) {
+    cs.Fail("host_path", absl::StrCat("expected an absolute path, got \"", s.host_path, "\""));
+  }
+  cs.String("storage_path", &s.storage_path);
+  if (cs.ok() && !s.storage_path.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(s.storage_path, '/');
+    bool climbs = std::find(parts.begin(), parts.end(), "..") != parts.end();
+    std::string base = s.host_path;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    bool outside = IsAbsolute(s.storage_path) && !s.host_path.empty() &&
+                   s.storage_path != base && s.storage_path.rfind(base + "/", 0) != 0;
+    if (climbs || outside) {
+      cs.Fail("storage_path",
+              absl::StrCat("expected a path inside host_path \"", s.host_path, "\", got \"",
+                           s.storage_path, "\""));
+    }
+  }
+  cs.Int("save_experiment_best", &s.save_experiment_best, 0, 1000000);
+  cs.Int("save_trial_best", &s.save_trial_best, 0, 1000000);
+  cs.Int("save_trial_latest", &s.save_trial_latest, 0, 1000000);
+}
 
 const Hyperparameter* Hyperparameter::Find(absl::string_view member) const {
   for (const auto& f : fields) {

@@ -168,6 +168,13 @@ absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
                                                        absl::string_view filename,
                                                        uint32_t seed_if_unset);
 
+class ObjectReader;
+
+// Reads a `checkpoint_storage` mapping (as in an experiment config, or master.yaml's cluster
+// default) into `out`; errors go to `cs`, naming the key. `required`: type and host_path
+// must be there (false for a partial config such as a template).
+void ReadCheckpointStorageConfig(ObjectReader& cs, bool required, CheckpointStorageConfig* out);
+
 // Checks a template before it is stored: a YAML mapping, naming no template, whose keys
 // and values are those of an experiment config (required keys may be missing, since the
 // config brings them). Errors read "SOURCE:LINE: field.path: ...", SOURCE being the file

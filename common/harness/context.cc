@@ -151,6 +151,14 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   if (auto st = ReadTrainingConfig(&c); !st.ok()) return st;
   c.collective_host = get("DET_COLLECTIVE_HOST");
   c.collective_iface = get("DET_COLLECTIVE_IFACE");
+  if (std::string t = get("DET_COLLECTIVE_PEER_TIMEOUT"); !t.empty()) {
+    if (!absl::ParseDuration(t, &c.collective_peer_timeout) ||
+        c.collective_peer_timeout < absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DET_COLLECTIVE_PEER_TIMEOUT: expected a duration of at least 1s such as \"30s\", got '",
+          t, "'"));
+    }
+  }
   if (std::string t = get("DET_SLOT_TYPE"); !t.empty()) c.slot_type = t;
   if (c.slot_type != "cpu" && c.slot_type != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("DET_SLOT_TYPE: expected cpu or cuda, got '", c.slot_type, "'"));

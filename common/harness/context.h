@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
 namespace det::harness {
@@ -68,6 +69,10 @@ struct TrialContext {
   // empty: see harness::ConnectCollective.
   std::string collective_host;
   std::string collective_iface;
+  // How long a peer's host may be silent (pulled cable, host gone) before the collective
+  // gives up on it and names it (DET_COLLECTIVE_PEER_TIMEOUT, a duration such as "30s",
+  // e.g. from the experiment's environment_variables; collective::GlooOptions::peer_timeout).
+  absl::Duration collective_peer_timeout = absl::Seconds(15);
   // The kind of slots this rank got (DET_SLOT_TYPE): "cuda" (one GPU per rank, the only
   // device CUDA_VISIBLE_DEVICES leaves) or "cpu".
   std::string slot_type = "cpu";

@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<collective::Collective>> ConnectCollective(
   gloo.iface = context.collective_iface;
   gloo.timeout = options.timeout;
   gloo.rendezvous_timeout = options.rendezvous_timeout;
+  gloo.peer_timeout = context.collective_peer_timeout;
   auto c = collective::GlooCollective::Create(context.rank, context.world_size, rendezvous,
                                               MembershipKey(context, "gloo"), gloo);
   if (!c.ok()) return c.status();

@@ -118,6 +118,7 @@ absl::Status Master::Restore() {
   service_.SetClusterId(cluster_id_);
   RETURN_IF_ERROR(users_.Restore());
   agents_.Restore(snap.agents);
+  experiments_.SetDefaultCheckpointStorage(config_.checkpoint_storage);
   RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));
   checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));
   allocations_.Restore(std::move(snap.open_allocations));

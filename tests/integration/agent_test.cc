@@ -385,7 +385,7 @@ TEST_F(AgentDaemon, MasterRefusesAnOversizedContext) {
   if (!cluster_.token().empty()) ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
   grpc::Status st = stub->CreateExperiment(ctx.get(), req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_THAT(st.error_message(), HasSubstr("over the master's limit of 64 MiB"));
+  EXPECT_THAT(st.error_message(), HasSubstr("model context: more than 64 MiB in all"));
   nlohmann::json list = cluster_.DetJson({"experiment", "list"});
   EXPECT_EQ(list.value("experiments", nlohmann::json::array()).size(), 0u);
 }
