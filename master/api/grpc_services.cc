@@ -81,6 +81,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_USER(CreateUser)
   DET_SERVE_USER(ListUsers)
   DET_SERVE_USER(ChangePassword)
+  DET_SERVE_USER(LinkWithAgentUser)
 
   DET_SERVE_API(GetMasterInfo)
   DET_SERVE_API(GetMasterStats)

@@ -75,6 +75,7 @@ class UserHandler {
   virtual void CreateUser(const Caller& caller, const v1::CreateUserRequest& request, v1::CreateUserResponse* response, Done done) = 0;
   virtual void ListUsers(const Caller& caller, const v1::ListUsersRequest& request, v1::ListUsersResponse* response, Done done) = 0;
   virtual void ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request, v1::ChangePasswordResponse* response, Done done) = 0;
+  virtual void LinkWithAgentUser(const Caller& caller, const v1::LinkWithAgentUserRequest& request, v1::LinkWithAgentUserResponse* response, Done done) = 0;
 };
 
 class AgentHandler {

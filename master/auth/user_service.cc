@@ -387,4 +387,10 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
   });
 }
 
+// TODO(issue 15): store the link and hand it to the allocations of the user's trials.
+void UserService::LinkWithAgentUser(const Caller&, const v1::LinkWithAgentUserRequest&,
+                                    v1::LinkWithAgentUserResponse*, Done done) {
+  done(absl::UnimplementedError("LinkWithAgentUser is not implemented yet"));
+}
+
 }  // namespace det::master

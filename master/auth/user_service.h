@@ -78,6 +78,8 @@ class UserService : public UserHandler {
                  v1::ListUsersResponse* response, Done done) override;
   void ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request,
                       v1::ChangePasswordResponse* response, Done done) override;
+  void LinkWithAgentUser(const Caller& caller, const v1::LinkWithAgentUserRequest& request,
+                         v1::LinkWithAgentUserResponse* response, Done done) override;
 
  private:
   struct Session {

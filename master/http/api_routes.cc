@@ -73,6 +73,8 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
     Register(srv, routes_, "POST", v1 + "/users", HandlerRoute(*users, &UserHandler::CreateUser), users);
     Register(srv, routes_, "POST", v1 + "/users/" + name + "/password",
              HandlerRoute(*users, &UserHandler::ChangePassword, {"username"}), users);
+    Register(srv, routes_, "PUT", v1 + "/users/" + name + "/agent-user-group",
+             HandlerRoute(*users, &UserHandler::LinkWithAgentUser, {"username"}), users);
   }
 
   Register(srv, routes_, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),

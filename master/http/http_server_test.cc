@@ -1182,6 +1182,10 @@ class NoUsers : public UserHandler {
                       v1::ChangePasswordResponse*, Done done) override {
     done(Unimplemented());
   }
+  void LinkWithAgentUser(const Caller&, const v1::LinkWithAgentUserRequest&,
+                         v1::LinkWithAgentUserResponse*, Done done) override {
+    done(Unimplemented());
+  }
 
  private:
   static absl::Status Unimplemented() { return absl::UnimplementedError("no users here"); }
