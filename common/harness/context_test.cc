@@ -1,5 +1,6 @@
 #include "common/harness/context.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -57,6 +58,19 @@ TEST(TrialContext, MissingOrBadVariablesAreNamed) {
   EXPECT_THAT(ContextFromEnvironment(env).status().message(), HasSubstr("DET_SLOT_TYPE: expected cpu or cuda"));
   env["DET_SLOT_TYPE"] = "cuda";
   EXPECT_EQ(ContextFromEnvironment(env)->slot_type, "cuda");
+}
+
+TEST(TrialContext, CollectivePeerTimeout) {
+  auto env = Env();
+  EXPECT_EQ(ContextFromEnvironment(env)->collective_peer_timeout, absl::Seconds(15));
+  env["DET_COLLECTIVE_PEER_TIMEOUT"] = "1m30s";
+  EXPECT_EQ(ContextFromEnvironment(env)->collective_peer_timeout, absl::Seconds(90));
+  for (const char* bad : {"soon", "500ms", "-3s"}) {
+    env["DET_COLLECTIVE_PEER_TIMEOUT"] = bad;
+    EXPECT_THAT(ContextFromEnvironment(env).status().message(),
+                HasSubstr(absl::StrCat("DET_COLLECTIVE_PEER_TIMEOUT: expected a duration of at "
+                                       "least 1s such as \"30s\", got '", bad, "'")));
+  }
 }
 
 }  // namespace
