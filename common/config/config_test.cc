@@ -139,17 +139,19 @@ TEST(DaemonConfig, MasterCheckpointStorage) {
   EXPECT_EQ(c->checkpoint_storage->save_trial_latest, 2);
   EXPECT_EQ(c->checkpoint_storage->save_trial_best, 1);
 
-  // The experiment config's rules, named by the master.yaml key.
+  // The experiment config's rules, named by the master.yaml key (type and host_path required).
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {host_path: /c}\n", "m.yaml").status().message(),
+              HasSubstr("checkpoint_storage.type"));
   EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: s3, host_path: /c}\n", "m.yaml")
                   .status().message(),
               HasSubstr("m.yaml:1: checkpoint_storage.type: expected shared_fs"));
   EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: shared_fs}\n", "m.yaml")
                   .status().message(),
               HasSubstr("checkpoint_storage.host_path"));
-  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {host_path: rel}\n", "m.yaml")
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: shared_fs, host_path: rel}\n", "m.yaml")
                   .status().message(),
               HasSubstr("checkpoint_storage.host_path: expected an absolute path"));
-  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {host_path: /c, bogus: 1}\n", "m.yaml")
+  EXPECT_THAT(ParseMasterConfig("checkpoint_storage: {type: shared_fs, host_path: /c, bogus: 1}\n", "m.yaml")
                   .status().message(),
               HasSubstr("bogus"));
 }
