@@ -14,7 +14,9 @@ det.pytorch's deterministic mode against plain DDP, as Markdown tables.
   2. Deterministic mode's cost: the script's --mode deterministic (ElasticSampler +
      DeterministicDDP, micro-batches of --micro-batch, which divides every per-rank batch)
      against --mode ddp, both under torchrun, 1, 2 and 4 ranks (target <= 30% more time
-     per step).
+     per step), for each model of --models: `cnn`, the Core API example's CNN with its
+     sizes (common/harness/python/examples/fashion_mnist_cnn, global batch 64, Adam), and
+     `mlp`, an MLP 784-128-10 (SGD).
 
   3. A summary: both side by side, per rank count.
 
@@ -27,10 +29,15 @@ is printed at the end.
 
 Every process gets WORKER_ENV (one intra-op thread; glibc malloc keeping freed memory) and
 calls torch.set_num_threads(1).
+With --probe, one short run under each launcher first prints what the ranks got from it
+(threads, CPU affinity, nice, cgroup, autogroup, stdio, parent processes) and how their
+environments differ.
+
 Usage: /usr/bin/python3 tests/bench/torch_ddp_bench.py [--reps 3] [--steps 600]
-       [--ranks 1,2,4] [--micro-batch 16] [--skip det,cost]
-Expects bazel-bin/deploy/bin built (tests/bench/run.sh builds it); without it the det
-column says why it is missing.
+       [--ranks 1,2,4] [--micro-batch 16] [--models cnn,mlp] [--skip det,cost] [--probe]
+       [--bin-dir DIR]
+Expects bazel-bin/deploy/bin built (tests/bench/run.sh builds it), or --bin-dir; without it
+the det column says why it is missing.
 """
 
 import argparse
@@ -102,7 +109,7 @@ def retried(what, attempt):
     raise RuntimeError(f"{what}: failed {1 + RETRIES} times in a row")
 
 
-def torchrun(ranks, steps, mode="ddp", micro=16):
+def torchrun(ranks, steps, mode="ddp", micro=16, model="mlp", extra=()):
     env = dict(os.environ, **WORKER_ENV,
                PYTHONPATH=os.path.join(ROOT, "common", "harness", "python"))
 
@@ -112,16 +119,19 @@ def torchrun(ranks, steps, mode="ddp", micro=16):
         cmd = [PYTHON, TORCHRUN, "--nnodes", "1", "--rdzv_backend", "c10d",
                "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", str(uuid.uuid4()),
                "--nproc_per_node", str(ranks), TRAIN,
-               "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro)]
+               "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro),
+               "--model", model, *extra]
         launch = time.time()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True,
                            timeout=RUN_TIMEOUT_S)
         out = p.stdout + p.stderr
         if p.returncode != 0:
             raise RuntimeError(f"torchrun {ranks} ranks exited {p.returncode}:\n{out[-3000:]}")
-        return parse(out, f"torchrun {ranks} ranks", launch)
+        run = parse(out, f"torchrun {ranks} ranks", launch)
+        run.output = out
+        return run
 
-    return retried(f"torchrun {mode} {ranks} ranks", attempt)
+    return retried(f"torchrun {model} {mode} {ranks} ranks", attempt)
 
 
 def free_port():
@@ -178,11 +188,11 @@ class DetCluster:
                         except (OSError, ValueError):
                             pass
 
-    def run(self, ranks, steps):
+    def run(self, ranks, steps, extra=""):
         config = os.path.join(self.work, f"torch-ddp-{ranks}.yaml")
         with open(config, "w") as f:
             f.write(f"""name: torch-ddp-bench-{ranks}
-entrypoint: python3 torch_ddp_train.py --steps {steps}
+entrypoint: python3 torch_ddp_train.py --steps {steps}{extra}
 hyperparameters:
   global_batch_size: 64
 searcher:
@@ -205,6 +215,7 @@ environment:
             raise RuntimeError(f"det {ranks} ranks: experiment create exited {p.returncode}:\n"
                                f"{out[-3000:]}")
         run = parse(out, f"det {ranks} ranks", launch)
+        run.output = out
         # det-master's and det-agent's own CPU seconds over the whole run (launch to exit).
         run.daemon_cpu_s = sum(cpu_seconds_of(pid) for pid in daemons) - before
         return run
@@ -253,9 +264,58 @@ def cell(xs, digits, scale=1.0, suffix=""):
             f"{fmt(max(xs), digits)}{suffix})")
 
 
-def det_vs_torchrun(args, work):
+def set_bin(path):
+    global BIN
+    BIN = os.path.abspath(path)
+
+
+PROBE = re.compile(r"PROBE (\d+) (\{.*\})\s*$", re.M)
+# Variables that differ from run to run or name the launcher's own bookkeeping.
+PER_RUN = ("TORCHELASTIC_RUN_ID", "MASTER_PORT", "DET_", "TORCHELASTIC_ERROR_FILE",
+           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "LOCAL_RANK",
+           "RANK", "GROUP_RANK", "ROLE_RANK", "HOME")
+
+
+def probe(args, cluster):
+    """One short run under each launcher at the largest rank count with --probe: prints
+    what the ranks got from each launcher (docs/pytorch-data-and-determinism.md)."""
+    ranks = max(args.ranks)
+    outputs = {"torchrun": torchrun(ranks, 2, extra=("--probe",)).output}
+    if cluster is not None:
+        outputs["det"] = retried(f"det {ranks} ranks probe",
+                                 lambda: cluster.run(ranks, 2, " --probe")).output
+    facts = {}
+    for who, out in outputs.items():
+        import json
+        facts[who] = {int(r): json.loads(j) for r, j in PROBE.findall(out)}
+        if len(facts[who]) != ranks:
+            print(f"probe: {who}: {len(facts[who])} PROBE lines of {ranks} ranks\n")
+    print(f"## What the ranks get from each launcher ({ranks} ranks)\n")
+    keys = [k for k in next(iter(facts["torchrun"].values()), {}) if k != "environ"]
+    print("| | " + " | ".join(facts) + " |")
+    print("| --- |" + " --- |" * len(facts))
+    for k in keys:
+        cells = []
+        for who in facts:
+            values = sorted({json.dumps(f.get(k)) for f in facts[who].values()})
+            cells.append(" / ".join(v.replace("|", "/").replace("\\n", "; ")[:200]
+                                    for v in values))
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    print()
+    if len(facts) == 2:
+        env = {who: facts[who].get(0, {}).get("environ", {}) for who in facts}
+        t, d = env["torchrun"], env["det"]
+        print("Environment of rank 0, where it differs (per-run values left out):\n")
+        for name in sorted(set(t) | set(d)):
+            if name.startswith(PER_RUN) or t.get(name) == d.get(name):
+                continue
+            print(f"- {name}: torchrun {t.get(name, '(unset)')!r}, det {d.get(name, '(unset)')!r}"[:300])
+        print()
+
+
+def det_vs_torchrun(args, work, skip_runs=False):
     """{ranks: {"torchrun": [Run], "det": [Run], "load": load after}}, and why det was not
-    measured (None when it was)."""
+    measured (None when it was). With args.probe, probe() first."""
     cluster, det_error = None, None
     if not os.path.exists(os.path.join(BIN, "det")):
         det_error = f"{BIN}/det is missing: build //deploy:bin"
@@ -267,7 +327,9 @@ def det_vs_torchrun(args, work):
             det_error, cluster = str(e), None
     rows = {}
     try:
-        for ranks in args.ranks:
+        if args.probe:
+            probe(args, cluster)
+        for ranks in [] if skip_runs else args.ranks:
             row = rows[ranks] = {"torchrun": [], "det": []}
             for rep in range(args.reps):
                 order = ("torchrun", "det") if rep % 2 == 0 else ("det", "torchrun")
@@ -315,15 +377,15 @@ def print_det_vs_torchrun(args, rows, det_error):
     print()
 
 
-def deterministic_cost(args):
-    """{ranks: {"ddp": [Run], "deterministic": [Run], "load": load after}}."""
+def deterministic_cost(args, model):
+    """{ranks: {"ddp": [Run], "deterministic": [Run], "load": load after}} for `model`."""
     rows = {}
     for ranks in args.ranks:
         row = rows[ranks] = {"ddp": [], "deterministic": []}
         for rep in range(args.reps):
             order = ("ddp", "deterministic") if rep % 2 == 0 else ("deterministic", "ddp")
             for mode in order:
-                row[mode].append(torchrun(ranks, args.steps, mode, args.micro_batch))
+                row[mode].append(torchrun(ranks, args.steps, mode, args.micro_batch, model))
         row["load"] = load()
     return rows
 
@@ -336,8 +398,11 @@ def cost(row, what="sps"):
     return 100 * (ddp / det - 1)
 
 
-def print_deterministic_cost(args, rows):
-    print(f"## Deterministic mode vs plain DDP (under torchrun, micro-batch "
+MODELS = {"cnn": "the Core API example's CNN (Adam)", "mlp": "MLP 784-128-10 (SGD)"}
+
+
+def print_deterministic_cost(args, model, rows):
+    print(f"## Deterministic mode vs plain DDP: {MODELS[model]} (under torchrun, micro-batch "
           f"{args.micro_batch})\n")
     print(f"{args.reps} runs each, alternating, {args.steps} steps of global batch 64, medians "
           f"(min-max)\n")
@@ -359,11 +424,12 @@ def print_deterministic_cost(args, rows):
 def print_summary(args, launch_rows, cost_rows):
     print("## Summary (medians)\n")
     print("| ranks | launch->first step torchrun / det (s) | samples/s torchrun / det "
-          "| det/torchrun | det/torchrun per CPU second of the ranks "
-          "| deterministic mode's cost: time / CPU per sample |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          "| det/torchrun | det/torchrun per CPU second of the ranks | "
+          + " | ".join(f"deterministic mode's cost, {m}: time / CPU per sample"
+                       for m in cost_rows) + " |")
+    print("| --- | --- | --- | --- | --- |" + " --- |" * len(cost_rows))
     for ranks in args.ranks:
-        launch, sps, ratio, per_cpu, extra = "n/a", "n/a", "n/a", "n/a", "n/a"
+        launch, sps, ratio, per_cpu = "n/a", "n/a", "n/a", "n/a"
         row = launch_rows.get(ranks)
         if row and row["torchrun"] and row["det"]:
             t, d = row["torchrun"], row["det"]
@@ -374,10 +440,10 @@ def print_summary(args, launch_rows, cost_rows):
             ratio = f"{100 * ds / ts:.1f}%"
             dc, tc = median([r.per_cpu_s for r in d]), median([r.per_cpu_s for r in t])
             per_cpu = f"{100 * dc / tc:.1f}%"
-        if ranks in cost_rows:
-            extra = (f"{cost(cost_rows[ranks]):+.0f}% / "
-                     f"{cost(cost_rows[ranks], 'per_cpu_s'):+.0f}%")
-        print(f"| {ranks} | {launch} | {sps} | {ratio} | {per_cpu} | {extra} |")
+        extra = [f"{cost(rows[ranks]):+.0f}% / {cost(rows[ranks], 'per_cpu_s'):+.0f}%"
+                 if ranks in rows else "n/a" for rows in cost_rows.values()]
+        print(f"| {ranks} | {launch} | {sps} | {ratio} | {per_cpu} | " + " | ".join(extra)
+              + " |")
     print()
     if FAILURES:
         print(f"{len(FAILURES)} failed attempt(s), retried:\n")
@@ -393,8 +459,18 @@ def main():
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--models", default="cnn,mlp",
+                        help="comma-separated models of the cost table: cnn, mlp")
     parser.add_argument("--skip", default="", help="comma-separated: det, cost")
+    parser.add_argument("--probe", action="store_true",
+                        help="first print what the ranks get from each launcher")
+    parser.add_argument("--bin-dir", default=BIN, help="det's binaries (det deploy local)")
     args = parser.parse_args()
+    set_bin(args.bin_dir)
+    args.models = [m for m in args.models.split(",") if m]
+    for m in args.models:
+        if m not in MODELS:
+            sys.exit(f"torch_ddp_bench: --models: unknown model {m!r} (cnn, mlp)")
     args.ranks = [int(r) for r in args.ranks.split(",")]
     skip = set(filter(None, args.skip.split(",")))
     for r in args.ranks:
@@ -405,12 +481,14 @@ def main():
           f"worker's environment: " + " ".join(f"{k}={v}" for k, v in WORKER_ENV.items()) + "\n")
     launch_rows, cost_rows = {}, {}
     with tempfile.TemporaryDirectory(prefix="torch-ddp-bench-") as work:
-        if "det" not in skip:
-            launch_rows, det_error = det_vs_torchrun(args, work)
-            print_det_vs_torchrun(args, launch_rows, det_error)
+        if args.probe or "det" not in skip:
+            launch_rows, det_error = det_vs_torchrun(args, work, skip_runs="det" in skip)
+            if "det" not in skip:
+                print_det_vs_torchrun(args, launch_rows, det_error)
         if "cost" not in skip:
-            cost_rows = deterministic_cost(args)
-            print_deterministic_cost(args, cost_rows)
+            for model in args.models:
+                cost_rows[model] = deterministic_cost(args, model)
+                print_deterministic_cost(args, model, cost_rows[model])
     print_summary(args, launch_rows, cost_rows)
 
 
