@@ -669,7 +669,9 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   // Leftovers of an allocation of the same id (an earlier cluster's) must not be mixed in.
   RemoveTree(alloc->run_dir);
   RemoveTree(alloc->work_dir);
-  absl::Status st = WriteContext(alloc->work_dir, launch.context());
+  // The experiment owner's linked OS user, if any, replaces the default task user.
+  absl::Status st = UseLaunchTaskUser(launch, geteuid(), getegid(), &launch_context);
+  if (st.ok()) st = WriteContext(alloc->work_dir, launch.context());
   std::error_code ec;
   std::filesystem::create_directories(alloc->run_dir, ec);
   if (st.ok() && ec) {

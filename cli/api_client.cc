@@ -436,4 +436,10 @@ absl::Status ApiClient::ChangePassword(const v1::ChangePasswordRequest& request)
       .status();
 }
 
+absl::Status ApiClient::LinkWithAgentUser(const v1::LinkWithAgentUserRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::LinkWithAgentUser, "LinkWithAgentUser", request,
+              options_.deadline, address_)
+      .status();
+}
+
 }  // namespace det::cli

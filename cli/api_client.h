@@ -93,6 +93,7 @@ class ApiClient {
   absl::StatusOr<v1::CreateUserResponse> CreateUser(const v1::CreateUserRequest& request);
   absl::StatusOr<v1::ListUsersResponse> ListUsers();
   absl::Status ChangePassword(const v1::ChangePasswordRequest& request);
+  absl::Status LinkWithAgentUser(const v1::LinkWithAgentUserRequest& request);
   absl::StatusOr<v1::SetTemplateResponse> SetTemplate(const v1::SetTemplateRequest& request);
   absl::StatusOr<v1::ListTemplatesResponse> ListTemplates();
   absl::StatusOr<v1::GetTemplateResponse> GetTemplate(const std::string& name);

@@ -1,4 +1,4 @@
-// det user login|logout|whoami|create|list|change-password
+// det user login|logout|whoami|create|list|change-password|link-with-agent-user
 //
 // Passwords come from the terminal (not echoed) or, for scripts, from DET_PASSWORD (the
 // user's current password) and DET_NEW_PASSWORD (a password being set).
@@ -124,8 +124,25 @@ absl::Status List(CliContext& ctx) {
   ASSIGN_OR_RETURN(v1::ListUsersResponse r, api->ListUsers());
   if (ctx.json) return WriteJson(r, ctx.out);
   for (const auto& u : r.users()) {
-    ctx.out << u.username() << (u.admin() ? " (admin)" : "") << "\n";
+    const v1::AgentUserGroup& link = u.agent_user_group();
+    ctx.out << u.username() << (u.admin() ? " (admin)" : "");
+    if (!link.agent_user().empty()) {
+      ctx.out << "  agent user " << link.agent_user() << " (uid " << link.agent_uid()
+              << "), group " << link.agent_group() << " (gid " << link.agent_gid() << ")";
+    }
+    ctx.out << "\n";
   }
+  return absl::OkStatus();
+}
+
+absl::Status LinkWithAgentUser(CliContext& ctx, const v1::LinkWithAgentUserRequest& req) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  RETURN_IF_ERROR(api->LinkWithAgentUser(req));
+  const v1::AgentUserGroup& link = req.agent_user_group();
+  ctx.out << "Linked " << req.username() << " with agent user " << link.agent_user() << " (uid "
+          << link.agent_uid() << ") and group " << link.agent_group() << " (gid "
+          << link.agent_gid() << "): agents run " << req.username()
+          << "'s trials as that user\n";
   return absl::OkStatus();
 }
 
@@ -177,6 +194,32 @@ void RegisterUserCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* list = group->add_subcommand("list", "list users");
   list->add_flag("--json", ctx.json, "print machine-readable JSON");
   list->callback([&ctx] { ctx.action = [&ctx] { return List(ctx); }; });
+
+  auto link = std::make_shared<v1::LinkWithAgentUserRequest>();
+  CLI::App* link_cmd = group->add_subcommand(
+      "link-with-agent-user",
+      "run a user's trials on the agents as an OS user and group (admins only; never root)");
+  link_cmd->add_option_function<std::string>(
+              "USERNAME", [link](const std::string& v) { link->set_username(v); },
+              "the det user")
+      ->required();
+  v1::AgentUserGroup* g = link->mutable_agent_user_group();
+  link_cmd->add_option_function<int64_t>(
+              "--agent-uid", [g](int64_t v) { g->set_agent_uid(v); }, "the OS user's uid (not 0)")
+      ->required();
+  link_cmd->add_option_function<int64_t>(
+              "--agent-gid", [g](int64_t v) { g->set_agent_gid(v); }, "the OS group's gid (not 0)")
+      ->required();
+  link_cmd->add_option_function<std::string>(
+              "--agent-user", [g](const std::string& v) { g->set_agent_user(v); },
+              "the OS user's name")
+      ->required();
+  link_cmd->add_option_function<std::string>(
+              "--agent-group", [g](const std::string& v) { g->set_agent_group(v); },
+              "the OS group's name")
+      ->required();
+  link_cmd->callback(
+      [&ctx, link] { ctx.action = [&ctx, link] { return LinkWithAgentUser(ctx, *link); }; });
 
   CLI::App* change = group->add_subcommand(
       "change-password",

@@ -171,6 +171,40 @@ absl::Status HandOverWorkDir(const std::string& dir, const std::optional<RunAs>&
   return absl::OkStatus();
 }
 
+absl::Status UseLaunchTaskUser(const v1::LaunchCommand& launch, uid_t agent_uid,
+                               gid_t agent_gid, LaunchContext* ctx) {
+  const v1::AgentUserGroup& link = launch.task_user();
+  if (link.agent_user().empty()) return absl::OkStatus();
+  const std::string who = absl::StrCat("'", link.agent_user(), "' (uid ", link.agent_uid(),
+                                       ", group '", link.agent_group(), "' gid ",
+                                       link.agent_gid(), "), the OS user linked to the "
+                                       "experiment's owner");
+  if (link.agent_uid() == 0 || link.agent_gid() == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("refusing to run the workers as ", who, ": uid and gid 0 are root's"));
+  }
+  constexpr int64_t kMaxId = 4294967294;  // (uid_t)-1 means "no change".
+  if (link.agent_uid() < 0 || link.agent_uid() > kMaxId || link.agent_gid() < 0 ||
+      link.agent_gid() > kMaxId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot run the workers as ", who, ": ids must be 1 to ", kMaxId));
+  }
+  const RunAs user{static_cast<uid_t>(link.agent_uid()), static_cast<gid_t>(link.agent_gid())};
+  if (user.uid == agent_uid && user.gid == agent_gid) {
+    ctx->task_user.reset();  // Already that user: nothing to switch.
+    ctx->task_user_name.clear();
+    return absl::OkStatus();
+  }
+  if (agent_uid != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot run the workers as ", who, ": this agent runs as uid ", agent_uid,
+        ", not root, and cannot switch users (run det-agent as root)"));
+  }
+  ctx->task_user = user;
+  ctx->task_user_name = link.agent_user();
+  return absl::OkStatus();
+}
+
 absl::Status CheckUserCanReach(const std::string& path, const std::optional<RunAs>& user) {
   if (!user) return absl::OkStatus();
   SpawnOptions opts;

@@ -110,6 +110,15 @@ absl::Status PrepareWorkRoot(const std::string& work_dir);
 // themselves, never followed).
 absl::Status HandOverWorkDir(const std::string& dir, const std::optional<RunAs>& user);
 
+// Sets ctx's task user to launch.task_user, the OS user linked to the experiment's owner,
+// when the launch names one (else leaves ctx's default alone), for an agent running as
+// `agent_uid`:`agent_gid`. Refused, naming the user: uid or gid 0 (PermissionDenied),
+// ids out of range (InvalidArgument), and, on an agent that is not root and is not that
+// user already, any switch (FailedPrecondition): the workers never run as the agent's
+// user in its place. An agent that is that user runs them as itself.
+absl::Status UseLaunchTaskUser(const v1::LaunchCommand& launch, uid_t agent_uid,
+                               gid_t agent_gid, LaunchContext* ctx);
+
 // Whether `user` can reach (search) `path`, checked in a child process that switches to
 // it. OK without a `user`; PermissionDenied naming the user and path otherwise.
 absl::Status CheckUserCanReach(const std::string& path, const std::optional<RunAs>& user);

@@ -378,3 +378,60 @@ TEST(SafeName, KeepsOnlyHarmlessCharacters) {
 
 }  // namespace
 }  // namespace det::agent
+
+namespace det::agent {
+namespace {
+
+// The experiment owner's linked OS user replaces the agent's default task user; an agent
+// that cannot switch to it refuses the launch naming the user instead of running the
+// workers as itself; root is never a task user.
+TEST(UseLaunchTaskUser, TheOwnersLinkedUserReplacesTheDefaultOrTheLaunchIsRefused) {
+  LaunchContext defaults;
+  defaults.task_user = RunAs{1000, 1000};
+  defaults.task_user_name = "det-worker";
+  v1::LaunchCommand plain;
+
+  LaunchContext ctx = defaults;
+  ASSERT_TRUE(UseLaunchTaskUser(plain, 0, 0, &ctx).ok());  // No link: the default.
+  EXPECT_EQ(ctx.task_user, (RunAs{1000, 1000}));
+  EXPECT_EQ(ctx.task_user_name, "det-worker");
+
+  v1::LaunchCommand linked;
+  linked.mutable_task_user()->set_agent_user("nobody");
+  linked.mutable_task_user()->set_agent_uid(65534);
+  linked.mutable_task_user()->set_agent_group("nogroup");
+  linked.mutable_task_user()->set_agent_gid(65533);
+  ctx = defaults;
+  ASSERT_TRUE(UseLaunchTaskUser(linked, 0, 0, &ctx).ok());  // A root agent switches.
+  EXPECT_EQ(ctx.task_user, (RunAs{65534, 65533}));
+  EXPECT_EQ(ctx.task_user_name, "nobody");
+
+  ctx = defaults;
+  absl::Status refused = UseLaunchTaskUser(linked, 1000, 1000, &ctx);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("cannot run the workers as 'nobody' (uid 65534, group 'nogroup' gid "
+                        "65533), the OS user linked to the experiment's owner: this agent "
+                        "runs as uid 1000, not root"));
+
+  ctx = defaults;  // An agent that is that user runs the workers as itself.
+  ASSERT_TRUE(UseLaunchTaskUser(linked, 65534, 65533, &ctx).ok());
+  EXPECT_FALSE(ctx.task_user.has_value());
+
+  for (auto [uid, gid] : {std::pair{0, 65533}, std::pair{65534, 0}}) {
+    v1::LaunchCommand root = linked;
+    root.mutable_task_user()->set_agent_uid(uid);
+    root.mutable_task_user()->set_agent_gid(gid);
+    ctx = defaults;
+    absl::Status st = UseLaunchTaskUser(root, 0, 0, &ctx);
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << uid << ":" << gid;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("uid and gid 0 are root's"));
+    EXPECT_EQ(ctx.task_user, (RunAs{1000, 1000}));  // Unchanged.
+  }
+  v1::LaunchCommand huge = linked;
+  huge.mutable_task_user()->set_agent_uid(int64_t{1} << 32);
+  EXPECT_EQ(UseLaunchTaskUser(huge, 0, 0, &ctx).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace det::agent

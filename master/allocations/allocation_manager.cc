@@ -79,6 +79,15 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
                               const std::string& chief_address, int chief_port) {
   DET_CHECK_ON_LOOP(loop_);
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  // The owner's workers run as the OS user linked to it, else as the agents' default:
+  // an unreadable link must not silently become the default, so the run waits.
+  absl::StatusOr<v1::AgentUserGroup> task_user = OwnersTaskUser(es.experiment.owner());
+  if (!task_user.ok()) {
+    waiting_reason_[t.trial.id()] = absl::StrCat("cannot read the agent user linked to '",
+                                                 es.experiment.owner(), "': ",
+                                                 task_user.status().message());
+    return false;
+  }
   if (t.trial.run_id() > 0) {
     // This run starts from the latest checkpoint (or from scratch): what earlier runs
     // reported after it is superseded, so the curve keeps one value per batch.
@@ -150,6 +159,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   in.context = &context;
   in.chief_address = chief_address;
   in.chief_port = chief_port;
+  in.task_user = *std::move(task_user);
   for (auto& [agent_id, launch] : BuildLaunchCommands(in, a, agents)) {
     for (const AgentShare& share : agents) {
       if (share.agent_id == agent_id) agents_.SetSlotsUsed(agent_id, share.slots, a.id());
@@ -167,6 +177,19 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
                                         chief_port));
   experiments_manager_.UpdateExperiment(es);
   return true;
+}
+
+absl::StatusOr<v1::AgentUserGroup> AllocationManager::OwnersTaskUser(
+    const std::string& owner) {
+  if (owner.empty()) return v1::AgentUserGroup();
+  absl::StatusOr<std::vector<UserRow>> users = store_.ListUsers();
+  // A store without users (tests, in-memory masters): nobody is linked.
+  if (users.status().code() == absl::StatusCode::kUnimplemented) return v1::AgentUserGroup();
+  if (!users.ok()) return users.status();
+  for (const UserRow& u : *users) {
+    if (u.username == owner) return u.agent_user_group;
+  }
+  return v1::AgentUserGroup();
 }
 
 void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Duration grace) {

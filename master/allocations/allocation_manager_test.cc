@@ -165,3 +165,44 @@ TEST_F(AllocationManagerTest, DroppedLinesAreATrialWarningWithTheirTotal) {
 
 }  // namespace
 }  // namespace det::master
+
+namespace det::master {
+namespace {
+
+// Issue 15: an experiment's workers run as the OS user linked to its owner (det user
+// link-with-agent-user); an owner without a link gets the agents' default task user.
+TEST_F(AllocationManagerTest, LaunchesCarryTheOwnersLinkedAgentUser) {
+  UserRow bob;
+  bob.username = "bob";
+  bob.agent_user_group.set_agent_user("nobody");
+  bob.agent_user_group.set_agent_uid(65534);
+  bob.agent_user_group.set_agent_group("nogroup");
+  bob.agent_user_group.set_agent_gid(65533);
+  ASSERT_TRUE(store_.InsertUser(bob).ok());
+  UserRow carol;
+  carol.username = "carol";
+  ASSERT_TRUE(store_.InsertUser(carol).ok());
+
+  for (const std::string owner : {"bob", "carol"}) {
+    SCOPED_TRACE(owner);
+    v1::CreateExperimentRequest req;
+    req.set_config_yaml(testing::ExperimentYaml(owner + "s-experiment"));
+    v1::CreateExperimentResponse resp;
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.Create(owner, req, &resp); });
+    ASSERT_TRUE(st.ok()) << st;
+    const std::string session = h_.Register("agent-" + owner, 1);
+    v1::LaunchCommand launch = h_.NextLaunch("agent-" + owner, session);
+    if (owner == "bob") {
+      EXPECT_EQ(launch.task_user().agent_user(), "nobody");
+      EXPECT_EQ(launch.task_user().agent_uid(), 65534);
+      EXPECT_EQ(launch.task_user().agent_group(), "nogroup");
+      EXPECT_EQ(launch.task_user().agent_gid(), 65533);
+    } else {
+      EXPECT_FALSE(launch.has_task_user());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace det::master

@@ -40,6 +40,9 @@ struct LaunchInputs {
   // MASTER_ADDR / MASTER_PORT: rank 0's agent and the port reserved for this allocation.
   std::string chief_address;
   int chief_port = 0;
+  // The experiment owner's linked OS user (det user link-with-agent-user), given to every
+  // agent as LaunchCommand.task_user; empty agent_user: none (the agents' default).
+  v1::AgentUserGroup task_user;
 };
 
 // The ranks of an allocation over `agents`: contiguous per agent, the first agent hosts

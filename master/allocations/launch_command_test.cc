@@ -98,6 +98,36 @@ TEST(LaunchCommandTest, RanksAreContiguousPerAgentWithSlots) {
   EXPECT_TRUE(ranks[2].slot_ids().empty());
 }
 
+// The owner's linked OS user reaches every agent of the allocation; without a link no
+// agent gets one (each uses its default task user).
+TEST(LaunchCommandTest, TheOwnersLinkedUserGoesToEveryAgent) {
+  v1::AgentUserGroup linked;
+  linked.set_agent_user("nobody");
+  linked.set_agent_uid(65534);
+  linked.set_agent_group("nogroup");
+  linked.set_agent_gid(65533);
+  const std::vector<std::pair<std::string, v1::AgentUserGroup>> cases = {
+      {"linked", linked}, {"not linked", v1::AgentUserGroup()}};
+  std::vector<AgentShare> agents = {{"a", {"0"}}, {"b", {"0", "1"}}};
+  v1::Allocation a;
+  a.set_id("7.2");
+  for (auto& r : PlaceRanks(agents)) *a.add_ranks() = r;
+  for (const auto& [name, link] : cases) {
+    SCOPED_TRACE(name);
+    LaunchInputs in = Inputs();
+    in.task_user = link;
+    auto cmds = BuildLaunchCommands(in, a, agents);
+    ASSERT_EQ(cmds.size(), 2u);
+    for (const auto& [agent, l] : cmds) {
+      EXPECT_EQ(l.has_task_user(), !link.agent_user().empty()) << agent;
+      EXPECT_EQ(l.task_user().agent_user(), link.agent_user()) << agent;
+      EXPECT_EQ(l.task_user().agent_uid(), link.agent_uid()) << agent;
+      EXPECT_EQ(l.task_user().agent_group(), link.agent_group()) << agent;
+      EXPECT_EQ(l.task_user().agent_gid(), link.agent_gid()) << agent;
+    }
+  }
+}
+
 TEST(LaunchCommandTest, ContextIsCopiedToEveryAgent) {
   v1::ModelContext ctx;
   ctx.add_files()->set_path("train.py");

@@ -148,6 +148,9 @@ v1::User UserService::ToProto(const UserRow& row) const {
   u.set_username(row.username);
   u.set_admin(row.admin);
   u.set_created_ms(row.created_ms);
+  if (!row.agent_user_group.agent_user().empty()) {
+    *u.mutable_agent_user_group() = row.agent_user_group;
+  }
   return u;
 }
 
@@ -387,10 +390,66 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
   });
 }
 
-// TODO(issue 15): store the link and hand it to the allocations of the user's trials.
-void UserService::LinkWithAgentUser(const Caller&, const v1::LinkWithAgentUserRequest&,
+absl::Status ValidateAgentUserGroup(const v1::AgentUserGroup& link) {
+  if (link.agent_user().empty()) {
+    if (link.agent_uid() != 0 || link.agent_gid() != 0 || !link.agent_group().empty()) {
+      return absl::InvalidArgumentError(
+          "agent_user (--agent-user): empty unlinks the user, so agent_uid, agent_gid and "
+          "agent_group must be empty too");
+    }
+    return absl::OkStatus();
+  }
+  for (const auto& [field, name] : {std::pair{"agent_user (--agent-user)", &link.agent_user()},
+                                    std::pair{"agent_group (--agent-group)", &link.agent_group()}}) {
+    bool ok = !name->empty() && name->size() <= 32 && (*name)[0] != '-';
+    for (char c : *name) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": expected an OS name of 1 to 32 letters, digits, '.', '_' or '-' not "
+                 "starting with '-', got \"",
+          *name, "\""));
+    }
+  }
+  // 2^32 - 1 is (uid_t)-1, "no change" to setresuid: never a user.
+  constexpr int64_t kMaxId = 4294967294;
+  for (const auto& [field, id] : {std::pair{"agent_uid (--agent-uid)", link.agent_uid()},
+                                  std::pair{"agent_gid (--agent-gid)", link.agent_gid()}}) {
+    if (id == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": 0 is root's; workers never run as root, link an unprivileged user"));
+    }
+    if (id < 0 || id > kMaxId) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": expected 1 to ", kMaxId, ", got ", id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void UserService::LinkWithAgentUser(const Caller& caller,
+                                    const v1::LinkWithAgentUserRequest& request,
                                     v1::LinkWithAgentUserResponse*, Done done) {
-  done(absl::UnimplementedError("LinkWithAgentUser is not implemented yet"));
+  if (!caller.user.admin()) return done(NotAdmin(caller, "link users with agent users"));
+  if (absl::Status st = ValidateAgentUserGroup(request.agent_user_group()); !st.ok()) {
+    return done(st);
+  }
+  loop_.Post([this, name = request.username(), link = request.agent_user_group(),
+              done = std::move(done)] {
+    const UserRow* found = FindUser(name);
+    if (found == nullptr) return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
+    UserRow& user = users_.at(found->id);
+    // Persisted before it is used or acknowledged.
+    if (absl::Status st = store_.SetUserAgentUserGroup(user.id, link); !st.ok()) return done(st);
+    user.agent_user_group = link;
+    if (link.agent_user().empty()) {
+      Logger("master")->info("user '{}' unlinked from its agent user", name);
+    } else {
+      Logger("master")->info("user '{}' linked with agent user {} (uid {}) group {} (gid {})",
+                             name, link.agent_user(), link.agent_uid(), link.agent_group(),
+                             link.agent_gid());
+    }
+    done(absl::OkStatus());
+  });
 }
 
 }  // namespace det::master

@@ -44,6 +44,10 @@ absl::Status ValidatePassword(const std::string& password, const std::string& fi
 absl::StatusOr<std::string> HashPassword(const std::string& password);
 // Whether `password` matches `hash` (a HashPassword result). Slow like HashPassword.
 bool VerifyPassword(const std::string& hash, const std::string& password);
+// InvalidArgument naming the field (and its det user link-with-agent-user flag) unless
+// `link` is empty (unlink) or names an OS user and group (1 to 32 of [A-Za-z0-9._-], not
+// starting with '-') with uid and gid in [1, 2^32 - 2]: never root's 0.
+absl::Status ValidateAgentUserGroup(const v1::AgentUserGroup& link);
 // SHA-256 of `token`, hex: what the store keeps of a session token.
 std::string TokenHash(const std::string& token);
 

@@ -10,12 +10,19 @@
 #include "common/event_loop/event_loop.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/store/fault_injecting_store.h"
 #include "master/store/sqlite_store.h"
 
 namespace det::master {
 namespace {
 
 using ::testing::HasSubstr;
+
+MATCHER_P2(StatusIs, code, message, "") {
+  *result_listener << "status " << arg.ToString();
+  return arg.code() == code &&
+         ::testing::ExplainMatchResult(message, std::string(arg.message()), result_listener);
+}
 
 constexpr char kAdminPassword[] = "first-admin-password";
 
@@ -45,11 +52,12 @@ class UserServiceTest : public ::testing::Test {
     auto store = SqliteStore::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
+    faults_ = std::make_unique<FaultInjectingStore>(*store_);
     loop_ = std::make_unique<EventLoop>(clock_);
     UserServiceOptions options;
     options.session_ttl = absl::Hours(1);
     options.initial_admin_password = admin_password;
-    users_ = std::make_unique<UserService>(*loop_, *store_, clock_, options);
+    users_ = std::make_unique<UserService>(*loop_, *faults_, clock_, options);
     ASSERT_TRUE(users_->Restore().ok());
     loop_->Start();
   }
@@ -57,6 +65,7 @@ class UserServiceTest : public ::testing::Test {
     if (loop_) loop_->Stop();
     users_.reset();
     loop_.reset();
+    faults_.reset();
     store_.reset();
   }
 
@@ -99,6 +108,24 @@ class UserServiceTest : public ::testing::Test {
     return Wait([&](Done d) { users_->ChangePassword(as, req, &resp, std::move(d)); });
   }
 
+  absl::Status Link(const Caller& as, const std::string& name, const std::string& user,
+                    int64_t uid, const std::string& group, int64_t gid) {
+    v1::LinkWithAgentUserRequest req;
+    req.set_username(name);
+    req.mutable_agent_user_group()->set_agent_user(user);
+    req.mutable_agent_user_group()->set_agent_uid(uid);
+    req.mutable_agent_user_group()->set_agent_group(group);
+    req.mutable_agent_user_group()->set_agent_gid(gid);
+    v1::LinkWithAgentUserResponse resp;
+    return Wait([&](Done d) { users_->LinkWithAgentUser(as, req, &resp, std::move(d)); });
+  }
+
+  v1::ListUsersResponse List(const Caller& as) {
+    v1::ListUsersResponse list;
+    EXPECT_TRUE(Wait([&](Done d) { users_->ListUsers(as, {}, &list, std::move(d)); }).ok());
+    return list;
+  }
+
   Caller AdminCaller() {
     auto token = Login("admin", kAdminPassword);
     EXPECT_TRUE(token.ok()) << token.status();
@@ -110,6 +137,7 @@ class UserServiceTest : public ::testing::Test {
   FakeClock clock_;
   std::string path_;
   std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<FaultInjectingStore> faults_;  // Wraps store_; users_ writes through it.
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<UserService> users_;
 };
@@ -287,6 +315,63 @@ TEST_F(UserServiceTest, ChangingAPasswordEndsOtherSessions) {
   EXPECT_EQ(ChangePassword(admin, "nobody", "", "whatever-pw").code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(Auth(admin.token).ok());
+}
+
+// det user link-with-agent-user: admins only, never root, stored before it is answered,
+// shown by ListUsers, kept across restarts, unlinked by an empty agent user.
+TEST_F(UserServiceTest, AdminsLinkUsersWithAgentUsers) {
+  Caller admin = AdminCaller();
+  ASSERT_TRUE(CreateUser(admin, "bob", "bobs-password").ok());
+  Caller bob = *Auth(*Login("bob", "bobs-password"));
+
+  EXPECT_THAT(Link(bob, "bob", "nobody", 65534, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("only an admin can link users with agent users")));
+  EXPECT_THAT(Link(admin, "bob", "root", 0, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("agent_uid (--agent-uid): 0 is root's")));
+  EXPECT_THAT(Link(admin, "bob", "nobody", 65534, "root", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("agent_gid (--agent-gid): 0 is root's")));
+  EXPECT_THAT(Link(admin, "bob", "nobody", 4294967295, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("agent_uid (--agent-uid)")));
+  EXPECT_THAT(Link(admin, "bob", "-rf", 65534, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("agent_user (--agent-user)")));
+  EXPECT_THAT(Link(admin, "bob", "nobody", 65534, "", 65534),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("agent_group (--agent-group)")));
+  EXPECT_THAT(Link(admin, "carol", "nobody", 65534, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("user 'carol' not found")));
+  EXPECT_FALSE(List(admin).users(1).has_agent_user_group());
+
+  // A store that refuses the write: refused, and nothing changes.
+  faults_->FailWrites(true, "SetUserAgentUserGroup");
+  EXPECT_THAT(Link(admin, "bob", "nobody", 65534, "nogroup", 65534),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("SetUserAgentUserGroup")));
+  EXPECT_FALSE(List(admin).users(1).has_agent_user_group());
+  faults_->FailWrites(false, "SetUserAgentUserGroup");
+
+  ASSERT_TRUE(Link(admin, "bob", "nobody", 65534, "nogroup", 65533).ok());
+  v1::User listed = List(bob).users(1);
+  EXPECT_EQ(listed.username(), "bob");
+  EXPECT_EQ(listed.agent_user_group().agent_user(), "nobody");
+  EXPECT_EQ(listed.agent_user_group().agent_uid(), 65534);
+  EXPECT_EQ(listed.agent_user_group().agent_group(), "nogroup");
+  EXPECT_EQ(listed.agent_user_group().agent_gid(), 65533);
+  EXPECT_FALSE(List(admin).users(0).has_agent_user_group());  // admin: not linked.
+  EXPECT_EQ(Auth(bob.token)->user.agent_user_group().agent_uid(), 65534);
+
+  Close();
+  Open(kAdminPassword);
+  admin = AdminCaller();
+  EXPECT_EQ(List(admin).users(1).agent_user_group().agent_user(), "nobody");
+  EXPECT_EQ((*store_->ListUsers())[1].agent_user_group.agent_gid(), 65533);
+
+  EXPECT_THAT(Link(admin, "bob", "", 65534, "", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty unlinks")));
+  ASSERT_TRUE(Link(admin, "bob", "", 0, "", 0).ok());
+  EXPECT_FALSE(List(admin).users(1).has_agent_user_group());
+  EXPECT_EQ((*store_->ListUsers())[1].agent_user_group.agent_user(), "");
 }
 
 }  // namespace

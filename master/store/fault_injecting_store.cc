@@ -218,6 +218,12 @@ absl::Status FaultInjectingStore::SetUserPassword(int64_t user_id,
   return store_.SetUserPassword(user_id, password_hash);
 }
 
+absl::Status FaultInjectingStore::SetUserAgentUserGroup(int64_t user_id,
+                                                        const v1::AgentUserGroup& link) {
+  RETURN_IF_ERROR(BeforeWrite("SetUserAgentUserGroup"));
+  return store_.SetUserAgentUserGroup(user_id, link);
+}
+
 absl::StatusOr<std::vector<SessionRow>> FaultInjectingStore::LoadSessions(int64_t now_ms) {
   RETURN_IF_ERROR(BeforeRead("LoadSessions"));
   return store_.LoadSessions(now_ms);

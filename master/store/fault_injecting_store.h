@@ -4,10 +4,10 @@
 //
 // Writes are the calls that change stored state: InsertExperiment, UpdateExperiment,
 // InsertTrial, UpdateTrial, UpsertAllocation, UpsertAgent, AddMetrics, SupersedeMetrics,
-// AddLogs, AddCheckpoint, InsertCheckpointGcTask, UpdateCheckpointGcTask, PutTemplate,
-// DeleteTemplate, AddSystemMetrics, InsertUser, SetUserPassword, InsertSession,
-// DeleteSession, DeleteUserSessions. Every other call is a read (Load and LoadSessions
-// included, although the stores may tidy up inside them).
+// AddLogs, AddCheckpoint, InsertCheckpointGcTask, UpdateCheckpointGcTask, DeleteExperiment, PutTemplate,
+// DeleteTemplate, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
+// InsertSession, DeleteSession, DeleteUserSessions. Every other call is a read (Load and
+// LoadSessions included, although the stores may tidy up inside them).
 //
 // An injected failure is not forwarded: the wrapped store is unchanged, out-parameters
 // (ids of log lines and trials, the trial of SupersedeMetrics) are untouched, and the call
@@ -97,6 +97,7 @@ class FaultInjectingStore : public Store {
   absl::StatusOr<std::vector<UserRow>> ListUsers() override;
   absl::StatusOr<int64_t> InsertUser(const UserRow& user) override;
   absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) override;
+  absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) override;
   absl::StatusOr<std::vector<SessionRow>> LoadSessions(int64_t now_ms) override;
   absl::Status InsertSession(const SessionRow& session) override;
   absl::Status DeleteSession(const std::string& token_hash) override;

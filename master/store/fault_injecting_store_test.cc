@@ -98,6 +98,13 @@ std::vector<Call> Writes() {
          return s.InsertUser({0, "new", "h", false, 1}).status();
        }},
       {"SetUserPassword", [](Store& s) { return s.SetUserPassword(1, "h2"); }},
+      {"SetUserAgentUserGroup",
+       [](Store& s) {
+         v1::AgentUserGroup link;
+         link.set_agent_user("nobody");
+         link.set_agent_uid(65534);
+         return s.SetUserAgentUserGroup(1, link);
+       }},
       {"InsertSession",
        [](Store& s) {
          return s.InsertSession({"new", 1, 0, 100});

@@ -400,6 +400,17 @@ absl::Status InMemoryStore::SetUserPassword(int64_t user_id, const std::string& 
   return absl::OkStatus();
 }
 
+absl::Status InMemoryStore::SetUserAgentUserGroup(int64_t user_id,
+                                                  const v1::AgentUserGroup& link) {
+  absl::MutexLock lock(&mu_);
+  auto it = users_.find(user_id);
+  if (it == users_.end()) {
+    return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  }
+  it->second.agent_user_group = link;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SessionRow>> InMemoryStore::LoadSessions(int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(),

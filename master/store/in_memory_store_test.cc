@@ -601,5 +601,32 @@ TEST_P(StoreConformanceTest, UsersAndSessions) {
   ASSERT_TRUE(store_->InsertSession({"old", *other, 1000, 2000}).ok());
 }
 
+TEST_P(StoreConformanceTest, UserAgentUserGroupIsStoredAndCleared) {
+  auto alice = store_->InsertUser({0, "alice", "$argon2id$h", false, 1000});
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  v1::AgentUserGroup link;
+  link.set_agent_user("nobody");
+  link.set_agent_uid(65534);
+  link.set_agent_group("nogroup");
+  link.set_agent_gid(65533);
+  ASSERT_TRUE(store_->SetUserAgentUserGroup(*alice, link).ok());
+  EXPECT_THAT(store_->SetUserAgentUserGroup(99, link),
+              StatusIs(absl::StatusCode::kNotFound, "user 99 does not exist"));
+  auto users = store_->ListUsers();
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ(users->size(), 1u);
+  EXPECT_EQ((*users)[0].agent_user_group.agent_user(), "nobody");
+  EXPECT_EQ((*users)[0].agent_user_group.agent_uid(), 65534);
+  EXPECT_EQ((*users)[0].agent_user_group.agent_group(), "nogroup");
+  EXPECT_EQ((*users)[0].agent_user_group.agent_gid(), 65533);
+  EXPECT_EQ((*users)[0].password_hash, "$argon2id$h");  // Nothing else changed.
+
+  ASSERT_TRUE(store_->SetUserAgentUserGroup(*alice, v1::AgentUserGroup()).ok());
+  users = store_->ListUsers();
+  ASSERT_TRUE(users.ok()) << users.status();
+  EXPECT_EQ((*users)[0].agent_user_group.agent_user(), "");
+  EXPECT_EQ((*users)[0].agent_user_group.agent_uid(), 0);
+}
+
 }  // namespace
 }  // namespace det::master

@@ -121,7 +121,9 @@ absl::StatusOr<std::vector<v1::SystemMetrics>> SqliteStore::GetSystemMetrics(
 }
 
 absl::StatusOr<std::vector<UserRow>> SqliteStore::ListUsers() {
-  Stmt s(db_, "SELECT id, username, password_hash, admin, created_ms FROM users ORDER BY id");
+  Stmt s(db_,
+         "SELECT id, username, password_hash, admin, created_ms, agent_user, agent_uid, "
+         "agent_group, agent_gid FROM users ORDER BY id");
   std::vector<UserRow> out;
   while (s.Step()) {
     UserRow& u = out.emplace_back();
@@ -130,6 +132,12 @@ absl::StatusOr<std::vector<UserRow>> SqliteStore::ListUsers() {
     u.password_hash = s.Text(2);
     u.admin = s.Int(3) != 0;
     u.created_ms = s.Int(4);
+    if (!s.Text(5).empty()) {
+      u.agent_user_group.set_agent_user(s.Text(5));
+      u.agent_user_group.set_agent_uid(s.Int(6));
+      u.agent_user_group.set_agent_group(s.Text(7));
+      u.agent_user_group.set_agent_gid(s.Int(8));
+    }
   }
   RETURN_IF_ERROR(s.status());
   return out;
@@ -157,6 +165,19 @@ absl::StatusOr<int64_t> SqliteStore::InsertUser(const UserRow& user) {
 absl::Status SqliteStore::SetUserPassword(int64_t user_id, const std::string& password_hash) {
   Stmt s(db_, "UPDATE users SET password_hash = ? WHERE id = ?");
   RETURN_IF_ERROR(s.Bind(1, password_hash).Bind(2, user_id).Run());
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::SetUserAgentUserGroup(int64_t user_id,
+                                                const v1::AgentUserGroup& link) {
+  Stmt s(db_,
+         "UPDATE users SET agent_user = ?, agent_uid = ?, agent_group = ?, agent_gid = ? "
+         "WHERE id = ?");
+  s.Bind(1, link.agent_user()).Bind(2, link.agent_uid()).Bind(3, link.agent_group());
+  RETURN_IF_ERROR(s.Bind(4, link.agent_gid()).Bind(5, user_id).Run());
   if (sqlite3_changes(db_) != 1) {
     return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
   }

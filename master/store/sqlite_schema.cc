@@ -120,6 +120,14 @@ CREATE INDEX checkpoint_gc_tasks_by_experiment ON checkpoint_gc_tasks(experiment
     R"sql(
 ALTER TABLE templates ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 )sql",
+    // 7: the OS user a user's workers run as (det user link-with-agent-user); '' and 0:
+    // not linked.
+    R"sql(
+ALTER TABLE users ADD COLUMN agent_user TEXT NOT NULL DEFAULT '';
+ALTER TABLE users ADD COLUMN agent_uid INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE users ADD COLUMN agent_group TEXT NOT NULL DEFAULT '';
+ALTER TABLE users ADD COLUMN agent_gid INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 }  // namespace

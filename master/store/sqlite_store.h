@@ -64,6 +64,7 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<UserRow>> ListUsers() override;
   absl::StatusOr<int64_t> InsertUser(const UserRow& user) override;
   absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) override;
+  absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) override;
   absl::StatusOr<std::vector<SessionRow>> LoadSessions(int64_t now_ms) override;
   absl::Status InsertSession(const SessionRow& session) override;
   absl::Status DeleteSession(const std::string& token_hash) override;

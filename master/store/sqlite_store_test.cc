@@ -29,7 +29,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 6);
+    EXPECT_EQ((*store)->SchemaVersion(), 7);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -337,14 +337,17 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
   // Back to what a schema-4 master left.
   std::string down = "sqlite3 " + path +
                      " 'DROP TABLE checkpoint_gc_tasks; ALTER TABLE templates DROP COLUMN owner; "
-                     "PRAGMA user_version=4'";
+                     "ALTER TABLE users DROP COLUMN agent_user; "
+                     "ALTER TABLE users DROP COLUMN agent_uid; "
+                     "ALTER TABLE users DROP COLUMN agent_group; "
+                     "ALTER TABLE users DROP COLUMN agent_gid; PRAGMA user_version=4'";
   ASSERT_EQ(std::system(down.c_str()), 0);
 
   v1::CheckpointGcTask task;
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 6);
+    EXPECT_EQ((*store)->SchemaVersion(), 7);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok()) << snap.status();
     ASSERT_EQ(snap->experiments.size(), 1u);
@@ -437,6 +440,13 @@ TEST(SqliteStore, UsersAndSessionsSurviveReopen) {
     ASSERT_TRUE((*store)->InsertSession({"gone", *other_id, 1000, 5000}).ok());
     ASSERT_TRUE((*store)->DeleteSession("gone").ok());
     ASSERT_TRUE((*store)->DeleteSession("never-was").ok());
+    v1::AgentUserGroup link;
+    link.set_agent_user("nobody");
+    link.set_agent_uid(65534);
+    link.set_agent_group("nogroup");
+    link.set_agent_gid(65533);
+    ASSERT_TRUE((*store)->SetUserAgentUserGroup(*other_id, link).ok());
+    EXPECT_EQ((*store)->SetUserAgentUserGroup(99, link).code(), absl::StatusCode::kNotFound);
   }
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -449,6 +459,11 @@ TEST(SqliteStore, UsersAndSessionsSurviveReopen) {
   EXPECT_EQ((*users)[1].username, tricky);
   EXPECT_FALSE((*users)[1].admin);
   EXPECT_EQ((*users)[1].created_ms, 2000);
+  EXPECT_EQ((*users)[0].agent_user_group.agent_user(), "");  // Not linked.
+  EXPECT_EQ((*users)[1].agent_user_group.agent_user(), "nobody");
+  EXPECT_EQ((*users)[1].agent_user_group.agent_uid(), 65534);
+  EXPECT_EQ((*users)[1].agent_user_group.agent_group(), "nogroup");
+  EXPECT_EQ((*users)[1].agent_user_group.agent_gid(), 65533);
   auto sessions = (*store)->LoadSessions(2000);  // "old" expired at 1500.
   ASSERT_TRUE(sessions.ok()) << sessions.status();
   ASSERT_EQ(sessions->size(), 2u);

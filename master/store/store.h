@@ -33,6 +33,9 @@ struct UserRow {
   std::string password_hash;
   bool admin = false;
   int64_t created_ms = 0;
+  // The OS user agents run this user's workers as (det user link-with-agent-user); an
+  // empty agent_user: none (the agents' default task user).
+  v1::AgentUserGroup agent_user_group;
 };
 
 // A login session; the token only as its SHA-256 hash (hex).
@@ -127,6 +130,11 @@ class Store {
   virtual absl::StatusOr<int64_t> InsertUser(const UserRow& user) { return NoUsers(); }
   // NotFound when there is no such user.
   virtual absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) {
+    return NoUsers();
+  }
+  // Stores `link` as the user's agent_user_group (an empty agent_user unlinks). NotFound
+  // when there is no such user.
+  virtual absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) {
     return NoUsers();
   }
   // The sessions with expires_ms > now_ms; deletes the others.

@@ -25,12 +25,63 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::det::testing::CommandResult;
+using ::det::testing::RunCommand;
 using ::det::testing::TestCluster;
+using ::det::testing::WaitUntil;
 
 mode_t ModeOf(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return 0;
   return st.st_mode & 07777;
+}
+
+// Shell lines that try to `cat` and `ls` each of `paths`.
+std::string ReadEach(const std::vector<std::string>& paths) {
+  std::string script;
+  for (const std::string& s : paths) {
+    absl::StrAppend(&script, "echo \"try $(ls -d '", s, "' 2>&1)\"; cat '", s,
+                    "' 2>&1 | head -c 200; ls '", s, "' 2>&1 | head -c 200\n");
+  }
+  return script;
+}
+
+// ReadEach's attempts in `logs`: each refused, no secret or token shown.
+void ExpectEveryReadDenied(const std::string& logs, const std::vector<std::string>& paths) {
+  for (const std::string& s : paths) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("cat: ", s, ": Permission denied")))
+        << s << "\n" << logs;
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("ls: cannot "))) << s << "\n" << logs;
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat(" '", s, "': Permission denied")))
+        << s << "\n" << logs;
+  }
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("test-secret")));
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("token")));
+}
+
+// A fresh directory under /tmp (0755) for the agent's work_dir and what workers read: the
+// test's own directory lies under /root, which task users cannot reach.
+std::string MakeWorkRoot() {
+  std::string work_root = "/tmp/det-worker-isolation-XXXXXX";
+  if (mkdtemp(work_root.data()) == nullptr || chmod(work_root.c_str(), 0755) != 0) return "";
+  return work_root;
+}
+
+// agent-a's yaml with `slots` slots, its work_dir at `work_root`/agent and det's Python
+// package copied to `work_root`/python (the runfiles are under /root). "" on failure.
+std::string AgentYamlUnder(TestCluster& cluster, const std::string& work_root, int slots) {
+  std::string yaml = cluster.AgentYaml("a", slots);
+  size_t at = yaml.find("\nwork_dir: ");
+  EXPECT_NE(at, std::string::npos) << yaml;
+  if (work_root.empty() || at == std::string::npos) return "";
+  size_t end = yaml.find('\n', at + 1);
+  yaml.replace(at, end - at, absl::StrCat("\nwork_dir: ", work_root, "/agent"));
+  std::string python = work_root + "/python";
+  std::filesystem::copy(
+      std::filesystem::canonical(TestCluster::BinDir() + "/det-agent").parent_path() / ".." /
+          "python",
+      python, std::filesystem::copy_options::recursive);
+  absl::StrAppend(&yaml, "worker_python: /usr/bin/python3\npython_path: [", python, "]\n");
+  return yaml;
 }
 
 TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
@@ -45,25 +96,10 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   EXPECT_EQ(ModeOf(cluster.dir() + "/master"), 0700u);
   EXPECT_EQ(ModeOf(cluster.db_path()), 0600u);
 
-  // The agent's work_dir where the task user can reach it (the test's own directory lies
-  // under /root).
-  std::string work_root = "/tmp/det-worker-isolation-XXXXXX";
-  ASSERT_NE(mkdtemp(work_root.data()), nullptr);
-  ASSERT_EQ(chmod(work_root.c_str(), 0755), 0);
+  std::string work_root = MakeWorkRoot();
   std::string work_dir = work_root + "/agent";
-  std::string yaml = cluster.AgentYaml("a");
-  size_t at = yaml.find("\nwork_dir: ");
-  ASSERT_NE(at, std::string::npos) << yaml;
-  size_t end = yaml.find('\n', at + 1);
-  yaml.replace(at, end - at, absl::StrCat("\nwork_dir: ", work_dir));
-  // det's Python package where the task user can read it (the runfiles are under /root).
-  std::string python = work_root + "/python";
-  std::filesystem::copy(
-      std::filesystem::canonical(TestCluster::BinDir() + "/det-agent").parent_path() / ".." /
-          "python",
-      python,
-                        std::filesystem::copy_options::recursive);
-  absl::StrAppend(&yaml, "worker_python: /usr/bin/python3\npython_path: [", python, "]\n");
+  std::string yaml = AgentYamlUnder(cluster, work_root, 1);
+  ASSERT_FALSE(yaml.empty());
   std::string agent_yaml = cluster.WriteFile("agent-a.yaml", yaml);
   ASSERT_TRUE(cluster.StartAgentWithYaml("a", yaml, {"--task-user", "nobody"}).ok())
       << cluster.LogTail("agent-a");
@@ -76,12 +112,8 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
       work_dir + "/run",
       work_dir,
   };
-  std::string script = "#!/bin/sh\nid -u\n";
-  for (const std::string& s : secrets) {
-    absl::StrAppend(&script, "echo \"try $(ls -d '", s, "' 2>&1)\"; cat '", s,
-                    "' 2>&1 | head -c 200; ls '", s, "' 2>&1 | head -c 200\n");
-  }
-  absl::StrAppend(&script, "echo done reading\n");
+  std::string script = absl::StrCat("#!/bin/sh\nid -u\n", ReadEach(secrets),
+                                    "echo done reading\n");
   std::string context = work_root + "/ctx";
   ASSERT_EQ(mkdir(context.c_str(), 0755), 0);
   std::ofstream(context + "/train.sh") << script;
@@ -102,16 +134,7 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   }
   ASSERT_THAT(logs, HasSubstr("done reading")) << cluster.LogTail("agent-a");
   EXPECT_THAT(logs, HasSubstr("65534"));  // nobody
-  for (const std::string& s : secrets) {
-    // `cat` and `ls` of each path: refused, never its content.
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat("cat: ", s, ": Permission denied")))
-        << s << "\n" << logs;
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat("ls: cannot "))) << s << "\n" << logs;
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat(" '", s, "': Permission denied")))
-        << s << "\n" << logs;
-  }
-  EXPECT_THAT(logs, ::testing::Not(HasSubstr("test-secret")));
-  EXPECT_THAT(logs, ::testing::Not(HasSubstr("token")));
+  ExpectEveryReadDenied(logs, secrets);
 
   // A normal trial still works as the task user: it writes a checkpoint into storage that
   // the task user owns, reports, and completes.
@@ -158,6 +181,118 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
     checkpoints += std::filesystem::exists(entry.path() / "weights");
   }
   EXPECT_EQ(checkpoints, 1);
+  std::filesystem::remove_all(work_root);
+}
+
+// det user link-with-agent-user: bob's trials run as the OS user linked to him (nobody,
+// 65534), not the agent's default task user (40001), in a work dir of their own; they
+// cannot read the admin's trial's work dir (running as 40001 beside it) nor the cluster's
+// secrets. Only an admin links, never to root.
+TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "the agent must run as root to run workers as another user; this test "
+                    "runs as uid "
+                 << geteuid();
+  }
+  TestCluster cluster("worker_isolation_linked");
+  ASSERT_TRUE(cluster.StartMaster().ok()) << cluster.LogTail("master");
+  std::string work_root = MakeWorkRoot();
+  std::string work_dir = work_root + "/agent";
+  std::string yaml = AgentYamlUnder(cluster, work_root, 2);
+  ASSERT_FALSE(yaml.empty());
+  std::string agent_yaml = cluster.WriteFile("agent-a.yaml", yaml);
+  ASSERT_TRUE(cluster.StartAgentWithYaml("a", yaml, {"--task-user", "40001:40001"}).ok())
+      << cluster.LogTail("agent-a");
+
+  // bob, logged in with a home of his own.
+  const std::string det = TestCluster::BinDir() + "/det";
+  CommandResult made = RunCommand({det, "-m", cluster.address(), "user", "create", "bob"},
+                                  absl::Seconds(60),
+                                  {{"DET_USER_TOKEN", cluster.token()},
+                                   {"DET_NEW_PASSWORD", "bobs-password"}});
+  ASSERT_TRUE(made.exit.ok()) << made.err;
+  const std::string bob_home = cluster.dir() + "/home-bob";
+  ASSERT_EQ(mkdir(bob_home.c_str(), 0700), 0);
+  auto as_bob = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {det, "-m", cluster.address()});
+    return RunCommand(args, absl::Seconds(60),
+                      {{"HOME", bob_home}, {"DET_USER_TOKEN", ""}, {"DET_PASSWORD", "bobs-password"}});
+  };
+  ASSERT_TRUE(as_bob({"user", "login", "bob"}).exit.ok());
+
+  const std::vector<std::string> link = {"user", "link-with-agent-user", "bob", "--agent-uid",
+                                         "65534", "--agent-gid", "65534", "--agent-user",
+                                         "nobody", "--agent-group", "nogroup"};
+  CommandResult refused = as_bob(link);
+  EXPECT_EQ(refused.exit.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("only an admin can link users with agent users"));
+  std::vector<std::string> root = link;
+  root[4] = "0";
+  refused = cluster.Det(root);
+  EXPECT_EQ(refused.exit.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("agent_uid (--agent-uid): 0 is root's"));
+  CommandResult linked = cluster.Det(link);
+  ASSERT_TRUE(linked.exit.ok()) << linked.err;
+  EXPECT_THAT(cluster.Det({"user", "list"}).out,
+              HasSubstr("bob  agent user nobody (uid 65534), group nogroup (gid 65534)"));
+  nlohmann::json users = cluster.DetJson({"user", "list"});
+  ASSERT_TRUE(users.is_object()) << cluster.Det({"user", "list", "--json"}).err;
+  EXPECT_EQ(det::testing::Int(users["users"][1]["agent_user_group"]["agent_uid"]), 65534)
+      << users.dump();
+
+  // The admin's trial (the default task user) keeps a private file in its work dir and
+  // waits until bob's trial has tried to read it.
+  const std::string release = work_root + "/release";
+  std::string admins = work_root + "/admins";
+  ASSERT_EQ(mkdir(admins.c_str(), 0755), 0);
+  std::ofstream(admins + "/train.sh")
+      << "#!/bin/sh\necho \"uid $(id -u) gid $(id -g)\"\necho admin-private > private.txt\n"
+         "echo \"ready in $PWD\"\nwhile [ ! -e '"
+      << release << "' ]; do sleep 0.1; done\n";
+  ASSERT_EQ(chmod((admins + "/train.sh").c_str(), 0755), 0);
+  std::string config = cluster.WriteFile(
+      "script.yaml",
+      "name: script\nentrypoint: [\"./train.sh\"]\nsearcher:\n  name: single\n  metric: loss\n"
+      "  max_length:\n    batches: 1\nresources:\n  slots_per_trial: 1\nmax_restarts: 0\n");
+  CommandResult created = cluster.Det({"experiment", "create", config, admins});
+  ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
+  std::string admin_logs;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        admin_logs = cluster.Det({"trial", "logs", "1"}).out;
+        return admin_logs.find("ready in ") != std::string::npos;
+      },
+      absl::Seconds(90)))
+      << admin_logs << cluster.LogTail("agent-a");
+  EXPECT_THAT(admin_logs, HasSubstr("uid 40001 gid 40001"));
+  const std::string admin_dir = work_dir + "/1.0";
+  EXPECT_THAT(admin_logs, HasSubstr("ready in " + admin_dir));
+
+  std::vector<std::string> secrets = {cluster.db_path(), cluster.dir() + "/master",
+                                      cluster.dir() + "/home/.det/auth.json", agent_yaml,
+                                      work_dir + "/run", work_dir, admin_dir,
+                                      admin_dir + "/private.txt"};
+  std::string bobs = work_root + "/bobs";
+  ASSERT_EQ(mkdir(bobs.c_str(), 0755), 0);
+  std::ofstream(bobs + "/train.sh")
+      << "#!/bin/sh\necho \"uid $(id -u) gid $(id -g)\"\necho \"work dir $(stat -c '%u %a' .)\"\n"
+      << ReadEach(secrets) << "echo done reading\n";
+  ASSERT_EQ(chmod((bobs + "/train.sh").c_str(), 0755), 0);
+  created = as_bob({"experiment", "create", config, bobs});
+  ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
+  std::string logs;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        logs = cluster.Det({"trial", "logs", "2"}).out;
+        return logs.find("done reading") != std::string::npos;
+      },
+      absl::Seconds(90)))
+      << logs << cluster.LogTail("agent-a");
+  std::ofstream(release) << "";
+  EXPECT_THAT(logs, HasSubstr("uid 65534 gid 65534"));
+  EXPECT_THAT(logs, HasSubstr("work dir 65534 700"));  // Its own, closed to others.
+  ExpectEveryReadDenied(logs, secrets);
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("admin-private")));
   std::filesystem::remove_all(work_root);
 }
 
