@@ -300,6 +300,27 @@ absl::Status ApiClient::KillExperiment(int64_t id) {
       .status();
 }
 
+absl::StatusOr<v1::DeleteExperimentResponse> ApiClient::DeleteExperiment(int64_t id) {
+  v1::DeleteExperimentRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::DeleteExperiment, "DeleteExperiment", request,
+              options_.deadline, address_);
+}
+
+absl::Status ApiClient::KillTrial(int64_t id) {
+  v1::KillTrialRequest request;
+  request.set_id(id);
+  return Call(*rpc_->stub, &v1::Api::Stub::KillTrial, "KillTrial", request, options_.deadline,
+              address_)
+      .status();
+}
+
+absl::StatusOr<v1::GetMasterLogsResponse> ApiClient::GetMasterLogs(
+    const v1::GetMasterLogsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterLogs, "GetMasterLogs", request,
+              options_.deadline, address_);
+}
+
 absl::StatusOr<v1::GetTrialResponse> ApiClient::GetTrial(int64_t id) {
   v1::GetTrialRequest request;
   request.set_id(id);

@@ -53,12 +53,15 @@ class ApiClient {
 
   absl::StatusOr<v1::GetMasterInfoResponse> GetMasterInfo();
   absl::StatusOr<v1::GetMasterConfigResponse> GetMasterConfig();
+  absl::StatusOr<v1::GetMasterLogsResponse> GetMasterLogs(const v1::GetMasterLogsRequest& request);
   absl::StatusOr<v1::CreateExperimentResponse> CreateExperiment(
       const v1::CreateExperimentRequest& request);
   absl::StatusOr<v1::ListExperimentsResponse> ListExperiments(
       const v1::ListExperimentsRequest& request);
   absl::StatusOr<v1::GetExperimentResponse> GetExperiment(int64_t id);
   absl::Status KillExperiment(int64_t id);
+  absl::StatusOr<v1::DeleteExperimentResponse> DeleteExperiment(int64_t id);
+  absl::Status KillTrial(int64_t id);
   absl::StatusOr<v1::PauseExperimentResponse> PauseExperiment(int64_t id);
   absl::Status ArchiveExperiment(int64_t id);
   absl::Status UnarchiveExperiment(int64_t id);

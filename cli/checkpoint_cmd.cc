@@ -1,4 +1,5 @@
-// det checkpoint list|ls EXPERIMENT_ID, describe UUID, delete UUID... --yes.
+// det checkpoint list|ls EXPERIMENT_ID, describe UUID, delete UUID... --yes,
+// download UUID [-o DIR].
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -6,9 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/checkpoint_download.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace det::cli {
 namespace {
@@ -59,6 +62,40 @@ absl::Status Delete(CliContext& ctx, const DeleteOptions& options) {
   return absl::OkStatus();
 }
 
+struct DownloadOptions {
+  std::string uuid;
+  std::string output;
+};
+
+absl::Status Download(CliContext& ctx, const DownloadOptions& options) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetCheckpointResponse response, api->GetCheckpoint(options.uuid));
+  const v1::Checkpoint& c = response.checkpoint();
+  if (c.state() == v1::STATE_DELETED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", c.uuid(), " was deleted: its files are gone"));
+  }
+  const std::string output =
+      options.output.empty() ? absl::StrCat("checkpoints/", c.uuid()) : options.output;
+  absl::StatusOr<CopiedCheckpoint> copied = CopyCheckpointDirectory(c.storage_path(), output);
+  if (!copied.ok()) {
+    return absl::Status(copied.status().code(),
+                        absl::StrCat("checkpoint ", c.uuid(), ": ", copied.status().message()));
+  }
+  if (ctx.json) {
+    nlohmann::json j = {{"uuid", c.uuid()},
+                        {"storage_path", c.storage_path()},
+                        {"output", output},
+                        {"files", copied->files},
+                        {"bytes", copied->bytes}};
+    ctx.out << j.dump(2) << '\n';
+    return absl::OkStatus();
+  }
+  ctx.out << "Downloaded checkpoint " << c.uuid() << " (" << copied->files << " files, "
+          << copied->bytes << " bytes) to " << output << '\n';
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
@@ -79,6 +116,16 @@ void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
   describe->add_flag("--json", ctx.json, "print machine-readable JSON");
   describe->callback([&ctx, uuid] {
     ctx.action = [&ctx, uuid] { return Describe(ctx, *uuid); };
+  });
+  auto download = std::make_shared<DownloadOptions>();
+  CLI::App* download_cmd = group->add_subcommand(
+      "download", "copy a checkpoint's files here (its storage must be mounted on this machine)");
+  download_cmd->add_option("UUID", download->uuid, "checkpoint UUID")->required();
+  download_cmd->add_option("-o,--output", download->output,
+                           "directory to copy into (default: checkpoints/UUID)");
+  download_cmd->add_flag("--json", ctx.json, "print machine-readable JSON");
+  download_cmd->callback([&ctx, download] {
+    ctx.action = [&ctx, download] { return Download(ctx, *download); };
   });
   auto del = std::make_shared<DeleteOptions>();
   CLI::App* delete_cmd =

@@ -3,7 +3,10 @@
 #ifndef DET_CLI_CLI_CONTEXT_H_
 #define DET_CLI_CLI_CONTEXT_H_
 
+#include <unistd.h>
+
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -52,6 +55,10 @@ struct CliContext {
   // Time seams (polling loops, deadlines). Default: the real clock.
   std::function<absl::Time()> now = [] { return absl::Now(); };
   std::function<void(absl::Duration)> sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  // Where a confirmation (det e delete without --yes) is read from, and whether it is a
+  // terminal: a question is asked only there. Default: stdin.
+  std::istream* in = &std::cin;
+  std::function<bool()> interactive = [] { return isatty(0) == 1; };
 
  private:
   std::unique_ptr<ApiClient> api_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,11 @@ void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx);
 // det experiment archive|unarchive|label and det experiment set description|name|priority
 // (experiment_edit_cmd.cc): `group` is det experiment, `set` its set command.
 void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& ctx);
+
+// OK when the user confirms `question` (e.g. "Delete experiment 3 ...?") on the terminal
+// with y or yes; FailedPrecondition saying to pass `flag` when stdin is not a terminal,
+// Cancelled "not confirmed" on any other answer. The question goes to ctx.err.
+absl::Status Confirm(CliContext& ctx, const std::string& question, const std::string& flag);
 
 struct CheckpointsOptions {
   int64_t id = 0;

@@ -180,6 +180,53 @@ class FakeApi final : public v1::Api::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status DeleteExperiment(grpc::ServerContext*, const v1::DeleteExperimentRequest* request,
+                                v1::DeleteExperimentResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    if (request->id() != 7) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("experiment ", request->id(), " not found"));
+    }
+    response->set_checkpoints(2);
+    response->set_gc_task("gc-3.0");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KillTrial(grpc::ServerContext*, const v1::KillTrialRequest* request,
+                         v1::KillTrialResponse*) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    if (request->id() == 2) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "trial 2 is COMPLETED");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetMasterLogs(grpc::ServerContext*, const v1::GetMasterLogsRequest* request,
+                             v1::GetMasterLogsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    last_master_logs_ = *request;
+    const char* messages[] = {"experiment 7 created", "experiment 7 deleted (2 trial(s))"};
+    for (int i = 0; i < 2; ++i) {
+      v1::MasterLogLine* line = response->add_lines();
+      line->set_id(6 + i);
+      line->set_time_ms(1700000000000 + i);
+      line->set_level("info");
+      line->set_component("master");
+      line->set_message(messages[i]);
+    }
+    response->set_dropped(5);
+    response->set_capacity(10000);
+    return grpc::Status::OK;
+  }
+
+  v1::GetMasterLogsRequest last_master_logs() {
+    absl::MutexLock lock(&mu_);
+    return last_master_logs_;
+  }
+
   grpc::Status GetTrial(grpc::ServerContext*, const v1::GetTrialRequest* request,
                         v1::GetTrialResponse* response) override {
     absl::MutexLock lock(&mu_);
@@ -293,6 +340,7 @@ class FakeApi final : public v1::Api::Service {
   std::vector<v1::GetTrialLogsRequest> log_requests_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t killed_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::GetMasterLogsRequest last_master_logs_ ABSL_GUARDED_BY(mu_);
 };
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -656,12 +704,54 @@ TEST_F(DetCliTest, DeterminedCommandsAndAliasesResolve) {
       {"e", "archive"}, {"e", "unarchive"}, {"e", "label", "add"}, {"e", "label", "remove"},
       {"e", "set", "description"}, {"e", "set", "name"}, {"e", "set", "priority"},
       {"checkpoint", "list"}, {"checkpoint", "ls"}, {"checkpoint", "describe"},
-      {"master", "config"}, {"e", "set", "gc-policy"}, {"checkpoint", "delete"}, {"tpl", "rm"}};
+      {"master", "config"}, {"e", "set", "gc-policy"}, {"checkpoint", "delete"}, {"tpl", "rm"},
+      {"experiment", "delete"}, {"e", "delete"}, {"e", "set", "max-slots"}, {"trial", "kill"},
+      {"t", "kill"}, {"checkpoint", "download"}, {"master", "logs"}, {"e", "list", "-u", "x"},
+      {"e", "list", "--user", "x"}};
   for (std::vector<std::string> words : commands) {
     words.push_back("--help");
     EXPECT_EQ(DetRaw(words), 0) << absl::StrJoin(words, " ") << ": " << err_;
     EXPECT_THAT(out_, HasSubstr("Usage")) << absl::StrJoin(words, " ");
   }
+}
+
+TEST_F(DetCliTest, DeleteAsksForYesWithoutATerminal) {
+  // Tests run without a terminal on stdin: nothing is asked, nothing sent.
+  EXPECT_EQ(Det({"e", "delete", "7"}), 1);
+  EXPECT_THAT(err_, HasSubstr("Delete experiment 7 with its trials, metrics, logs and checkpoint "
+                              "files: not confirmed (stdin is not a terminal); pass --yes"));
+  EXPECT_EQ(fake_.calls(), 0);
+  ASSERT_EQ(Det({"e", "delete", "7", "--yes"}), 0) << err_;
+  EXPECT_EQ(out_,
+            "Deleting experiment 7: the files of 2 checkpoint(s) first (task gc-3.0 on an agent; "
+            "det task list), then its records\n");
+  ASSERT_EQ(Det({"experiment", "delete", "7", "-y", "--json"}), 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("\"gc_task\": \"gc-3.0\""));
+  EXPECT_EQ(Det({"e", "delete", "8", "-y"}), 1);
+  EXPECT_THAT(err_, HasSubstr("experiment 8 not found"));
+}
+
+TEST_F(DetCliTest, TrialKillAndMaxSlotsAndMasterLogs) {
+  ASSERT_EQ(Det({"t", "kill", "1"}), 0) << err_;
+  EXPECT_EQ(out_, "Killing trial 1 (CANCELED once its workers exited)\n");
+  EXPECT_EQ(Det({"trial", "kill", "2"}), 1);
+  EXPECT_THAT(err_, HasSubstr("trial 2 is COMPLETED"));
+
+  const int before = fake_.calls();
+  EXPECT_EQ(Det({"e", "set", "max-slots", "7"}), 1);
+  EXPECT_THAT(err_, HasSubstr("max-slots: give N (0: unlimited) or --clear"));
+  EXPECT_NE(Det({"e", "set", "max-slots", "7", "2", "--clear"}), 0);
+  EXPECT_EQ(fake_.calls(), before);
+
+  ASSERT_EQ(Det({"master", "logs", "--tail", "2"}), 0) << err_;
+  EXPECT_EQ(fake_.last_master_logs().tail(), 2);
+  EXPECT_EQ(out_,
+            "2023-11-14T22:13:20.000Z info [master] experiment 7 created\n"
+            "2023-11-14T22:13:20.001Z info [master] experiment 7 deleted (2 trial(s))\n");
+  EXPECT_EQ(err_, "(5 older lines not kept: the master keeps its last 10000)\n");
+  ASSERT_EQ(Det({"master", "logs", "--json"}), 0) << err_;
+  EXPECT_EQ(Lines(out_).size(), 2u);
+  EXPECT_THAT(Lines(out_)[1], HasSubstr("\"message\":\"experiment 7 deleted (2 trial(s))\""));
 }
 
 TEST_F(DetCliTest, ListTrialsOfASearchShowsHyperparametersBestAndEarlyStops) {

@@ -1,6 +1,5 @@
 // det experiment archive|unarchive, label add|remove, set description|name|priority|
-// gc-policy:
-// what a user edits on an experiment besides its run.
+// gc-policy|max-slots, delete: what a user edits on an experiment besides its run.
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -47,7 +46,53 @@ CLI::App* AddEdit(CLI::App& parent, CliContext& ctx, const std::string& name,
   return cmd;
 }
 
+struct DeleteOptions {
+  int64_t id = 0;
+  bool yes = false;
+};
+
+absl::Status Delete(CliContext& ctx, const DeleteOptions& o) {
+  if (!o.yes) {
+    RETURN_IF_ERROR(Confirm(ctx,
+                            absl::StrCat("Delete experiment ", o.id,
+                                         " with its trials, metrics, logs and checkpoint files?"),
+                            "--yes"));
+  }
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::DeleteExperimentResponse response, api->DeleteExperiment(o.id));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  if (response.gc_task().empty()) {
+    ctx.out << "Deleted experiment " << o.id << '\n';
+  } else {
+    ctx.out << "Deleting experiment " << o.id << ": the files of " << response.checkpoints()
+            << " checkpoint(s) first (task " << response.gc_task()
+            << " on an agent; det task list), then its records\n";
+  }
+  return absl::OkStatus();
+}
+
+struct MaxSlotsOptions {
+  int64_t id = 0;
+  int32_t slots = 0;
+  bool clear = false;
+};
+
 }  // namespace
+
+absl::Status Confirm(CliContext& ctx, const std::string& question, const std::string& flag) {
+  if (!ctx.interactive()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        question.substr(0, question.size() - 1), ": not confirmed (stdin is not a terminal); pass ",
+        flag, " to go ahead"));
+  }
+  ctx.err << question << " [y/N] " << std::flush;
+  std::string answer;
+  std::getline(*ctx.in, answer);
+  if (answer == "y" || answer == "Y" || answer == "yes" || answer == "YES" || answer == "Yes") {
+    return absl::OkStatus();
+  }
+  return absl::CancelledError("not confirmed: nothing was changed");
+}
 
 void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& ctx) {
   for (bool archive : {true, false}) {
@@ -117,6 +162,37 @@ void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& 
                    absl::StrCat("Experiment ", gc->id, ": checkpoint GC policy set"));
     };
   });
+
+  auto max_slots = std::make_shared<MaxSlotsOptions>();
+  CLI::App* max_cmd = set.add_subcommand(
+      "max-slots", "limit the slots the experiment's trials hold at once (resources.max_slots)");
+  max_cmd->add_option("ID", max_slots->id, "experiment ID")->required();
+  CLI::Option* n = max_cmd->add_option("N", max_slots->slots, "at most N slots; 0: unlimited")
+                       ->check(CLI::NonNegativeNumber);
+  max_cmd->add_flag("--clear", max_slots->clear, "no limit (as N = 0)")->excludes(n);
+  max_cmd->add_flag("--json", ctx.json, "print machine-readable JSON");
+  max_cmd->callback([&ctx, max_slots, n] {
+    ctx.action = [&ctx, max_slots, n]() -> absl::Status {
+      if (n->count() == 0 && !max_slots->clear) {
+        return absl::InvalidArgumentError("max-slots: give N (0: unlimited) or --clear");
+      }
+      v1::PatchExperimentRequest request;
+      request.set_max_slots(max_slots->clear ? 0 : max_slots->slots);
+      return Patch(ctx, max_slots->id, request,
+                   request.max_slots() == 0
+                       ? absl::StrCat("Experiment ", max_slots->id, ": max_slots cleared (unlimited)")
+                       : absl::StrCat("Experiment ", max_slots->id,
+                                      ": max_slots = ", request.max_slots()));
+    };
+  });
+
+  auto del = std::make_shared<DeleteOptions>();
+  CLI::App* delete_cmd = group.add_subcommand(
+      "delete", "delete an ended experiment with its trials, metrics, logs and checkpoints");
+  delete_cmd->add_option("ID", del->id, "experiment ID")->required();
+  delete_cmd->add_flag("--yes,-y", del->yes, "do not ask: delete");
+  delete_cmd->add_flag("--json", ctx.json, "print machine-readable JSON");
+  delete_cmd->callback([&ctx, del] { ctx.action = [&ctx, del] { return Delete(ctx, *del); }; });
 
   auto priority = std::make_shared<EditOptions>();
   CLI::App* prio = set.add_subcommand(

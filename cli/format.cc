@@ -122,6 +122,10 @@ std::string FormatTimeMs(int64_t ms) {
                           absl::UTCTimeZone());
 }
 
+std::string FormatLogTimeMs(int64_t ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(ms), absl::UTCTimeZone());
+}
+
 std::string FormatMetric(double value) {
   // As the master's JSON and the web page write them (not printf's nan/inf).
   if (std::isnan(value)) return "NaN";

@@ -64,6 +64,8 @@ std::string StateName(v1::State state);
 bool IsTerminal(v1::State state);
 // Milliseconds since the epoch as "2024-01-02T15:04:05Z" (UTC); "" for 0.
 std::string FormatTimeMs(int64_t ms);
+// A log line's time: "2023-11-14T22:13:20.001Z" (UTC, milliseconds).
+std::string FormatLogTimeMs(int64_t ms);
 // A metric value with up to 6 significant digits.
 std::string FormatMetric(double value);
 // A 0..1 fraction as "42.5%".

@@ -1,5 +1,8 @@
-// det master info|config
+// det master info|config|logs
 #include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <memory>
 
 #include "cli/commands.h"
 #include "cli/format.h"
@@ -24,6 +27,39 @@ absl::Status Config(CliContext& ctx) {
   return absl::OkStatus();
 }
 
+struct LogsOptions {
+  int tail = 0;
+  bool follow = false;
+};
+
+constexpr absl::Duration kFollowPoll = absl::Seconds(1);
+
+absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::GetMasterLogsRequest request;
+  request.set_tail(options.tail);
+  for (bool first = true;; first = false) {
+    ASSIGN_OR_RETURN(v1::GetMasterLogsResponse response, api->GetMasterLogs(request));
+    if (first && response.dropped() > 0 && !ctx.json) {
+      ctx.err << "(" << response.dropped() << " older lines not kept: the master keeps its last "
+              << response.capacity() << ")\n";
+    }
+    for (const v1::MasterLogLine& line : response.lines()) {
+      if (ctx.json) {
+        RETURN_IF_ERROR(WriteJson(line, ctx.out, /*pretty=*/false));
+      } else {
+        ctx.out << FormatLogTimeMs(line.time_ms()) << ' ' << line.level() << " [" << line.component()
+                << "] " << line.message() << '\n';
+      }
+      request.set_after_id(std::max(request.after_id(), line.id()));
+    }
+    ctx.out.flush();
+    if (!options.follow) return absl::OkStatus();
+    request.set_tail(0);
+    ctx.sleep(kFollowPoll);
+  }
+}
+
 }  // namespace
 
 void RegisterMasterCommands(CLI::App& app, CliContext& ctx) {
@@ -36,6 +72,16 @@ void RegisterMasterCommands(CLI::App& app, CliContext& ctx) {
       "config", "show the running master's config (secrets redacted; admins only)");
   config->add_flag("--json", ctx.json, "print machine-readable JSON");
   config->callback([&ctx] { ctx.action = [&ctx] { return Config(ctx); }; });
+  auto logs_options = std::make_shared<LogsOptions>();
+  CLI::App* logs = group->add_subcommand(
+      "logs", "show the master's own recent log lines (admins only)");
+  logs->add_option("--tail", logs_options->tail, "only the last N lines")
+      ->check(CLI::PositiveNumber);
+  logs->add_flag("-f,--follow", logs_options->follow, "then wait for new lines");
+  logs->add_flag("--json", ctx.json, "print each line as a JSON object");
+  logs->callback([&ctx, logs_options] {
+    ctx.action = [&ctx, logs_options] { return Logs(ctx, *logs_options); };
+  });
 }
 
 }  // namespace det::cli

@@ -113,8 +113,7 @@ absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
       return;
     }
     if (options.timestamps) {
-      ctx.out << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ ", absl::FromUnixMillis(line.time_ms()),
-                                  absl::UTCTimeZone());
+      ctx.out << FormatLogTimeMs(line.time_ms()) << ' ';
     }
     ctx.out << FormatLogLine(line) << '\n';
   };
@@ -178,6 +177,19 @@ void RegisterTrialCommands(CLI::App& app, CliContext& ctx) {
                      "also show diagnostic metrics (named diag/...: parameter hashes, checksums)");
   describe->callback([&ctx, describe_options] {
     ctx.action = [&ctx, describe_options] { return Describe(ctx, *describe_options); };
+  });
+
+  auto kill_id = std::make_shared<int64_t>(0);
+  CLI::App* kill = group->add_subcommand(
+      "kill", "kill a trial (its experiment goes on with its other trials)");
+  kill->add_option("ID", *kill_id, "trial ID")->required();
+  kill->callback([&ctx, kill_id] {
+    ctx.action = [&ctx, kill_id]() -> absl::Status {
+      ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+      RETURN_IF_ERROR(api->KillTrial(*kill_id));
+      ctx.out << "Killing trial " << *kill_id << " (CANCELED once its workers exited)\n";
+      return absl::OkStatus();
+    };
   });
 
   auto logs_options = std::make_shared<LogsOptions>();

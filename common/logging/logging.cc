@@ -1,6 +1,7 @@
 #include "common/logging/logging.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/log_ring.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
 namespace det {
@@ -20,7 +21,12 @@ absl::Status InitLogging(absl::string_view level) {
 std::shared_ptr<spdlog::logger> Logger(const std::string& component) {
   if (auto existing = spdlog::get(component)) return existing;
   try {
-    return spdlog::stderr_color_mt(component);
+    // stderr, and the process's ring of recent lines (det master logs).
+    auto logger = std::make_shared<spdlog::logger>(
+        component, spdlog::sinks_init_list{std::make_shared<spdlog::sinks::stderr_color_sink_mt>(),
+                                           ProcessLogRing()});
+    spdlog::initialize_logger(logger);
+    return logger;
   } catch (const spdlog::spdlog_ex&) {
     // Another thread registered it between the lookup and here.
     return spdlog::get(component);

@@ -33,6 +33,7 @@ class ApiHandler {
   virtual void GetMasterInfo(const Caller& caller, const v1::GetMasterInfoRequest& request, v1::GetMasterInfoResponse* response, Done done) = 0;
   virtual void GetMasterStats(const Caller& caller, const v1::GetMasterStatsRequest& request, v1::GetMasterStatsResponse* response, Done done) = 0;
   virtual void GetMasterConfig(const Caller& caller, const v1::GetMasterConfigRequest& request, v1::GetMasterConfigResponse* response, Done done) = 0;
+  virtual void GetMasterLogs(const Caller& caller, const v1::GetMasterLogsRequest& request, v1::GetMasterLogsResponse* response, Done done) = 0;
   virtual void CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& request, v1::CreateExperimentResponse* response, Done done) = 0;
   virtual void ListExperiments(const Caller& caller, const v1::ListExperimentsRequest& request, v1::ListExperimentsResponse* response, Done done) = 0;
   virtual void GetExperiment(const Caller& caller, const v1::GetExperimentRequest& request, v1::GetExperimentResponse* response, Done done) = 0;
@@ -43,6 +44,8 @@ class ApiHandler {
   virtual void ArchiveExperiment(const Caller& caller, const v1::ArchiveExperimentRequest& request, v1::ArchiveExperimentResponse* response, Done done) = 0;
   virtual void UnarchiveExperiment(const Caller& caller, const v1::UnarchiveExperimentRequest& request, v1::UnarchiveExperimentResponse* response, Done done) = 0;
   virtual void PatchExperiment(const Caller& caller, const v1::PatchExperimentRequest& request, v1::PatchExperimentResponse* response, Done done) = 0;
+  virtual void DeleteExperiment(const Caller& caller, const v1::DeleteExperimentRequest& request, v1::DeleteExperimentResponse* response, Done done) = 0;
+  virtual void KillTrial(const Caller& caller, const v1::KillTrialRequest& request, v1::KillTrialResponse* response, Done done) = 0;
   virtual void GetCheckpoint(const Caller& caller, const v1::GetCheckpointRequest& request, v1::GetCheckpointResponse* response, Done done) = 0;
   virtual void DeleteCheckpoints(const Caller& caller, const v1::DeleteCheckpointsRequest& request, v1::DeleteCheckpointsResponse* response, Done done) = 0;
   virtual void GetTrial(const Caller& caller, const v1::GetTrialRequest& request, v1::GetTrialResponse* response, Done done) = 0;

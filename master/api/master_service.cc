@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/log_ring.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "master/api/master_config_view.h"
@@ -57,6 +58,28 @@ void MasterService::GetMasterConfig(const Caller& caller, const v1::GetMasterCon
   turns_.OnLoop(std::move(done), [this, &caller, resp]() -> absl::Status {
     RETURN_IF_ERROR(MustBeAdmin(caller, "read the master's config"));
     resp->set_config_yaml(MasterConfigYaml(config_));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::GetMasterLogs(const Caller& caller, const v1::GetMasterLogsRequest& req,
+                                  v1::GetMasterLogsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [&caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "read the master's logs"));
+    if (req.tail() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tail: expected >= 0, got ", req.tail()));
+    }
+    LogRing::Page page = ProcessLogRing()->Read(req.tail(), req.after_id());
+    for (RingLine& l : page.lines) {
+      v1::MasterLogLine* line = resp->add_lines();
+      line->set_id(l.id);
+      line->set_time_ms(l.time_ms);
+      line->set_level(std::move(l.level));
+      line->set_component(std::move(l.component));
+      line->set_message(std::move(l.message));
+    }
+    resp->set_dropped(page.dropped);
+    resp->set_capacity(static_cast<int64_t>(page.capacity));
     return absl::OkStatus();
   });
 }
@@ -142,6 +165,24 @@ void MasterService::PatchExperiment(const Caller& caller, const v1::PatchExperim
   turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
     RETURN_IF_ERROR(MayChange(caller, req.id(), "change"));
     return m_.experiments.Patch(req, resp);
+  });
+}
+
+void MasterService::DeleteExperiment(const Caller& caller,
+                                     const v1::DeleteExperimentRequest& req,
+                                     v1::DeleteExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "delete"));
+    return m_.experiments.Delete(req, resp);
+  });
+}
+
+void MasterService::KillTrial(const Caller& caller, const v1::KillTrialRequest& req,
+                              v1::KillTrialResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    ASSIGN_OR_RETURN(TrialState * t, m_.registry.FindTrial(req.id()));
+    RETURN_IF_ERROR(MayChange(caller, t->trial.experiment_id(), "kill trials of"));
+    return m_.experiments.KillTrial(req);
   });
 }
 
@@ -373,6 +414,8 @@ void MasterService::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsRespons
       if (at != allocation_trial.end()) line.set_trial_id(at->second);
       // A checkpoint GC task's output goes to the log of the trial that started it.
       const bool gc = m_.checkpoints.RouteLogLine(&line);
+      // An experiment deletion's task has no trial: its output went to the master's log.
+      if (gc && line.trial_id() == 0) continue;
       // Lines of runs already ended are still stored against their trial.
       if (at == allocation_trial.end() && !gc && m_.registry.trials.count(l.trial_id()) == 0) {
         continue;

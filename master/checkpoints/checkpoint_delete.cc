@@ -1,6 +1,8 @@
-// CheckpointManager: checkpoints deleted on request (det checkpoint delete), through the
-// same CHECKPOINT_GC tasks as the policy's garbage collection.
+// CheckpointManager: checkpoints deleted on request (det checkpoint delete, det experiment
+// delete), through the same CHECKPOINT_GC tasks as the policy's garbage collection.
 #include <map>
+#include <optional>
+#include <vector>
 #include <set>
 #include <utility>
 
@@ -61,6 +63,78 @@ absl::Status CheckpointManager::DeleteCheckpoints(
     Logger("master")->info("trial {}: {} checkpoint(s) to delete on request", tid, doomed.size());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::CheckpointGcTask>> CheckpointManager::QueueExperimentDeletion(
+    const ExperimentState& es) {
+  DET_CHECK_ON_LOOP(loop_);
+  const int64_t experiment_id = es.experiment.id();
+  for (const auto& [id, g] : gc_tasks_) {
+    if (g.task.experiment_id() != experiment_id || views::Terminal(g.task.state())) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", experiment_id, ": checkpoint GC task ", views::GcAllocationId(g.task), " is ",
+        StateName(g.task.state()),
+        IsExperimentDeletion(g.task) ? " (the experiment is being deleted)"
+                                     : "; delete the experiment once it has ended"));
+  }
+  std::vector<v1::Checkpoint> all;
+  std::set<std::string> doomed;
+  for (int64_t tid : es.trial_ids) {
+    ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, store_.GetCheckpoints(tid));
+    for (v1::Checkpoint& c : cs) {
+      if (c.state() == v1::STATE_DELETED) continue;
+      doomed.insert(c.uuid());
+      all.push_back(std::move(c));
+    }
+  }
+  if (doomed.empty()) return std::optional<v1::CheckpointGcTask>();
+  RETURN_IF_ERROR(QueueGcTask(es, /*ended_trial=*/0, all, doomed));
+  // QueueGcTask stored it under the highest id.
+  return std::optional<v1::CheckpointGcTask>(gc_tasks_.rbegin()->second.task);
+}
+
+const v1::CheckpointGcTask* CheckpointManager::LiveDeletion(int64_t experiment_id) const {
+  DET_CHECK_ON_LOOP(loop_);
+  for (const auto& [id, g] : gc_tasks_) {
+    if (g.task.experiment_id() == experiment_id && IsExperimentDeletion(g.task) &&
+        !views::Terminal(g.task.state())) {
+      return &g.task;
+    }
+  }
+  return nullptr;
+}
+
+std::set<int64_t> CheckpointManager::CompletedDeletions() const {
+  DET_CHECK_ON_LOOP(loop_);
+  std::map<int64_t, v1::State> latest;  // experiment -> state of its latest deletion task
+  for (const auto& [id, g] : gc_tasks_) {
+    if (IsExperimentDeletion(g.task)) latest[g.task.experiment_id()] = g.task.state();
+  }
+  std::set<int64_t> done;
+  for (const auto& [experiment_id, state] : latest) {
+    if (state == v1::STATE_COMPLETED) done.insert(experiment_id);
+  }
+  return done;
+}
+
+void CheckpointManager::ForgetExperiment(int64_t experiment_id) {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto it = gc_tasks_.begin(); it != gc_tasks_.end();) {
+    if (it->second.task.experiment_id() != experiment_id) {
+      ++it;
+      continue;
+    }
+    gc_allocations_.erase(views::GcAllocationId(it->second.task));
+    it = gc_tasks_.erase(it);
+  }
+}
+
+void CheckpointManager::TaskEvent(int64_t trial_id, const std::string& message) {
+  if (trial_id != 0) {
+    logs_.Event(trial_id, message);
+  } else {
+    Logger("master")->info("experiment deletion: {}", message);
+  }
 }
 
 }  // namespace det::master

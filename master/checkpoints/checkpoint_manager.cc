@@ -142,6 +142,7 @@ absl::Status CheckpointManager::GetCheckpoint(const v1::GetCheckpointRequest& re
 
 void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   DET_CHECK_ON_LOOP(loop_);
+  if (LiveDeletion(es.experiment.id())) return;  // Every checkpoint of it goes already.
   auto policy = GcPolicyFromConfig(es.config_json);
   if (!policy.ok()) {
     Logger("master")->error("experiment {}: no checkpoint garbage collection: {}", es.experiment.id(),
@@ -197,15 +198,15 @@ absl::Status CheckpointManager::QueueGcTask(const ExperimentState& es, int64_t e
   if (!id.ok()) {
     Logger("master")->error("experiment {}: cannot store a checkpoint GC task: {}", es.experiment.id(),
                             id.status().ToString());
-    logs_.Event(ended_trial,
-                absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
+    TaskEvent(ended_trial,
+            absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
     return id.status();
   }
   task.set_id(*id);
   GcTaskState& g = gc_tasks_[*id];
   g.task = std::move(task);
-  logs_.Event(ended_trial,
-              absl::StrCat("checkpoint garbage collection ", RequestId::Gc(*id).Key(), " queued: ",
+  TaskEvent(ended_trial,
+          absl::StrCat("checkpoint garbage collection ", RequestId::Gc(*id).Key(), " queued: ",
                            doomed.size(), " checkpoint(s) to delete on an agent of resource pool '",
                            g.task.resource_pool(), "'"));
   turns_.RequestSchedule();
@@ -261,8 +262,8 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
   (*l->mutable_env())["DET_EXPERIMENT_ID"] = absl::StrCat(t.experiment_id());
   (*l->mutable_env())["DET_ALLOCATION_ID"] = alloc_id;
   *l->mutable_checkpoint_gc()->mutable_checkpoints() = t.checkpoints();
-  logs_.Event(t.trial_id(),
-              absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,
+  TaskEvent(t.trial_id(),
+            absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,
                            " (0 slots): deleting ", t.checkpoints_size(), " checkpoint(s)"));
   if (!agents_.Send(agent_id, std::move(cmd))) {
     End(g, v1::STATE_QUEUED, absl::StrCat("not started: agent ", agent_id, " is unreachable"));
@@ -282,8 +283,8 @@ void CheckpointManager::End(GcTaskState& g, v1::State outcome, const std::string
     t.clear_agent_id();
     t.clear_start_time_ms();
     (void)PersistGcTask(g, t);  // Logged; the attempt is gone either way.
-    logs_.Event(t.trial_id(),
-                absl::StrCat("checkpoint garbage collection ", alloc_id, " ", why, "; requeued"));
+    TaskEvent(t.trial_id(),
+              absl::StrCat("checkpoint garbage collection ", alloc_id, " ", why, "; requeued"));
     turns_.RequestSchedule();
     return;
   }
@@ -295,15 +296,19 @@ void CheckpointManager::End(GcTaskState& g, v1::State outcome, const std::string
   (void)PersistGcTask(g, t);
   if (outcome == v1::STATE_COMPLETED) {
     for (const v1::Checkpoint& c : t.checkpoints()) {
+      if (IsExperimentDeletion(t)) break;  // Its trials go with it.
       logs_.Event(c.trial_id(), absl::StrCat("checkpoint ", c.uuid(), " (batch ", c.total_batches(),
                                              ") deleted by garbage collection"));
     }
-    logs_.Event(t.trial_id(),
-                absl::StrCat("checkpoint garbage collection ", alloc_id, " completed on ", agent_id));
+    TaskEvent(t.trial_id(),
+              absl::StrCat("checkpoint garbage collection ", alloc_id, " completed on ", agent_id));
+    if (IsExperimentDeletion(t) && deletion_done_) {
+      turns_.Post([done = deletion_done_, id = t.experiment_id()] { done(id); });
+    }
   } else {
     Logger("master")->error("checkpoint garbage collection {} failed on {}: {}", alloc_id, agent_id, why);
-    logs_.Event(t.trial_id(),
-                absl::StrCat("checkpoint garbage collection ", alloc_id, " failed on ", agent_id, ": ", why));
+    TaskEvent(t.trial_id(),
+              absl::StrCat("checkpoint garbage collection ", alloc_id, " failed on ", agent_id, ": ", why));
   }
 }
 
@@ -331,8 +336,8 @@ bool CheckpointManager::Reattach(const std::string& agent_id, const std::string&
   }
   GcTaskState& g = gc_tasks_.at(gc->second);
   g.unattached = false;
-  logs_.Event(g.task.trial_id(), absl::StrCat("agent ", agent_id,
-                                              " reattached checkpoint garbage collection ",
+  TaskEvent(g.task.trial_id(), absl::StrCat("agent ", agent_id,
+                                            " reattached checkpoint garbage collection ",
                                               allocation_id));
   return true;
 }
@@ -359,8 +364,8 @@ std::vector<std::string> CheckpointManager::MarkUnattached(const std::string& ag
     if (g.task.agent_id() != agent_id) continue;
     g.unattached = true;
     allocations.push_back(alloc_id);
-    logs_.Event(g.task.trial_id(),
-                absl::StrCat("agent ", agent_id, " stopped answering during checkpoint garbage collection ",
+    TaskEvent(g.task.trial_id(),
+              absl::StrCat("agent ", agent_id, " stopped answering during checkpoint garbage collection ",
                              alloc_id, ": waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
   }
   return allocations;
@@ -419,6 +424,9 @@ bool CheckpointManager::RouteLogLine(v1::LogLine* line) {
   GcTaskState& g = gc_tasks_.at(gc->second);
   line->set_trial_id(g.task.trial_id());
   if (line->stream() == "stderr") g.last_error_line = line->message();
+  if (IsExperimentDeletion(g.task)) {
+    Logger("master")->info("{} [{}] {}", line->allocation_id(), line->stream(), line->message());
+  }
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -75,6 +76,28 @@ class CheckpointManager {
   // that no queued or running task covers yet.
   void Collect(ExperimentState& es, int64_t ended_trial);
 
+  // Experiment deletion (det experiment delete), checkpoint_delete.cc. A deletion task is
+  // a GC task with no trial (trial_id 0) deleting every checkpoint of its experiment not
+  // yet DELETED; its events and output go to the master's log. Once it completed, the
+  // callback set by SetDeletionDone (the experiment manager's) runs in a turn of its own
+  // and deletes the experiment's rows; a master restarted in between finds it in
+  // CompletedDeletions().
+  static bool IsExperimentDeletion(const v1::CheckpointGcTask& task) { return task.trial_id() == 0; }
+  // Queues (stored first) the deletion task of es, whose trials have all ended; returns
+  // it, or nullopt when no checkpoint of es is left to delete. FailedPrecondition naming a
+  // queued or running GC task of es (its deletion or another): nothing queued then.
+  absl::StatusOr<std::optional<v1::CheckpointGcTask>> QueueExperimentDeletion(
+      const ExperimentState& es);
+  // The queued or running deletion task of `experiment_id`, if any.
+  const v1::CheckpointGcTask* LiveDeletion(int64_t experiment_id) const;
+  // Experiments whose latest deletion task completed.
+  std::set<int64_t> CompletedDeletions() const;
+  void SetDeletionDone(std::function<void(int64_t experiment_id)> done) {
+    deletion_done_ = std::move(done);
+  }
+  // Forgets the tasks of `experiment_id` (its rows were deleted).
+  void ForgetExperiment(int64_t experiment_id);
+
   // Scheduling: the queued tasks, by id; why one waits; placing one on `agent_id`
   // (persisted RUNNING, then launched).
   const std::map<int64_t, GcTaskState>& tasks() const;
@@ -111,6 +134,9 @@ class CheckpointManager {
   // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
   void End(GcTaskState& g, v1::State outcome, const std::string& why);
   absl::Status PersistGcTask(GcTaskState& g, v1::CheckpointGcTask updated);
+  // An event of a task started by `trial_id`: in that trial's log; for a deletion task
+  // (trial 0) in the master's log.
+  void TaskEvent(int64_t trial_id, const std::string& message);
 
   Clock& clock_;
   Turns& turns_;
@@ -121,6 +147,7 @@ class CheckpointManager {
   ExperimentRegistry& registry_;
   std::map<int64_t, GcTaskState> gc_tasks_;        // every checkpoint GC task, by id
   std::map<std::string, int64_t> gc_allocations_;  // running GC allocation id -> task id
+  std::function<void(int64_t)> deletion_done_;
 };
 
 }  // namespace det::master

@@ -236,5 +236,78 @@ TEST_F(CheckpointManagerTest, DeletedCheckpointsGoThroughAGcTask) {
   EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("checkpoint r-1 belongs to trial ", running)));
 }
 
+absl::Status DeleteExperiment(ManagerHarness& h, int64_t id, v1::DeleteExperimentResponse* resp) {
+  v1::DeleteExperimentRequest req;
+  req.set_id(id);
+  absl::Status st;
+  h.Turn([&] { st = h.experiments.Delete(req, resp); });
+  return st;
+}
+
+// det experiment delete: a deletion task on an agent removes the files of the checkpoints
+// left, then the experiment's rows go in one transaction; until then it is all there.
+TEST_F(CheckpointManagerTest, DeletingAnExperimentDeletesItsFilesThenItsRows) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_TRUE(h_->ReportExit("a1", session, gc.allocation_id(), 0).ok());
+  const int64_t experiment = h_->Trial(trial_).experiment_id();
+
+  // A running experiment is refused, naming its state.
+  const int64_t running_trial = h_->CreateExperiment("running");
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  const int64_t running = h_->Trial(running_trial).experiment_id();
+  v1::DeleteExperimentResponse resp;
+  absl::Status st = DeleteExperiment(*h_, running, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("experiment ", running,
+                                                   " is ACTIVE: only an ended experiment")));
+  ASSERT_TRUE(h_->ReportExit("a1", session, launch.allocation_id(), 0).ok());
+  (void)h_->Commands("a1", session);  // Its GC task, if any: not needed here.
+
+  st = DeleteExperiment(*h_, experiment, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resp.checkpoints(), 1);  // c-30; c-10 and c-20 were collected already.
+  EXPECT_THAT(resp.gc_task(), HasSubstr("gc-"));
+  v1::DeleteExperimentResponse again;
+  st = DeleteExperiment(*h_, experiment, &again);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("(the experiment is being deleted)"));
+
+  // The master restarts while the task runs: the experiment is whole, the task goes on.
+  v1::LaunchCommand files;
+  for (const v1::AgentCommand& c : h_->Commands("a1", session)) {
+    if (c.has_launch() && c.launch().allocation_id() == resp.gc_task()) files = c.launch();
+  }
+  ASSERT_EQ(files.allocation_id(), resp.gc_task());
+  ASSERT_EQ(files.checkpoint_gc().checkpoints_size(), 1);
+  EXPECT_EQ(files.checkpoint_gc().checkpoints(0).uuid(), "c-30");
+  RestartMaster();
+  EXPECT_EQ(h_->Trial(trial_).experiment_id(), experiment);
+  EXPECT_EQ(CheckpointStates().size(), 3u);
+  session = h_->Register("a1", 1, {resp.gc_task()});
+  ASSERT_TRUE(h_->ReportExit("a1", session, resp.gc_task(), 0).ok());
+  h_->Turn([] {});  // The deletion's last step is a turn of its own.
+
+  bool known = true;
+  h_->Turn([&] { known = h_->registry.experiments.count(experiment) > 0 ||
+                         h_->registry.trials.count(trial_) > 0; });
+  EXPECT_FALSE(known);
+  auto snap = store_.Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  for (const auto& e : snap->experiments) EXPECT_NE(e.id(), experiment);
+  for (const auto& t : snap->trials) EXPECT_NE(t.id(), trial_);
+  for (const auto& g : snap->checkpoint_gc_tasks) EXPECT_NE(g.experiment_id(), experiment);
+  EXPECT_TRUE(CheckpointStates().empty());
+  for (const v1::Task& t : h_->GcTasks()) EXPECT_NE(t.experiment_id(), experiment);
+  st = DeleteExperiment(*h_, experiment, &again);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), absl::StrCat("experiment ", experiment, " not found"));
+  // The other experiment (no checkpoint left to delete) goes at once.
+  st = DeleteExperiment(*h_, running, &again);
+  ASSERT_TRUE(st.ok()) << st;
+  h_->Turn([&] { known = h_->registry.experiments.count(running) > 0; });
+  EXPECT_FALSE(known);
+}
+
 }  // namespace
 }  // namespace det::master

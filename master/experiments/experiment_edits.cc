@@ -1,5 +1,5 @@
 // ExperimentManager: what a user edits on an experiment besides its run: archived,
-// name, description, labels.
+// name, description, labels, checkpoint GC policy, max_slots; and its deletion.
 #include <optional>
 #include <set>
 #include <utility>
@@ -117,12 +117,21 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
     }
     overrides.push_back(absl::StrCat("checkpoint_storage.", key, "=", *value));
   }
-  std::optional<config::ParsedExperiment> parsed;
-  if (!overrides.empty()) {
-    if (!es->config.checkpoint_storage) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "experiment ", req.id(), " keeps no checkpoints (its config has no checkpoint_storage)"));
+  if (req.has_max_slots()) {
+    if (req.max_slots() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_slots: expected an integer >= 0 (0: unlimited), got ", req.max_slots()));
     }
+    RETURN_IF_ERROR(RefuseEnded(*es));
+  }
+  std::optional<config::ParsedExperiment> parsed;
+  const bool policy_changed = !overrides.empty();
+  if (policy_changed && !es->config.checkpoint_storage) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", req.id(), " keeps no checkpoints (its config has no checkpoint_storage)"));
+  }
+  if (req.has_max_slots()) overrides.push_back(absl::StrCat("resources.max_slots=", req.max_slots()));
+  if (!overrides.empty()) {
     ASSIGN_OR_RETURN(parsed, Reparse(*es, std::move(overrides)));
     updated.set_config_yaml(parsed->effective_yaml);
   }
@@ -130,14 +139,56 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
   if (parsed) {
     es->config = parsed->config;
     es->config_json = parsed->effective_json;
-    Logger("master")->info("experiment {}: checkpoint GC policy changed", req.id());
-    // Ended trials' checkpoints the new policy no longer keeps are collected now.
-    for (int64_t tid : es->trial_ids) {
-      if (views::Terminal(trials_.at(tid).trial.state())) checkpoints_.Collect(*es, tid);
+    if (req.has_max_slots()) {
+      Logger("master")->info("experiment {}: max_slots = {}", req.id(), req.max_slots());
+    }
+    if (policy_changed) {
+      Logger("master")->info("experiment {}: checkpoint GC policy changed", req.id());
+      // Ended trials' checkpoints the new policy no longer keeps are collected now.
+      for (int64_t tid : es->trial_ids) {
+        if (views::Terminal(trials_.at(tid).trial.state())) checkpoints_.Collect(*es, tid);
+      }
     }
     turns_.RequestSchedule();
   }
   *resp->mutable_experiment() = es->experiment;
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::Delete(const v1::DeleteExperimentRequest& req,
+                                       v1::DeleteExperimentResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * es, Find(req.id()));
+  if (!views::Terminal(es->experiment.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "experiment ", req.id(), " is ", StateName(es->experiment.state()),
+        ": only an ended experiment (COMPLETED, CANCELED or ERROR) can be deleted; kill it first"));
+  }
+  ASSIGN_OR_RETURN(std::optional<v1::CheckpointGcTask> task, checkpoints_.QueueExperimentDeletion(*es));
+  if (!task) return FinishDelete(req.id());
+  resp->set_checkpoints(task->checkpoints_size());
+  resp->set_gc_task(views::GcAllocationId(*task));
+  Logger("master")->info("experiment {}: deleting; {} checkpoint(s) to delete first ({})", req.id(),
+                         task->checkpoints_size(), resp->gc_task());
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::FinishDelete(int64_t id) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(ExperimentState * es, Find(id));
+  if (absl::Status st = store_.DeleteExperiment(id); !st.ok()) {
+    Logger("master")->error("experiment {}: cannot delete its rows: {}", id, st.ToString());
+    return st;
+  }
+  const std::vector<int64_t> trial_ids = es->trial_ids;
+  logs_.ForgetTrials(trial_ids);
+  for (int64_t tid : trial_ids) {
+    trials_.erase(tid);
+    waiting_reason_.erase(tid);
+  }
+  experiments_.erase(id);
+  checkpoints_.ForgetExperiment(id);
+  Logger("master")->info("experiment {} deleted ({} trial(s))", id, trial_ids.size());
   return absl::OkStatus();
 }
 

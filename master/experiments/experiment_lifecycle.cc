@@ -15,6 +15,15 @@ namespace det::master {
 
 using views::Terminal;
 
+namespace {
+
+// Whether the user killed trial t (det trial kill), as ExperimentManager::KillTrial marks it.
+bool IsKilledByUser(const v1::Trial& t) {
+  return t.search().stopped_early() && t.search().stop_reason() == ExperimentManager::kKilledByUser;
+}
+
+}  // namespace
+
 absl::Status ExperimentManager::Restore(std::vector<v1::Experiment> experiments,
                                         std::vector<v1::Trial> trials) {
   DET_CHECK_ON_LOOP(loop_);
@@ -59,11 +68,17 @@ absl::Status ExperimentManager::RestoreSearchers() {
     if (!st.ok()) Logger("master")->error("experiment {}: {}", id, st.ToString());
   }
   for (auto& [id, es] : experiments_) UpdateExperiment(es);
+  // Deletions whose files were deleted before the restart, but not yet their rows.
+  for (int64_t id : checkpoints_.CompletedDeletions()) {
+    if (experiments_.count(id)) (void)FinishDelete(id);  // Logged; tried again next start.
+  }
   return absl::OkStatus();
 }
 
 void ExperimentManager::FinishTrial(TrialState& t, v1::State state, const std::string& error) {
   DET_CHECK_ON_LOOP(loop_);
+  // A trial the user killed ends CANCELED, whatever its workers' exit said.
+  if (IsKilledByUser(t.trial) && state == v1::STATE_COMPLETED) state = v1::STATE_CANCELED;
   t.trial.set_state(state);
   t.trial.set_end_time_ms(clock_.NowMs());
   t.trial.set_error(error);
@@ -94,16 +109,17 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
   DET_CHECK_ON_LOOP(loop_);
   v1::Experiment updated = es.experiment;
   double progress = 0;
-  int done = 0, completed = 0;
+  int done = 0, completed = 0, killed = 0;
   for (int64_t tid : es.trial_ids) {
     const v1::Trial& t = trials_.at(tid).trial;
     if (Terminal(t.state())) {
       ++done;
       completed += t.state() == v1::STATE_COMPLETED;
+      killed += t.state() == v1::STATE_CANCELED && IsKilledByUser(t);
     }
     // Batches trained of those asked for; a trial the searcher stopped early did all it
     // was going to. An ended trial counts what it trained, never more.
-    if (t.search().stopped_early()) {
+    if (t.search().stopped_early() && !IsKilledByUser(t)) {
       progress += 1;
     } else if (t.target_batches() > 0) {
       progress += std::min(1.0, static_cast<double>(t.total_batches()) / t.target_batches());
@@ -120,6 +136,8 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
       updated.set_state(v1::STATE_CANCELED);
     } else if (completed > 0) {
       updated.set_state(v1::STATE_COMPLETED);
+    } else if (killed > 0) {
+      updated.set_state(v1::STATE_CANCELED);  // Its trials were killed, none failed alone.
     } else {
       updated.set_state(v1::STATE_ERROR);
       updated.set_error("every trial failed");

@@ -42,7 +42,12 @@ ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& 
       experiments_(registry.experiments),
       trials_(registry.trials),
       waiting_reason_(registry.waiting_reason),
-      counters_(registry.counters) {}
+      counters_(registry.counters) {
+  // An experiment's deletion ends once the task deleting its checkpoints' files completed.
+  checkpoints_.SetDeletionDone([this](int64_t experiment_id) {
+    (void)FinishDelete(experiment_id);  // Logged; tried again at the next start.
+  });
+}
 
 absl::Status ExperimentManager::Create(const std::string& owner,
                                        const v1::CreateExperimentRequest& req,
@@ -203,6 +208,30 @@ absl::Status ExperimentManager::Kill(const v1::KillExperimentRequest& req) {
     }
   }
   UpdateExperiment(es);
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::KillTrial(const v1::KillTrialRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(TrialState * t, registry_.FindTrial(req.id()));
+  if (Terminal(t->trial.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trial ", req.id(), " is ", StateName(t->trial.state())));
+  }
+  if (!t->trial.search().stopped_early()) {
+    // Stored first: a restarted master ends it instead of running it again.
+    v1::Trial updated = t->trial;
+    updated.mutable_search()->set_stopped_early(true);
+    updated.mutable_search()->set_stop_reason(kKilledByUser);
+    RETURN_IF_ERROR(PersistTrial(store_, *t, std::move(updated)));
+  }
+  Logger("master")->info("trial {}: kill requested", req.id());
+  TrialEvent(req.id(), "kill requested by the user");
+  if (t->trial.allocation().id().empty()) {
+    FinishTrial(*t, v1::STATE_CANCELED, "");
+  } else {
+    kill_run_(*t, kKilledByUser);
+  }
   return absl::OkStatus();
 }
 

@@ -66,6 +66,21 @@ class ExperimentManager {
   absl::Status SetArchived(int64_t id, bool archived);
   // Changes name, description and labels; InvalidArgument naming the field and its limit.
   absl::Status Patch(const v1::PatchExperimentRequest& req, v1::PatchExperimentResponse* resp);
+  // Kills trial `req.id()`: a queued (or paused) one ends CANCELED at once, a running one
+  // once its workers exited; its experiment goes on with its other trials. Persisted first
+  // (the trial is marked stopped, reason kKilledByUser, so a restarted master does not
+  // run it again). FailedPrecondition naming the state of an ended trial.
+  absl::Status KillTrial(const v1::KillTrialRequest& req);
+  static constexpr char kKilledByUser[] = "killed by user";
+  // Deletes an ended experiment (FailedPrecondition naming the state otherwise) with
+  // everything of it: its checkpoints' files through a deletion task on an agent
+  // (CheckpointManager::QueueExperimentDeletion), then its rows in one store transaction
+  // (FinishDelete). experiment_edits.cc.
+  absl::Status Delete(const v1::DeleteExperimentRequest& req, v1::DeleteExperimentResponse* resp);
+  // The last step of a deletion: the experiment's rows (one transaction), then memory.
+  // Called once its deletion task completed, and at start for those whose task completed
+  // before a restart.
+  absl::Status FinishDelete(int64_t id);
   absl::Status GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp);
 
   // Ends trial t in `state` (persisted as it happened), then tells its log waiters, the

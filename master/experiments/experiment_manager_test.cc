@@ -370,5 +370,102 @@ TEST_F(ExperimentManagerTest, ArchivedLabelledRenamedExperimentsSurviveARestart)
   // of any paused experiment: reported, not changed here.)
 }
 
+// det e set max-slots: resources.max_slots holds a 2-trial grid to one trial at a time on a
+// 2-slot agent (the other waits, saying why); cleared, the second starts; refused for a
+// negative value and for an ended experiment.
+TEST_F(ExperimentManagerTest, MaxSlotsLimitsTheTrialsRunningAtOnce) {
+  const int64_t e = Create(testing::ExperimentYaml("capped"),
+                           {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}",
+                            "resources.max_slots=1"});
+  const std::string session = h_.Register("a", 2);
+  std::vector<v1::LaunchCommand> launches;
+  for (const auto& c : h_.Commands("a", session)) {
+    if (c.has_launch()) launches.push_back(c.launch());
+  }
+  ASSERT_EQ(launches.size(), 1u);
+  std::vector<int64_t> trials;
+  h_.Turn([&] { trials = h_.registry.experiments.at(e).trial_ids; });
+  ASSERT_EQ(trials.size(), 2u);
+  const int64_t waiting = launches[0].trial_id() == trials[0] ? trials[1] : trials[0];
+  EXPECT_EQ(h_.Trial(waiting).state(), v1::STATE_QUEUED);
+  EXPECT_THAT(h_.Trial(waiting).pending_reason(),
+              HasSubstr("max_slots 1 of its experiment reached (1 slot in use, needs 1 more)"));
+
+  v1::PatchExperimentRequest patch;
+  patch.set_id(e);
+  patch.set_max_slots(-1);
+  v1::PatchExperimentResponse patched;
+  absl::Status st;
+  h_.Turn([&] { st = h_.experiments.Patch(patch, &patched); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "max_slots: expected an integer >= 0 (0: unlimited), got -1");
+
+  int kept = 0;
+  h_.Turn([&] { kept = h_.registry.experiments.at(e).config.resources.max_slots; });
+  EXPECT_EQ(kept, 1);
+
+  patch.set_max_slots(0);
+  h_.Turn([&] { st = h_.experiments.Patch(patch, &patched); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(patched.experiment().config_yaml(), HasSubstr("max_slots: 0"));
+  v1::LaunchCommand second = h_.NextLaunch("a", session);
+  EXPECT_EQ(second.trial_id(), waiting);
+
+  ASSERT_TRUE(Kill(e).ok());
+  for (const v1::LaunchCommand* l : {&launches[0], &second}) {
+    ASSERT_TRUE(h_.ReportExit("a", session, l->allocation_id(), 0).ok());
+  }
+  ASSERT_EQ(Experiment(e).state(), v1::STATE_CANCELED);
+  patch.set_max_slots(2);
+  h_.Turn([&] { st = h_.experiments.Patch(patch, &patched); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), absl::StrCat("experiment ", e, " is CANCELED"));
+}
+
+// det trial kill: a running trial ends CANCELED once its workers exit, a queued one at
+// once; its experiment goes on until its trials ended, then ends CANCELED; an ended trial
+// is refused naming its state.
+TEST_F(ExperimentManagerTest, KillingATrialCancelsItAlone) {
+  const int64_t e = Create(testing::ExperimentYaml("kill-one"),
+                           {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}"});
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  std::vector<int64_t> trials;
+  h_.Turn([&] { trials = h_.registry.experiments.at(e).trial_ids; });
+  ASSERT_EQ(trials.size(), 2u);
+  const int64_t running = launch.trial_id();
+  const int64_t queued = running == trials[0] ? trials[1] : trials[0];
+  auto kill = [&](int64_t id) {
+    v1::KillTrialRequest req;
+    req.set_id(id);
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.KillTrial(req); });
+    return st;
+  };
+  ASSERT_TRUE(kill(running).ok());
+  bool asked = false;
+  for (const auto& c : h_.Commands("a", session)) {
+    asked |= c.has_kill() && c.kill().allocation_id() == launch.allocation_id();
+  }
+  EXPECT_TRUE(asked);
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(running).state(), v1::STATE_CANCELED);
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_ACTIVE);
+  EXPECT_THAT(h_.Logs(running), HasSubstr("kill requested by the user"));
+  absl::Status again = kill(running);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.message(), absl::StrCat("trial ", running, " is CANCELED"));
+
+  // The other trial now runs; killed too, the experiment ends CANCELED (none failed).
+  v1::LaunchCommand second = h_.NextLaunch("a", session);
+  ASSERT_EQ(second.trial_id(), queued);
+  ASSERT_TRUE(kill(queued).ok());
+  ASSERT_TRUE(h_.ReportExit("a", session, second.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(queued).state(), v1::STATE_CANCELED);
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_CANCELED);
+  EXPECT_EQ(Experiment(e).progress(), 0);
+  EXPECT_EQ(kill(999).code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace det::master

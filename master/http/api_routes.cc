@@ -60,6 +60,8 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
   Register(srv, routes_, "GET", v1 + "/master/stats", HandlerRoute(api, &ApiHandler::GetMasterStats), users);
   Register(srv, routes_, "GET", v1 + "/master/config", HandlerRoute(api, &ApiHandler::GetMasterConfig),
            users);
+  Register(srv, routes_, "GET", v1 + "/master/logs", HandlerRoute(api, &ApiHandler::GetMasterLogs),
+           users);
 
   if (users != nullptr) {
     rest::Route<v1::LoginRequest, v1::LoginResponse> login;
@@ -98,6 +100,8 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
            HandlerRoute(api, &ApiHandler::UnarchiveExperiment, {"id"}), users);
   Register(srv, routes_, "PATCH", v1 + "/experiments/" + id,
            HandlerRoute(api, &ApiHandler::PatchExperiment, {"id"}), users);
+  Register(srv, routes_, "DELETE", v1 + "/experiments/" + id,
+           HandlerRoute(api, &ApiHandler::DeleteExperiment, {"id"}), users);
   Register(srv, routes_, "GET", v1 + "/checkpoints/" + name,
            HandlerRoute(api, &ApiHandler::GetCheckpoint, {"uuid"}), users);
   Register(srv, routes_, "DELETE", v1 + "/checkpoints/" + name,
@@ -107,6 +111,8 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
 
   Register(srv, routes_, "GET", v1 + "/trials/" + id, HandlerRoute(api, &ApiHandler::GetTrial, {"id"}),
            users);
+  Register(srv, routes_, "POST", v1 + "/trials/" + id + "/kill",
+           HandlerRoute(api, &ApiHandler::KillTrial, {"id"}), users);
   {
     auto metrics = HandlerRoute(api, &ApiHandler::GetTrialMetrics, {"trial_id"});
     metrics.prepare = [](Params& params, v1::GetTrialMetricsRequest&) {

@@ -1085,6 +1085,43 @@ TEST_F(RestTest, ExperimentsAreArchivedRenamedAndLabelled) {
   EXPECT_EQ(Get("/api/v1/checkpoints/nope").status, 404);
 }
 
+// DELETE an experiment (refused while it runs, then gone: it kept no checkpoint), kill a
+// trial (refused once it ended), and the master's own log lines.
+TEST_F(RestTest, ExperimentsDeletedTrialsKilledAndMasterLogs) {
+  ASSERT_EQ(CreateExperiment("doomed"), 1);
+  HttpReply running = Send("DELETE", "/api/v1/experiments/1", "", token_);
+  EXPECT_EQ(running.status, 400) << running.text;
+  EXPECT_EQ(running.body["code"], "FAILED_PRECONDITION");
+  EXPECT_THAT(running.body["message"].get<std::string>(),
+              HasSubstr("experiment 1 is ACTIVE: only an ended experiment"));
+  const int64_t trial = Int(Get("/api/v1/experiments/1").body["trials"][0]["id"]);
+  HttpReply killed = Post(absl::StrCat("/api/v1/trials/", trial, "/kill"), "{}");
+  ASSERT_EQ(killed.status, 200) << killed.text;
+  EXPECT_EQ(Get(absl::StrCat("/api/v1/trials/", trial)).body["trial"]["state"], "STATE_CANCELED");
+  HttpReply again = Post(absl::StrCat("/api/v1/trials/", trial, "/kill"), "{}");
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(again.body["message"], absl::StrCat("trial ", trial, " is CANCELED"));
+  EXPECT_EQ(Post("/api/v1/trials/999/kill", "{}").status, 404);
+  EXPECT_EQ(Get("/api/v1/experiments/1").body["experiment"]["state"], "STATE_CANCELED");
+
+  HttpReply deleted = Send("DELETE", "/api/v1/experiments/1", "", token_);
+  ASSERT_EQ(deleted.status, 200) << deleted.text;
+  EXPECT_EQ(deleted.body["gc_task"], "");
+  EXPECT_EQ(Get("/api/v1/experiments/1").status, 404);
+  EXPECT_EQ(Send("DELETE", "/api/v1/experiments/1", "", token_).status, 404);
+
+  HttpReply logs = Get("/api/v1/master/logs?tail=50");
+  ASSERT_EQ(logs.status, 200) << logs.text;
+  ASSERT_TRUE(logs.body["lines"].is_array());
+  EXPECT_LE(logs.body["lines"].size(), 50u);
+  bool seen = false;
+  for (const auto& line : logs.body["lines"]) {
+    seen |= line["message"] == "experiment 1 deleted (1 trial(s))" && line["component"] == "master";
+  }
+  EXPECT_TRUE(seen) << logs.text;
+  EXPECT_EQ(Get("/api/v1/master/logs?tail=-1").status, 400);
+}
+
 TEST_F(RestTest, EveryErrorIsTheJsonErrorShape) {
   ASSERT_EQ(CreateExperiment("shapes"), 1);
   auto expect_error = [&](const std::string& what, const httplib::Result& r, int status,

@@ -72,6 +72,9 @@ class LogManager {
   void AnswerWaiters(int64_t trial_id);
   // Answers every long poll (shutdown).
   void AnswerAll();
+  // The trials were deleted (det experiment delete): their pending events and dropped
+  // counts are forgotten, their long polls answered with what there is.
+  void ForgetTrials(const std::vector<int64_t>& trial_ids);
 
   int64_t lines_stored_total() const { return lines_stored_total_; }
 

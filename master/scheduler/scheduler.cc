@@ -144,7 +144,7 @@ bool Before(const Request* a, const Request* b) {
 }  // namespace
 
 Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
-                  Fit fit) {
+                  Fit fit, const std::map<std::string, int>& group_used) {
   std::vector<AgentState> states;
   states.reserve(agents.size());
   for (const auto& a : agents) {
@@ -161,7 +161,17 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
   Decision d;
   // Per pool: the most important request that could not be placed.
   std::map<std::string, const Request*> blocker;
+  std::map<std::string, int> used = group_used;  // Grows as the pass places requests.
   for (const Request* r : order) {
+    if (r->group_max_slots > 0 && r->slots > 0) {
+      const int held = used.count(r->group) ? used.at(r->group) : 0;
+      if (held + r->slots > r->group_max_slots) {
+        d.waiting[r->id] = absl::StrCat("max_slots ", r->group_max_slots, " of its experiment reached (",
+                                        Plural(held, "slot"), " in use, needs ", r->slots, " more)");
+        d.capped.insert(r->id);
+        continue;
+      }
+    }
     auto b = blocker.find(r->pool);
     // A zero-slot request takes nothing a blocked request needs: it is never held back,
     // and never holds others back.
@@ -174,6 +184,7 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
     p.request_id = r->id;
     std::string why = pools.try_emplace(r->pool, r->pool).first->second.Place(*r, fit, &p);
     if (why.empty()) {
+      if (!r->group.empty()) used[r->group] += r->slots;
       d.placements.push_back(std::move(p));
     } else {
       d.waiting[r->id] = why;
@@ -210,7 +221,7 @@ std::map<std::string, std::string> SelectPreemptions(
   std::vector<const Request*> waiting;
   for (const auto& r : queue) {
     // Stopping allocations frees slots, which a zero-slot request does not need.
-    if (r.slots > 0 && decision.waiting.count(r.id) &&
+    if (r.slots > 0 && decision.waiting.count(r.id) && !decision.capped.count(r.id) &&
         std::find(preemptible_pools.begin(), preemptible_pools.end(), r.pool) != preemptible_pools.end()) {
       waiting.push_back(&r);
     }

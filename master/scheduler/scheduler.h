@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct Request {
   // Submission order; lower first within a priority.
   int64_t seq = 0;
   std::string pool = "default";
+  // The job it belongs to (an experiment: "exp-3"), and that job's resources.max_slots:
+  // at most this many slots held by the job's requests at once (running ones included,
+  // see Schedule's `group_used`); 0 = unlimited.
+  std::string group;
+  int group_max_slots = 0;
 };
 
 struct AgentShare {
@@ -46,6 +52,9 @@ struct Decision {
   std::vector<Placement> placements;
   // request id -> why it waits.
   std::map<std::string, std::string> waiting;
+  // Those of `waiting` held back by their group's max_slots (freeing slots cannot help
+  // them: never a reason to preempt).
+  std::set<std::string> capped;
 };
 
 enum class Fit { kBestFit, kWorstFit };
@@ -66,8 +75,11 @@ struct Running {
 // placed does not stop others of its priority, but holds back all of lower priority.
 // Zero-slot requests (checkpoint GC tasks) go on the enabled agent of their pool with the
 // most free slots; they are never held back by a waiting request, nor hold others back.
+// A request whose group would hold more than its group_max_slots (slots of `group_used`,
+// group -> slots its running allocations hold, plus those placed in this pass) waits
+// ("max_slots") without holding back others.
 Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
-                  Fit fit);
+                  Fit fit, const std::map<std::string, int>& group_used = {});
 
 // For requests of `preemptible_pools` that Schedule() leaves waiting (zero-slot ones
 // excepted: freeing slots cannot help them), the running

@@ -5,6 +5,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include <set>
+
 namespace det::master::scheduler {
 namespace {
 
@@ -120,6 +122,74 @@ INSTANTIATE_TEST_SUITE_P(
                              {"t", "waiting: no agents in resource pool 'default'"}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// A request of experiment job `group` limited to `max_slots` (resources.max_slots).
+Request Capped(const std::string& id, int slots, const std::string& group, int max_slots,
+               int priority = 42, int64_t seq = 0) {
+  Request r = Req(id, slots, priority, seq);
+  r.group = group;
+  r.group_max_slots = max_slots;
+  return r;
+}
+
+struct MaxSlotsCase {
+  std::string name;
+  std::vector<AgentView> agents;
+  std::vector<Request> queue;
+  std::map<std::string, int> group_used;  // slots the groups' running allocations hold
+  std::map<std::string, std::string> expect;
+  std::set<std::string> capped;
+};
+
+class MaxSlotsTable : public ::testing::TestWithParam<MaxSlotsCase> {};
+
+TEST_P(MaxSlotsTable, HonoursResourcesMaxSlots) {
+  const MaxSlotsCase& c = GetParam();
+  Decision d = Schedule(c.agents, c.queue, Fit::kBestFit, c.group_used);
+  for (const auto& [id, want] : c.expect) {
+    SCOPED_TRACE(id);
+    EXPECT_THAT(Where(d, id), HasSubstr(want));
+  }
+  EXPECT_EQ(d.capped, c.capped);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policy, MaxSlotsTable,
+    ::testing::Values(
+        MaxSlotsCase{"OneTrialAtATimeWithMaxSlotsOne", {Agent("a", 4)},
+                     {Capped("t1", 1, "exp-1", 1, 42, 1), Capped("t2", 1, "exp-1", 1, 42, 2)},
+                     {},
+                     {{"t1", "a:0"},
+                      {"t2", "waiting: max_slots 1 of its experiment reached (1 slot in use, "
+                             "needs 1 more)"}},
+                     {"t2"}},
+        MaxSlotsCase{"RunningAllocationsCount", {Agent("a", 4, 2)},
+                     {Capped("t3", 2, "exp-1", 3, 42, 3)}, {{"exp-1", 2}},
+                     {{"t3", "waiting: max_slots 3 of its experiment reached (2 slots in use"}},
+                     {"t3"}},
+        MaxSlotsCase{"UpToTheLimit", {Agent("a", 8)},
+                     {Capped("t1", 2, "exp-1", 4, 42, 1), Capped("t2", 2, "exp-1", 4, 42, 2),
+                      Capped("t3", 2, "exp-1", 4, 42, 3)},
+                     {},
+                     {{"t1", "a:0,1"}, {"t2", "a:2,3"}, {"t3", "waiting: max_slots 4"}},
+                     {"t3"}},
+        MaxSlotsCase{"ZeroIsUnlimited", {Agent("a", 4)},
+                     {Capped("t1", 2, "exp-1", 0, 42, 1), Capped("t2", 2, "exp-1", 0, 42, 2)},
+                     {{"exp-1", 100}},
+                     {{"t1", "a:0,1"}, {"t2", "a:2,3"}},
+                     {}},
+        MaxSlotsCase{"ACappedRequestHoldsNothingBack", {Agent("a", 2)},
+                     {Capped("urgent", 1, "exp-1", 1, 1, 1), Req("low", 1, 90, 2)},
+                     {{"exp-1", 1}},
+                     {{"urgent", "waiting: max_slots 1"}, {"low", "a:0"}},
+                     {"urgent"}},
+        MaxSlotsCase{"GroupsAreSeparate", {Agent("a", 4)},
+                     {Capped("t1", 1, "exp-1", 1, 42, 1), Capped("t2", 1, "exp-2", 1, 42, 2),
+                      Capped("t3", 1, "exp-1", 1, 42, 3)},
+                     {},
+                     {{"t1", "a:0"}, {"t2", "a:1"}, {"t3", "waiting: max_slots 1"}},
+                     {"t3"}}),
+    [](const ::testing::TestParamInfo<MaxSlotsCase>& info) { return info.param.name; });
+
 Running Holding(const std::string& id, int priority, int64_t seq, const std::string& agent,
             std::vector<std::string> slots) {
   Running r;
@@ -179,6 +249,15 @@ TEST(Schedule, LargeClusterPlacesEverythingThatFits) {
   std::map<std::string, int> used;
   for (const auto& p : d.placements) used[p.agents[0].agent_id] += 2;
   for (const auto& [agent, n] : used) EXPECT_EQ(n, 8) << agent;
+}
+
+TEST(Preemption, NoVictimsForARequestHeldBackByMaxSlots) {
+  AgentView a = Agent("a", 2, 2);
+  std::vector<Running> running = {Holding("low", 90, 1, "a", {"0", "1"})};
+  std::vector<Request> queue = {Capped("capped", 1, "exp-1", 1, 1, 2)};
+  Decision d = Schedule({a}, queue, Fit::kBestFit, {{"exp-1", 1}});
+  ASSERT_EQ(d.capped.count("capped"), 1u);
+  EXPECT_TRUE(SelectPreemptions({a}, queue, running, d, Fit::kBestFit, {"default"}).empty());
 }
 
 }  // namespace

@@ -30,12 +30,19 @@ void SchedulingService::SchedulePass() {
   RequestIds ids;
   std::vector<scheduler::Request> queue;
   std::vector<scheduler::Running> running;
+  // Experiment job -> slots its open allocations hold (resources.max_slots).
+  std::map<std::string, int> group_used;
   for (const auto& [id, t] : trials_) {
     const ExperimentState& es = experiments_.at(t.trial.experiment_id());
     const v1::Experiment& e = es.experiment;
+    const std::string group = absl::StrCat("exp-", e.id());
+    if (!t.trial.allocation().id().empty()) group_used[group] += t.trial.allocation().slots();
     if (t.trial.state() == v1::STATE_QUEUED) {
-      queue.push_back({ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
-                       e.resource_pool()});
+      scheduler::Request r{ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
+                           e.resource_pool()};
+      r.group = group;
+      r.group_max_slots = es.config.resources.max_slots;
+      queue.push_back(std::move(r));
     } else if (!t.trial.allocation().id().empty() && !t.killing) {
       scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
       std::map<std::string, std::vector<std::string>> shares;
@@ -58,7 +65,7 @@ void SchedulingService::SchedulePass() {
   auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
                                                   : scheduler::Fit::kBestFit;
   std::vector<scheduler::AgentView> view = agents_.SchedulerView();
-  scheduler::Decision d = scheduler::Schedule(view, queue, fit);
+  scheduler::Decision d = scheduler::Schedule(view, queue, fit, group_used);
   std::vector<std::string> preemptible;
   for (const auto& p : config_.resource_pools) {
     if (p.preemption) preemptible.push_back(p.name);

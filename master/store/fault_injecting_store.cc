@@ -167,6 +167,11 @@ absl::Status FaultInjectingStore::UpdateCheckpointGcTask(const v1::CheckpointGcT
   return store_.UpdateCheckpointGcTask(task);
 }
 
+absl::Status FaultInjectingStore::DeleteExperiment(int64_t experiment_id) {
+  RETURN_IF_ERROR(BeforeWrite("DeleteExperiment"));
+  return store_.DeleteExperiment(experiment_id);
+}
+
 absl::StatusOr<v1::Template> FaultInjectingStore::PutTemplate(const std::string& name,
                                                               const std::string& config_yaml,
                                                               const std::string& owner,

@@ -80,6 +80,7 @@ std::vector<Call> Writes() {
       {"AddCheckpoint", [=](Store& s) { return s.AddCheckpoint(checkpoint); }},
       {"InsertCheckpointGcTask", [=](Store& s) { return s.InsertCheckpointGcTask(task).status(); }},
       {"UpdateCheckpointGcTask", [=](Store& s) { return s.UpdateCheckpointGcTask(task); }},
+      {"DeleteExperiment", [](Store& s) { return s.DeleteExperiment(1); }},
       {"PutTemplate",
        [](Store& s) {
          bool created;

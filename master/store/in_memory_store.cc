@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <tuple>
 
@@ -276,6 +277,33 @@ absl::StatusOr<int64_t> InMemoryStore::InsertCheckpointGcTask(const v1::Checkpoi
   row = task;
   row.set_id(id);
   return id;
+}
+
+absl::Status InMemoryStore::DeleteExperiment(int64_t experiment_id) {
+  absl::MutexLock lock(&mu_);
+  if (experiments_.erase(experiment_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not in the database"));
+  }
+  // Erases the entries of `m` for which `doomed` holds.
+  auto erase_if = [](auto& m, auto doomed) {
+    for (auto it = m.begin(); it != m.end();) it = doomed(it->second) ? m.erase(it) : std::next(it);
+  };
+  for (auto t = trials_.begin(); t != trials_.end();) {
+    if (t->second.experiment_id() != experiment_id) {
+      ++t;
+      continue;
+    }
+    const int64_t tid = t->first;
+    metrics_.erase(tid);
+    logs_.erase(tid);
+    erase_if(checkpoints_, [tid](const CheckpointRow& c) { return c.checkpoint.trial_id() == tid; });
+    erase_if(allocations_, [tid](const AllocationRow& a) { return a.allocation.trial_id() == tid; });
+    t = trials_.erase(t);
+  }
+  erase_if(gc_tasks_, [experiment_id](const v1::CheckpointGcTask& g) {
+    return g.experiment_id() == experiment_id;
+  });
+  return absl::OkStatus();
 }
 
 absl::Status InMemoryStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) {

@@ -486,6 +486,60 @@ TEST_P(StoreConformanceTest, CompletingAGcTaskMarksItsStoredCheckpointsDeleted) 
   EXPECT_EQ(store_->Load()->checkpoint_gc_tasks[0].state(), v1::STATE_COMPLETED);
 }
 
+TEST_P(StoreConformanceTest, DeletingAnExperimentRemovesEverythingOfItAndNothingElse) {
+  std::vector<v1::Trial> doomed, kept;
+  int64_t exp = AddExperiment(2, &doomed);
+  int64_t other = AddExperiment(1, &kept);
+  for (const v1::Trial& t : {doomed[0], doomed[1], kept[0]}) {
+    v1::Metrics m;
+    m.set_trial_id(t.id());
+    m.set_group("training");
+    m.set_total_batches(1);
+    (*m.mutable_values())["loss"] = 1;
+    ASSERT_TRUE(store_->AddMetrics({t}, {m}).ok());
+    std::vector<v1::LogLine> lines(1);
+    lines[0].set_trial_id(t.id());
+    lines[0].set_message("hello");
+    ASSERT_TRUE(store_->AddLogs(&lines).ok());
+    ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint(absl::StrCat("u-", t.id()), t.id(), 10)).ok());
+    v1::Allocation a;
+    a.set_id(absl::StrCat(t.id(), ".0"));
+    a.set_trial_id(t.id());
+    a.set_state(v1::STATE_RUNNING);
+    ASSERT_TRUE(store_->UpsertAllocation(a, "token").ok());
+  }
+  for (int64_t e : {exp, other}) {
+    v1::CheckpointGcTask task;
+    task.set_experiment_id(e);
+    task.set_state(v1::STATE_QUEUED);
+    ASSERT_TRUE(store_->InsertCheckpointGcTask(task).ok());
+  }
+
+  ASSERT_TRUE(store_->DeleteExperiment(exp).ok());
+  auto snap = store_->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->experiments.size(), 1u);
+  EXPECT_EQ(snap->experiments[0].id(), other);
+  ASSERT_EQ(snap->trials.size(), 1u);
+  EXPECT_EQ(snap->trials[0].id(), kept[0].id());
+  ASSERT_EQ(snap->open_allocations.size(), 1u);
+  EXPECT_EQ(snap->open_allocations[0].first.trial_id(), kept[0].id());
+  ASSERT_EQ(snap->checkpoint_gc_tasks.size(), 1u);
+  EXPECT_EQ(snap->checkpoint_gc_tasks[0].experiment_id(), other);
+  for (const v1::Trial& t : doomed) {
+    EXPECT_TRUE(Rows(store_->GetMetrics(t.id(), "")).empty());
+    EXPECT_TRUE(Rows(store_->GetLogs(t.id(), 0, 100, std::nullopt)).empty());
+    EXPECT_TRUE(Rows(store_->GetCheckpoints(t.id())).empty());
+  }
+  EXPECT_EQ(Rows(store_->GetMetrics(kept[0].id(), "")).size(), 1u);
+  EXPECT_EQ(Rows(store_->GetLogs(kept[0].id(), 0, 100, std::nullopt)).size(), 1u);
+  EXPECT_EQ(Rows(store_->GetCheckpoints(kept[0].id())).size(), 1u);
+  EXPECT_THAT(store_->GetExperimentContext(exp).status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(store_->DeleteExperiment(exp),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("experiment ", exp, " not in the database")));
+}
+
 TEST_P(StoreConformanceTest, TemplatesAreReplacedByNameKeepingTheirCreationTime) {
   bool created = false;
   auto t = store_->PutTemplate("zz", "a: 1\n", "", 1000, &created);

@@ -382,6 +382,29 @@ absl::Status SqliteStore::WriteCheckpointGcTask(const v1::CheckpointGcTask& task
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::DeleteExperiment(int64_t experiment_id) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  // Children before parents (foreign keys).
+  for (const char* sql : {
+           "DELETE FROM metrics WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM checkpoints WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM allocations WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM checkpoint_gc_tasks WHERE experiment_id = ?",
+           "DELETE FROM trials WHERE experiment_id = ?",
+       }) {
+    Stmt s(db_, sql);
+    RETURN_IF_ERROR(s.Bind(1, experiment_id).Run());
+  }
+  Stmt e(db_, "DELETE FROM experiments WHERE id = ?");
+  RETURN_IF_ERROR(e.Bind(1, experiment_id).Run());
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not in the database"));
+  }
+  return tx.Commit();
+}
+
 absl::Status SqliteStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());

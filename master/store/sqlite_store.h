@@ -51,6 +51,7 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override;
   absl::StatusOr<int64_t> InsertCheckpointGcTask(const v1::CheckpointGcTask& task) override;
   absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) override;
+  absl::Status DeleteExperiment(int64_t experiment_id) override;
   absl::StatusOr<v1::Template> PutTemplate(const std::string& name, const std::string& config_yaml,
                                            const std::string& owner,
                                            int64_t now_ms, bool* created) override;

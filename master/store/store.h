@@ -100,6 +100,11 @@ class Store {
   // longer stored is skipped.
   virtual absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) = 0;
 
+  // Deletes experiment `experiment_id` with everything of it: its trials, their
+  // allocations, metrics, logs and checkpoints, and its checkpoint GC tasks, in one
+  // transaction (all or nothing). NotFound "experiment N not in the database".
+  virtual absl::Status DeleteExperiment(int64_t experiment_id) = 0;
+
   // Config templates, by unique name. PutTemplate creates or replaces `name`'s row with
   // `config_yaml` at `now_ms`, keeping the creation time and owner of a replaced one
   // (`owner` is that of a new one), and returns the row with `*created` telling which

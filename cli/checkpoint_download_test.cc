@@ -1,0 +1,108 @@
+#include "cli/checkpoint_download.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+MATCHER_P2(StatusIs, code, substr, "") {
+  const absl::Status& st = arg.status();
+  *result_listener << "status " << st;
+  return st.code() == code && st.message().find(substr) != absl::string_view::npos;
+}
+
+class CopyCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = fs::path(tmp ? tmp : "/tmp") /
+            ("ckpt-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    src_ = root_ / "storage" / "uuid-1";
+    fs::create_directories(src_ / "sub");
+    Write(src_ / "model.pt", "weights");
+    Write(src_ / "sub" / "state.json", "{\"batches\": 10}");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void Write(const fs::path& p, const std::string& content) {
+    std::ofstream(p) << content;
+  }
+  static std::string Read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  fs::path root_, src_;
+};
+
+TEST_F(CopyCheckpointTest, CopiesEveryFileIntoANewDirectory) {
+  const fs::path out = root_ / "out" / "uuid-1";
+  auto copied = CopyCheckpointDirectory(src_.string(), out.string());
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->files, 2);
+  EXPECT_EQ(copied->bytes, 7 + 15);
+  EXPECT_EQ(Read(out / "model.pt"), "weights");
+  EXPECT_EQ(Read(out / "sub" / "state.json"), "{\"batches\": 10}");
+}
+
+TEST_F(CopyCheckpointTest, ALinkInsideTheCheckpointIsCopiedAsItsFile) {
+  fs::create_symlink(src_ / "model.pt", src_ / "latest.pt");
+  const fs::path out = root_ / "out";
+  auto copied = CopyCheckpointDirectory(src_.string(), out.string());
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->files, 3);
+  EXPECT_FALSE(fs::is_symlink(out / "latest.pt"));
+  EXPECT_EQ(Read(out / "latest.pt"), "weights");
+}
+
+TEST_F(CopyCheckpointTest, ALinkOutOfTheCheckpointIsRefusedAndNothingIsCopied) {
+  Write(root_ / "secret", "password");
+  fs::create_symlink(root_ / "secret", src_ / "sub" / "escape");
+  const fs::path out = root_ / "out";
+  EXPECT_THAT(CopyCheckpointDirectory(src_.string(), out.string()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "escape: a symbolic link to " + (root_ / "secret").string() +
+                           " outside the checkpoint directory"));
+  EXPECT_FALSE(fs::exists(out));
+  // A link to a directory outside, or to its parent, the same.
+  fs::remove(src_ / "sub" / "escape");
+  fs::create_directory_symlink(src_.parent_path(), src_ / "up");
+  EXPECT_THAT(CopyCheckpointDirectory(src_.string(), out.string()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "outside the checkpoint directory"));
+}
+
+TEST_F(CopyCheckpointTest, AnUnreachableStoragePathIsNamed) {
+  EXPECT_THAT(CopyCheckpointDirectory("/no/such/storage/uuid-9", (root_ / "out").string()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "cannot read the checkpoint's directory /no/such/storage/uuid-9 from this "
+                       "machine"));
+}
+
+TEST_F(CopyCheckpointTest, ANonEmptyOutputIsRefused) {
+  const fs::path out = root_ / "out";
+  fs::create_directories(out);
+  Write(out / "keep.txt", "mine");
+  EXPECT_THAT(CopyCheckpointDirectory(src_.string(), out.string()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "exists and is not empty"));
+  EXPECT_EQ(Read(out / "keep.txt"), "mine");
+  EXPECT_FALSE(fs::exists(out / "model.pt"));
+}
+
+}  // namespace
+}  // namespace det::cli
