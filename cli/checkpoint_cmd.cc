@@ -1,7 +1,6 @@
 // det checkpoint list|ls EXPERIMENT_ID, describe UUID, delete UUID... --yes,
 // download UUID [-o DIR].
 #include <CLI/CLI.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,9 +123,8 @@ void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
   download_cmd->add_option("-o,--output", download->output,
                            "directory to copy into (default: checkpoints/UUID)");
   download_cmd->add_flag("--json", ctx.json, "print machine-readable JSON");
-  download_cmd->callback([&ctx, download] {
-    ctx.action = [&ctx, download] { return Download(ctx, *download); };
-  });
+  download_cmd->callback(
+      [&ctx, download] { ctx.action = [&ctx, download] { return Download(ctx, *download); }; });
   auto del = std::make_shared<DeleteOptions>();
   CLI::App* delete_cmd =
       group->add_subcommand("delete", "delete checkpoints of ended trials (their files too)");

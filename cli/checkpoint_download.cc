@@ -46,10 +46,10 @@ absl::Status Walk(const fs::path& dir, const fs::path& relative, const fs::path&
     if (fs::is_symlink(st)) {
       target = fs::canonical(path, ec);
       if (ec || !Inside(target, root)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            path.string(), ": a symbolic link to ",
-            ec ? std::string("a missing file") : target.string(),
-            " outside the checkpoint directory; not copied (nothing was)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(path.string(), ": a symbolic link to ",
+                         ec ? std::string("a missing file") : target.string(),
+                         " outside the checkpoint directory; not copied (nothing was)"));
       }
       st = fs::status(target, ec);
       if (ec) return absl::FailedPreconditionError(absl::StrCat(path.string(), ": ", ec.message()));
@@ -86,7 +86,8 @@ absl::StatusOr<CopiedCheckpoint> CopyCheckpointDirectory(const std::string& sour
         absl::StrCat("--output ", output, ": exists and is not empty; nothing was copied"));
   }
   fs::create_directories(out, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("--output ", output, ": ", ec.message()));
+  if (ec)
+    return absl::FailedPreconditionError(absl::StrCat("--output ", output, ": ", ec.message()));
   CopiedCheckpoint copied;
   for (const Entry& e : entries) {
     const fs::path to = out / e.relative;

@@ -38,9 +38,7 @@ class CopyCheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  static void Write(const fs::path& p, const std::string& content) {
-    std::ofstream(p) << content;
-  }
+  static void Write(const fs::path& p, const std::string& content) { std::ofstream(p) << content; }
   static std::string Read(const fs::path& p) {
     std::ifstream in(p);
     std::stringstream s;

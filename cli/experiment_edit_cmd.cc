@@ -81,9 +81,9 @@ struct MaxSlotsOptions {
 
 absl::Status Confirm(CliContext& ctx, const std::string& question, const std::string& flag) {
   if (!ctx.interactive()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        question.substr(0, question.size() - 1), ": not confirmed (stdin is not a terminal); pass ",
-        flag, " to go ahead"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(question.substr(0, question.size() - 1),
+                     ": not confirmed (stdin is not a terminal); pass ", flag, " to go ahead"));
   }
   ctx.err << question << " [y/N] " << std::flush;
   std::string answer;
@@ -178,11 +178,11 @@ void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& 
       }
       v1::PatchExperimentRequest request;
       request.set_max_slots(max_slots->clear ? 0 : max_slots->slots);
-      return Patch(ctx, max_slots->id, request,
-                   request.max_slots() == 0
-                       ? absl::StrCat("Experiment ", max_slots->id, ": max_slots cleared (unlimited)")
-                       : absl::StrCat("Experiment ", max_slots->id,
-                                      ": max_slots = ", request.max_slots()));
+      return Patch(
+          ctx, max_slots->id, request,
+          request.max_slots() == 0
+              ? absl::StrCat("Experiment ", max_slots->id, ": max_slots cleared (unlimited)")
+              : absl::StrCat("Experiment ", max_slots->id, ": max_slots = ", request.max_slots()));
     };
   });
 

@@ -1,6 +1,5 @@
 // det master info|config|logs
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <memory>
 
@@ -48,8 +47,8 @@ absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
       if (ctx.json) {
         RETURN_IF_ERROR(WriteJson(line, ctx.out, /*pretty=*/false));
       } else {
-        ctx.out << FormatLogTimeMs(line.time_ms()) << ' ' << line.level() << " [" << line.component()
-                << "] " << line.message() << '\n';
+        ctx.out << FormatLogTimeMs(line.time_ms()) << ' ' << line.level() << " ["
+                << line.component() << "] " << line.message() << '\n';
       }
       request.set_after_id(std::max(request.after_id(), line.id()));
     }
@@ -73,8 +72,8 @@ void RegisterMasterCommands(CLI::App& app, CliContext& ctx) {
   config->add_flag("--json", ctx.json, "print machine-readable JSON");
   config->callback([&ctx] { ctx.action = [&ctx] { return Config(ctx); }; });
   auto logs_options = std::make_shared<LogsOptions>();
-  CLI::App* logs = group->add_subcommand(
-      "logs", "show the master's own recent log lines (admins only)");
+  CLI::App* logs =
+      group->add_subcommand("logs", "show the master's own recent log lines (admins only)");
   logs->add_option("--tail", logs_options->tail, "only the last N lines")
       ->check(CLI::PositiveNumber);
   logs->add_flag("-f,--follow", logs_options->follow, "then wait for new lines");

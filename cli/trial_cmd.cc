@@ -180,8 +180,8 @@ void RegisterTrialCommands(CLI::App& app, CliContext& ctx) {
   });
 
   auto kill_id = std::make_shared<int64_t>(0);
-  CLI::App* kill = group->add_subcommand(
-      "kill", "kill a trial (its experiment goes on with its other trials)");
+  CLI::App* kill =
+      group->add_subcommand("kill", "kill a trial (its experiment goes on with its other trials)");
   kill->add_option("ID", *kill_id, "trial ID")->required();
   kill->callback([&ctx, kill_id] {
     ctx.action = [&ctx, kill_id]() -> absl::Status {

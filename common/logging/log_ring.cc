@@ -21,9 +21,8 @@ LogRing::Page LogRing::Read(int tail, int64_t after_id) {
 void LogRing::sink_it_(const spdlog::details::log_msg& msg) {
   RingLine line;
   line.id = next_id_++;
-  line.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     msg.time.time_since_epoch())
-                     .count();
+  line.time_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count();
   auto level = spdlog::level::to_string_view(msg.level);
   line.level.assign(level.data(), level.size());
   line.component.assign(msg.logger_name.data(), msg.logger_name.size());

@@ -26,9 +26,9 @@ TEST(LogRingTest, KeepsTheLatestLinesAndCountsTheDropped) {
   LogRing::Page page = ring->Read(0, 0);
   EXPECT_EQ(page.dropped, 3);
   EXPECT_EQ(page.capacity, 3u);
-  EXPECT_THAT(page.lines, ElementsAre(Field(&RingLine::message, "line 4"),
-                                      Field(&RingLine::message, "line 5"),
-                                      Field(&RingLine::message, "careful")));
+  EXPECT_THAT(page.lines,
+              ElementsAre(Field(&RingLine::message, "line 4"), Field(&RingLine::message, "line 5"),
+                          Field(&RingLine::message, "careful")));
   EXPECT_EQ(page.lines[2].id, 6);
   EXPECT_EQ(page.lines[2].level, "warning");
   EXPECT_EQ(page.lines[2].component, "ring-test");
@@ -39,8 +39,10 @@ TEST(LogRingTest, TailAndAfterId) {
   auto ring = std::make_shared<LogRing>(100);
   auto logger = RingLogger(ring);
   for (int i = 1; i <= 10; ++i) logger->info("line {}", i);
-  EXPECT_THAT(ring->Read(2, 0).lines, ElementsAre(Field(&RingLine::id, 9), Field(&RingLine::id, 10)));
-  EXPECT_THAT(ring->Read(0, 8).lines, ElementsAre(Field(&RingLine::id, 9), Field(&RingLine::id, 10)));
+  EXPECT_THAT(ring->Read(2, 0).lines,
+              ElementsAre(Field(&RingLine::id, 9), Field(&RingLine::id, 10)));
+  EXPECT_THAT(ring->Read(0, 8).lines,
+              ElementsAre(Field(&RingLine::id, 9), Field(&RingLine::id, 10)));
   EXPECT_THAT(ring->Read(1, 8).lines, ElementsAre(Field(&RingLine::id, 10)));
   EXPECT_TRUE(ring->Read(0, 10).lines.empty());
   EXPECT_EQ(ring->Read(0, 0).dropped, 0);

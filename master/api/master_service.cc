@@ -168,8 +168,7 @@ void MasterService::PatchExperiment(const Caller& caller, const v1::PatchExperim
   });
 }
 
-void MasterService::DeleteExperiment(const Caller& caller,
-                                     const v1::DeleteExperimentRequest& req,
+void MasterService::DeleteExperiment(const Caller& caller, const v1::DeleteExperimentRequest& req,
                                      v1::DeleteExperimentResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
     RETURN_IF_ERROR(MayChange(caller, req.id(), "delete"));

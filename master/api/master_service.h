@@ -58,8 +58,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                       v1::GetMasterStatsResponse*, Done) override;
   void GetMasterConfig(const Caller&, const v1::GetMasterConfigRequest&,
                        v1::GetMasterConfigResponse*, Done) override;
-  void GetMasterLogs(const Caller&, const v1::GetMasterLogsRequest&,
-                     v1::GetMasterLogsResponse*, Done) override;
+  void GetMasterLogs(const Caller&, const v1::GetMasterLogsRequest&, v1::GetMasterLogsResponse*,
+                     Done) override;
   void CreateExperiment(const Caller&, const v1::CreateExperimentRequest&,
                         v1::CreateExperimentResponse*, Done) override;
   void ListExperiments(const Caller&, const v1::ListExperimentsRequest&,
@@ -82,8 +82,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                        v1::PatchExperimentResponse*, Done) override;
   void DeleteExperiment(const Caller&, const v1::DeleteExperimentRequest&,
                         v1::DeleteExperimentResponse*, Done) override;
-  void KillTrial(const Caller&, const v1::KillTrialRequest&, v1::KillTrialResponse*,
-                 Done) override;
+  void KillTrial(const Caller&, const v1::KillTrialRequest&, v1::KillTrialResponse*, Done) override;
   void GetCheckpoint(const Caller&, const v1::GetCheckpointRequest&,
                      v1::GetCheckpointResponse*, Done) override;
   void DeleteCheckpoints(const Caller&, const v1::DeleteCheckpointsRequest&,

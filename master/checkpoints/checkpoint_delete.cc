@@ -2,9 +2,9 @@
 // delete), through the same CHECKPOINT_GC tasks as the policy's garbage collection.
 #include <map>
 #include <optional>
-#include <vector>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
@@ -71,11 +71,11 @@ absl::StatusOr<std::optional<v1::CheckpointGcTask>> CheckpointManager::QueueExpe
   const int64_t experiment_id = es.experiment.id();
   for (const auto& [id, g] : gc_tasks_) {
     if (g.task.experiment_id() != experiment_id || views::Terminal(g.task.state())) continue;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "experiment ", experiment_id, ": checkpoint GC task ", views::GcAllocationId(g.task), " is ",
-        StateName(g.task.state()),
-        IsExperimentDeletion(g.task) ? " (the experiment is being deleted)"
-                                     : "; delete the experiment once it has ended"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("experiment ", experiment_id, ": checkpoint GC task ",
+                     views::GcAllocationId(g.task), " is ", StateName(g.task.state()),
+                     IsExperimentDeletion(g.task) ? " (the experiment is being deleted)"
+                                                  : "; delete the experiment once it has ended"));
   }
   std::vector<v1::Checkpoint> all;
   std::set<std::string> doomed;

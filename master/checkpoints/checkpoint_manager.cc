@@ -199,16 +199,16 @@ absl::Status CheckpointManager::QueueGcTask(const ExperimentState& es, int64_t e
     Logger("master")->error("experiment {}: cannot store a checkpoint GC task: {}", es.experiment.id(),
                             id.status().ToString());
     TaskEvent(ended_trial,
-            absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
+              absl::StrCat("checkpoint garbage collection not started: ", id.status().message()));
     return id.status();
   }
   task.set_id(*id);
   GcTaskState& g = gc_tasks_[*id];
   g.task = std::move(task);
-  TaskEvent(ended_trial,
-          absl::StrCat("checkpoint garbage collection ", RequestId::Gc(*id).Key(), " queued: ",
-                           doomed.size(), " checkpoint(s) to delete on an agent of resource pool '",
-                           g.task.resource_pool(), "'"));
+  TaskEvent(ended_trial, absl::StrCat("checkpoint garbage collection ", RequestId::Gc(*id).Key(),
+                                      " queued: ", doomed.size(),
+                                      " checkpoint(s) to delete on an agent of resource pool '",
+                                      g.task.resource_pool(), "'"));
   turns_.RequestSchedule();
   return absl::OkStatus();
 }
@@ -264,7 +264,7 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
   *l->mutable_checkpoint_gc()->mutable_checkpoints() = t.checkpoints();
   TaskEvent(t.trial_id(),
             absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,
-                           " (0 slots): deleting ", t.checkpoints_size(), " checkpoint(s)"));
+                         " (0 slots): deleting ", t.checkpoints_size(), " checkpoint(s)"));
   if (!agents_.Send(agent_id, std::move(cmd))) {
     End(g, v1::STATE_QUEUED, absl::StrCat("not started: agent ", agent_id, " is unreachable"));
   }
@@ -307,8 +307,8 @@ void CheckpointManager::End(GcTaskState& g, v1::State outcome, const std::string
     }
   } else {
     Logger("master")->error("checkpoint garbage collection {} failed on {}: {}", alloc_id, agent_id, why);
-    TaskEvent(t.trial_id(),
-              absl::StrCat("checkpoint garbage collection ", alloc_id, " failed on ", agent_id, ": ", why));
+    TaskEvent(t.trial_id(), absl::StrCat("checkpoint garbage collection ", alloc_id, " failed on ",
+                                         agent_id, ": ", why));
   }
 }
 
@@ -336,9 +336,9 @@ bool CheckpointManager::Reattach(const std::string& agent_id, const std::string&
   }
   GcTaskState& g = gc_tasks_.at(gc->second);
   g.unattached = false;
-  TaskEvent(g.task.trial_id(), absl::StrCat("agent ", agent_id,
-                                            " reattached checkpoint garbage collection ",
-                                              allocation_id));
+  TaskEvent(g.task.trial_id(),
+            absl::StrCat("agent ", agent_id, " reattached checkpoint garbage collection ",
+                         allocation_id));
   return true;
 }
 
@@ -365,8 +365,9 @@ std::vector<std::string> CheckpointManager::MarkUnattached(const std::string& ag
     g.unattached = true;
     allocations.push_back(alloc_id);
     TaskEvent(g.task.trial_id(),
-              absl::StrCat("agent ", agent_id, " stopped answering during checkpoint garbage collection ",
-                             alloc_id, ": waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
+              absl::StrCat("agent ", agent_id,
+                           " stopped answering during checkpoint garbage collection ", alloc_id,
+                           ": waiting up to ", wait, " (agent_reconnect_wait) for it to return"));
   }
   return allocations;
 }

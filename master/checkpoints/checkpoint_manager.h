@@ -82,7 +82,9 @@ class CheckpointManager {
   // callback set by SetDeletionDone (the experiment manager's) runs in a turn of its own
   // and deletes the experiment's rows; a master restarted in between finds it in
   // CompletedDeletions().
-  static bool IsExperimentDeletion(const v1::CheckpointGcTask& task) { return task.trial_id() == 0; }
+  static bool IsExperimentDeletion(const v1::CheckpointGcTask& task) {
+    return task.trial_id() == 0;
+  }
   // Queues (stored first) the deletion task of es, whose trials have all ended; returns
   // it, or nullopt when no checkpoint of es is left to delete. FailedPrecondition naming a
   // queued or running GC task of es (its deletion or another): nothing queued then.

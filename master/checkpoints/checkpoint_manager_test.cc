@@ -289,8 +289,9 @@ TEST_F(CheckpointManagerTest, DeletingAnExperimentDeletesItsFilesThenItsRows) {
   h_->Turn([] {});  // The deletion's last step is a turn of its own.
 
   bool known = true;
-  h_->Turn([&] { known = h_->registry.experiments.count(experiment) > 0 ||
-                         h_->registry.trials.count(trial_) > 0; });
+  h_->Turn([&] {
+    known = h_->registry.experiments.count(experiment) > 0 || h_->registry.trials.count(trial_) > 0;
+  });
   EXPECT_FALSE(known);
   auto snap = store_.Load();
   ASSERT_TRUE(snap.ok()) << snap.status();

@@ -119,8 +119,8 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
   }
   if (req.has_max_slots()) {
     if (req.max_slots() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_slots: expected an integer >= 0 (0: unlimited), got ", req.max_slots()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_slots: expected an integer >= 0 (0: unlimited), got ", req.max_slots()));
     }
     RETURN_IF_ERROR(RefuseEnded(*es));
   }
@@ -130,7 +130,8 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
     return absl::FailedPreconditionError(absl::StrCat(
         "experiment ", req.id(), " keeps no checkpoints (its config has no checkpoint_storage)"));
   }
-  if (req.has_max_slots()) overrides.push_back(absl::StrCat("resources.max_slots=", req.max_slots()));
+  if (req.has_max_slots())
+    overrides.push_back(absl::StrCat("resources.max_slots=", req.max_slots()));
   if (!overrides.empty()) {
     ASSIGN_OR_RETURN(parsed, Reparse(*es, std::move(overrides)));
     updated.set_config_yaml(parsed->effective_yaml);
@@ -164,7 +165,8 @@ absl::Status ExperimentManager::Delete(const v1::DeleteExperimentRequest& req,
         "experiment ", req.id(), " is ", StateName(es->experiment.state()),
         ": only an ended experiment (COMPLETED, CANCELED or ERROR) can be deleted; kill it first"));
   }
-  ASSIGN_OR_RETURN(std::optional<v1::CheckpointGcTask> task, checkpoints_.QueueExperimentDeletion(*es));
+  ASSIGN_OR_RETURN(std::optional<v1::CheckpointGcTask> task,
+                   checkpoints_.QueueExperimentDeletion(*es));
   if (!task) return FinishDelete(req.id());
   resp->set_checkpoints(task->checkpoints_size());
   resp->set_gc_task(views::GcAllocationId(*task));

@@ -23,11 +23,10 @@ using views::Terminal;
 
 }  // namespace
 
-ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& clock,
-                                     Turns& turns, Store& store, AgentManager& agents,
-                                     Templates& templates, LogManager& logs,
-                                     CheckpointManager& checkpoints, ExperimentRegistry& registry,
-                                     KillRun kill_run)
+ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& clock, Turns& turns,
+                                     Store& store, AgentManager& agents, Templates& templates,
+                                     LogManager& logs, CheckpointManager& checkpoints,
+                                     ExperimentRegistry& registry, KillRun kill_run)
     : config_(config),
       clock_(clock),
       turns_(turns),
@@ -303,6 +302,12 @@ absl::Status ExperimentManager::Activate(const v1::ActivateExperimentRequest& re
   for (int64_t tid : es.trial_ids) {
     TrialState& t = trials_.at(tid);
     if (t.trial.state() != v1::STATE_PAUSED) continue;
+    // Stopped (by the searcher, or killed by the user) while the pause stopped it: it
+    // ends here, as at a restart (RestoreSearchers); a killed one CANCELED.
+    if (t.trial.search().stopped_early()) {
+      FinishTrial(t, v1::STATE_COMPLETED, "");
+      continue;
+    }
     v1::Trial queued = t.trial;
     queued.set_state(v1::STATE_QUEUED);
     RETURN_IF_ERROR(PersistTrial(store_, t, std::move(queued)));

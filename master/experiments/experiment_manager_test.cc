@@ -374,9 +374,10 @@ TEST_F(ExperimentManagerTest, ArchivedLabelledRenamedExperimentsSurviveARestart)
 // 2-slot agent (the other waits, saying why); cleared, the second starts; refused for a
 // negative value and for an ended experiment.
 TEST_F(ExperimentManagerTest, MaxSlotsLimitsTheTrialsRunningAtOnce) {
-  const int64_t e = Create(testing::ExperimentYaml("capped"),
-                           {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}",
-                            "resources.max_slots=1"});
+  const int64_t e =
+      Create(testing::ExperimentYaml("capped"),
+             {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}",
+              "resources.max_slots=1"});
   const std::string session = h_.Register("a", 2);
   std::vector<v1::LaunchCommand> launches;
   for (const auto& c : h_.Commands("a", session)) {
@@ -426,8 +427,9 @@ TEST_F(ExperimentManagerTest, MaxSlotsLimitsTheTrialsRunningAtOnce) {
 // once; its experiment goes on until its trials ended, then ends CANCELED; an ended trial
 // is refused naming its state.
 TEST_F(ExperimentManagerTest, KillingATrialCancelsItAlone) {
-  const int64_t e = Create(testing::ExperimentYaml("kill-one"),
-                           {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}"});
+  const int64_t e =
+      Create(testing::ExperimentYaml("kill-one"),
+             {"searcher.name=grid", "hyperparameters.lr={type: categorical, vals: [1, 2]}"});
   const std::string session = h_.Register("a", 1);
   v1::LaunchCommand launch = h_.NextLaunch("a", session);
   std::vector<int64_t> trials;
@@ -465,6 +467,31 @@ TEST_F(ExperimentManagerTest, KillingATrialCancelsItAlone) {
   EXPECT_EQ(Experiment(e).state(), v1::STATE_CANCELED);
   EXPECT_EQ(Experiment(e).progress(), 0);
   EXPECT_EQ(kill(999).code(), absl::StatusCode::kNotFound);
+}
+
+// A trial killed while a pause stops it ends when the experiment is activated, instead of
+// running again.
+TEST_F(ExperimentManagerTest, ATrialKilledWhileItPausesEndsAtActivate) {
+  const int64_t e = Create(testing::ExperimentYaml("pause-kill"));
+  const int64_t trial = FirstTrial(e);
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  v1::PauseExperimentResponse paused;
+  ASSERT_TRUE(Pause(e, &paused).ok());
+  v1::KillTrialRequest kill;
+  kill.set_id(trial);
+  absl::Status st;
+  h_.Turn([&] { st = h_.experiments.KillTrial(kill); });
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_PAUSED);
+  v1::ActivateExperimentRequest activate;
+  activate.set_id(e);
+  h_.Turn([&] { st = h_.experiments.Activate(activate); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_CANCELED);
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_CANCELED);
+  for (const auto& c : h_.Commands("a", session)) EXPECT_FALSE(c.has_launch());
 }
 
 }  // namespace

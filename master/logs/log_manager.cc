@@ -177,9 +177,10 @@ void LogManager::AnswerWaiters(int64_t trial_id) {
 void LogManager::ForgetTrials(const std::vector<int64_t>& trial_ids) {
   DET_CHECK_ON_LOOP(loop_);
   const std::set<int64_t> gone(trial_ids.begin(), trial_ids.end());
-  pending_events_.erase(std::remove_if(pending_events_.begin(), pending_events_.end(),
-                                       [&](const v1::LogLine& l) { return gone.count(l.trial_id()) > 0; }),
-                        pending_events_.end());
+  pending_events_.erase(
+      std::remove_if(pending_events_.begin(), pending_events_.end(),
+                     [&](const v1::LogLine& l) { return gone.count(l.trial_id()) > 0; }),
+      pending_events_.end());
   for (int64_t id : trial_ids) {
     events_dropped_.erase(id);
     AnswerWaiters(id);

@@ -143,8 +143,8 @@ bool Before(const Request* a, const Request* b) {
 
 }  // namespace
 
-Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
-                  Fit fit, const std::map<std::string, int>& group_used) {
+Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue, Fit fit,
+                  const std::map<std::string, int>& group_used) {
   std::vector<AgentState> states;
   states.reserve(agents.size());
   for (const auto& a : agents) {
@@ -166,8 +166,9 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
     if (r->group_max_slots > 0 && r->slots > 0) {
       const int held = used.count(r->group) ? used.at(r->group) : 0;
       if (held + r->slots > r->group_max_slots) {
-        d.waiting[r->id] = absl::StrCat("max_slots ", r->group_max_slots, " of its experiment reached (",
-                                        Plural(held, "slot"), " in use, needs ", r->slots, " more)");
+        d.waiting[r->id] =
+            absl::StrCat("max_slots ", r->group_max_slots, " of its experiment reached (",
+                         Plural(held, "slot"), " in use, needs ", r->slots, " more)");
         d.capped.insert(r->id);
         continue;
       }
@@ -222,7 +223,8 @@ std::map<std::string, std::string> SelectPreemptions(
   for (const auto& r : queue) {
     // Stopping allocations frees slots, which a zero-slot request does not need.
     if (r.slots > 0 && decision.waiting.count(r.id) && !decision.capped.count(r.id) &&
-        std::find(preemptible_pools.begin(), preemptible_pools.end(), r.pool) != preemptible_pools.end()) {
+        std::find(preemptible_pools.begin(), preemptible_pools.end(), r.pool) !=
+            preemptible_pools.end()) {
       waiting.push_back(&r);
     }
   }

@@ -78,8 +78,8 @@ struct Running {
 // A request whose group would hold more than its group_max_slots (slots of `group_used`,
 // group -> slots its running allocations hold, plus those placed in this pass) waits
 // ("max_slots") without holding back others.
-Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue,
-                  Fit fit, const std::map<std::string, int>& group_used = {});
+Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Request>& queue, Fit fit,
+                  const std::map<std::string, int>& group_used = {});
 
 // For requests of `preemptible_pools` that Schedule() leaves waiting (zero-slot ones
 // excepted: freeing slots cannot help them), the running

@@ -1,11 +1,11 @@
 #include "master/scheduler/scheduler.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-#include <set>
 
 namespace det::master::scheduler {
 namespace {
@@ -155,34 +155,42 @@ TEST_P(MaxSlotsTable, HonoursResourcesMaxSlots) {
 INSTANTIATE_TEST_SUITE_P(
     Policy, MaxSlotsTable,
     ::testing::Values(
-        MaxSlotsCase{"OneTrialAtATimeWithMaxSlotsOne", {Agent("a", 4)},
+        MaxSlotsCase{"OneTrialAtATimeWithMaxSlotsOne",
+                     {Agent("a", 4)},
                      {Capped("t1", 1, "exp-1", 1, 42, 1), Capped("t2", 1, "exp-1", 1, 42, 2)},
                      {},
                      {{"t1", "a:0"},
-                      {"t2", "waiting: max_slots 1 of its experiment reached (1 slot in use, "
-                             "needs 1 more)"}},
+                      {"t2",
+                       "waiting: max_slots 1 of its experiment reached (1 slot in use, "
+                       "needs 1 more)"}},
                      {"t2"}},
-        MaxSlotsCase{"RunningAllocationsCount", {Agent("a", 4, 2)},
-                     {Capped("t3", 2, "exp-1", 3, 42, 3)}, {{"exp-1", 2}},
+        MaxSlotsCase{"RunningAllocationsCount",
+                     {Agent("a", 4, 2)},
+                     {Capped("t3", 2, "exp-1", 3, 42, 3)},
+                     {{"exp-1", 2}},
                      {{"t3", "waiting: max_slots 3 of its experiment reached (2 slots in use"}},
                      {"t3"}},
-        MaxSlotsCase{"UpToTheLimit", {Agent("a", 8)},
+        MaxSlotsCase{"UpToTheLimit",
+                     {Agent("a", 8)},
                      {Capped("t1", 2, "exp-1", 4, 42, 1), Capped("t2", 2, "exp-1", 4, 42, 2),
                       Capped("t3", 2, "exp-1", 4, 42, 3)},
                      {},
                      {{"t1", "a:0,1"}, {"t2", "a:2,3"}, {"t3", "waiting: max_slots 4"}},
                      {"t3"}},
-        MaxSlotsCase{"ZeroIsUnlimited", {Agent("a", 4)},
+        MaxSlotsCase{"ZeroIsUnlimited",
+                     {Agent("a", 4)},
                      {Capped("t1", 2, "exp-1", 0, 42, 1), Capped("t2", 2, "exp-1", 0, 42, 2)},
                      {{"exp-1", 100}},
                      {{"t1", "a:0,1"}, {"t2", "a:2,3"}},
                      {}},
-        MaxSlotsCase{"ACappedRequestHoldsNothingBack", {Agent("a", 2)},
+        MaxSlotsCase{"ACappedRequestHoldsNothingBack",
+                     {Agent("a", 2)},
                      {Capped("urgent", 1, "exp-1", 1, 1, 1), Req("low", 1, 90, 2)},
                      {{"exp-1", 1}},
                      {{"urgent", "waiting: max_slots 1"}, {"low", "a:0"}},
                      {"urgent"}},
-        MaxSlotsCase{"GroupsAreSeparate", {Agent("a", 4)},
+        MaxSlotsCase{"GroupsAreSeparate",
+                     {Agent("a", 4)},
                      {Capped("t1", 1, "exp-1", 1, 42, 1), Capped("t2", 1, "exp-2", 1, 42, 2),
                       Capped("t3", 1, "exp-1", 1, 42, 3)},
                      {},

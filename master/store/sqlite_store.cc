@@ -389,8 +389,10 @@ absl::Status SqliteStore::DeleteExperiment(int64_t experiment_id) {
   for (const char* sql : {
            "DELETE FROM metrics WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
            "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
-           "DELETE FROM checkpoints WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
-           "DELETE FROM allocations WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM checkpoints WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = "
+           "?)",
+           "DELETE FROM allocations WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = "
+           "?)",
            "DELETE FROM checkpoint_gc_tasks WHERE experiment_id = ?",
            "DELETE FROM trials WHERE experiment_id = ?",
        }) {

@@ -1,6 +1,9 @@
 // The det CLI's Determined-style commands against a real cluster (master, agent, example
 // workers): a grid search read with list-trials, describe, list-checkpoints --best, logs,
-// wait, trial logs --head/--tail/--timestamps, and diagnostic metrics kept out of tables.
+// wait, trial logs --head/--tail/--timestamps, and diagnostic metrics kept out of tables;
+// e set max-slots, checkpoint download, e delete, t kill and master logs.
+#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <string>
@@ -26,6 +29,34 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
+// A grid search of the example model over two learning rates, `batches` long; with
+// `storage`, validated and checkpointed every 10 batches into it (`save` appended to the
+// checkpoint_storage mapping, e.g. ", save_trial_latest: 3").
+std::string GridYaml(const std::string& name, int64_t batches, const std::string& storage = "",
+                     const std::string& save = "") {
+  std::string yaml = absl::StrCat("name: ", name, R"(
+entrypoint: det-fashion-mnist
+hyperparameters:
+  global_batch_size: 32
+  hidden_size: 16
+  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
+records_per_epoch: 60000
+searcher:
+  name: grid
+  metric: validation_loss
+  smaller_is_better: true
+  max_length: {batches: )",
+                                  batches, R"(}
+data: {dir: /usr/share/datasets/fashion-mnist}
+)");
+  if (!storage.empty()) {
+    absl::StrAppend(
+        &yaml, "min_validation_period: {batches: 10}\nmin_checkpoint_period: {batches: 10}\n",
+        "checkpoint_storage: {type: shared_fs, host_path: '", storage, "'", save, "}\n");
+  }
+  return yaml;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -38,23 +69,8 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, DeterminedCommandsOnAGridSearch) {
   // Two trials side by side (one slot each), validated and checkpointed every 10 batches.
   const std::string storage = cluster_.dir() + "/checkpoints";
-  std::string config = cluster_.WriteFile("grid.yaml", absl::StrCat(R"(name: grid
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-  hidden_size: 16
-  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
-records_per_epoch: 60000
-searcher:
-  name: grid
-  metric: validation_loss
-  smaller_is_better: true
-  max_length: {batches: 30}
-min_validation_period: {batches: 10}
-min_checkpoint_period: {batches: 10}
-checkpoint_storage: {type: shared_fs, host_path: ')", storage, R"(', save_trial_latest: 3}
-data: {dir: /usr/share/datasets/fashion-mnist}
-)"));
+  std::string config =
+      cluster_.WriteFile("grid.yaml", GridYaml("grid", 30, storage, ", save_trial_latest: 3"));
   CommandResult create = cluster_.Det({"e", "create", config});
   ASSERT_TRUE(create.exit.ok()) << create.err;
   ASSERT_THAT(create.out, StartsWith("Created experiment 1\n"));
@@ -248,6 +264,164 @@ TEST_F(Cli, WaitFailsForAKilledExperiment) {
   EXPECT_THAT(archive.err, HasSubstr("experiment 2 is PAUSED: only an ended experiment"));
   ASSERT_TRUE(cluster_.Det({"e", "kill", "2"}).exit.ok());
   EXPECT_TRUE(cluster_.Det({"e", "archive", "2"}).exit.ok());
+}
+
+// The files under `dir`: relative path -> contents.
+std::map<std::string, std::string> Files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    files[std::filesystem::relative(it->path(), dir).string()] = Slurp(it->path().string());
+  }
+  return files;
+}
+
+TEST_F(Cli, MaxSlotsDownloadDeleteAndMasterLogs) {
+  // A 2-trial grid on a 2-slot agent, limited to 1 slot at a time before it starts.
+  const std::string storage = cluster_.dir() + "/checkpoints";
+  std::string config = cluster_.WriteFile("grid.yaml", GridYaml("capped", 20, storage));
+  ASSERT_TRUE(cluster_.Det({"e", "create", config, "--paused"}).exit.ok());
+  CommandResult capped = cluster_.Det({"e", "set", "max-slots", "1", "1"});
+  ASSERT_TRUE(capped.exit.ok()) << capped.err;
+  EXPECT_EQ(capped.out, "Experiment 1: max_slots = 1\n");
+  EXPECT_THAT(cluster_.Det({"e", "config", "1"}).out, HasSubstr("max_slots: 1"));
+  CommandResult negative = cluster_.Det({"e", "set", "max-slots", "1", "-1"});
+  EXPECT_FALSE(negative.exit.ok());
+  ASSERT_TRUE(cluster_.Det({"e", "activate", "1"}).exit.ok());
+  CommandResult wait = cluster_.Det({"e", "wait", "1", "--interval", "0.2"}, absl::Seconds(240));
+  ASSERT_TRUE(wait.exit.ok()) << wait.out << wait.err << cluster_.LogTail("master");
+
+  // Never two trials at once: the trials' allocations (as the master recorded them) do not
+  // overlap, and the one that waited says why.
+  nlohmann::json d = cluster_.DetJson({"e", "describe", "1"});
+  ASSERT_TRUE(d.is_object());
+  ASSERT_EQ(d["trials"].size(), 2u);
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [start, end] of each trial's allocation
+  for (const auto& t : d["trials"]) {
+    const auto& a = t["allocation"];
+    runs.push_back({Int(a["start_time_ms"]), Int(a["end_time_ms"])});
+    ASSERT_GT(runs.back().first, 0) << t.dump();
+    ASSERT_GE(runs.back().second, runs.back().first) << t.dump();
+  }
+  std::sort(runs.begin(), runs.end());
+  EXPECT_GE(runs[1].first, runs[0].second) << d.dump(2);
+  std::string trial_logs;
+  for (const auto& t : d["trials"])
+    trial_logs += cluster_.Det({"t", "logs", absl::StrCat(Int(t["id"]))}).out;
+  EXPECT_THAT(trial_logs, HasSubstr("waiting: max_slots 1 of its experiment reached"));
+  CommandResult ended = cluster_.Det({"e", "set", "max-slots", "1", "--clear"});
+  EXPECT_FALSE(ended.exit.ok());
+  EXPECT_THAT(ended.err, HasSubstr("experiment 1 is COMPLETED"));
+
+  // checkpoint download: the same files as in the storage; a second one into the same
+  // directory is refused.
+  nlohmann::json cps = cluster_.DetJson({"e", "lc", "1"});
+  ASSERT_TRUE(cps.is_object());
+  std::vector<std::string> dirs;
+  for (const auto& c : cps["checkpoints"]) {
+    if (c["state"] != "STATE_DELETED") dirs.push_back(c["storage_path"]);
+  }
+  ASSERT_FALSE(dirs.empty()) << cps.dump(2);
+  const std::string uuid = std::filesystem::path(dirs[0]).filename().string();
+  const std::string out = cluster_.dir() + "/downloaded";
+  CommandResult dl = cluster_.Det({"checkpoint", "download", uuid, "-o", out});
+  ASSERT_TRUE(dl.exit.ok()) << dl.err;
+  EXPECT_THAT(dl.out, StartsWith(absl::StrCat("Downloaded checkpoint ", uuid, " (")));
+  std::map<std::string, std::string> stored = Files(dirs[0]);
+  ASSERT_FALSE(stored.empty());
+  EXPECT_EQ(Files(out), stored);
+  CommandResult again = cluster_.Det({"checkpoint", "download", uuid, "--output", out});
+  EXPECT_FALSE(again.exit.ok());
+  EXPECT_THAT(again.err, HasSubstr("exists and is not empty"));
+
+  // e delete: refused without --yes (no terminal), and for a running experiment.
+  std::string long_config =
+      cluster_.WriteFile("long.yaml", ExampleExperiment{.batches = 100000}.Yaml());
+  ASSERT_TRUE(cluster_.Det({"e", "create", long_config}).exit.ok());
+  CommandResult running = cluster_.Det({"e", "delete", "2", "--yes"});
+  EXPECT_FALSE(running.exit.ok());
+  EXPECT_THAT(running.err, HasSubstr("experiment 2 is ACTIVE: only an ended experiment"));
+  ASSERT_TRUE(cluster_.Det({"e", "kill", "2"}).exit.ok());
+  CommandResult unconfirmed = cluster_.Det({"e", "delete", "1"});
+  EXPECT_FALSE(unconfirmed.exit.ok());
+  EXPECT_THAT(unconfirmed.err, HasSubstr("not confirmed (stdin is not a terminal); pass --yes"));
+  EXPECT_TRUE(cluster_.Det({"e", "describe", "1"}).exit.ok());
+
+  CommandResult deleted = cluster_.Det({"e", "delete", "1", "--yes"});
+  ASSERT_TRUE(deleted.exit.ok()) << deleted.err;
+  EXPECT_THAT(deleted.out, StartsWith(absl::StrCat("Deleting experiment 1: the files of ",
+                                                   dirs.size(), " checkpoint(s) first")));
+  // Once the GC task ran on the agent: the experiment and its checkpoint directories gone.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        CommandResult r = cluster_.Det({"e", "describe", "1"});
+        return !r.exit.ok() && r.err.find("experiment 1 not found") != std::string::npos;
+      },
+      absl::Seconds(60)))
+      << cluster_.LogTail("master");
+  for (const std::string& dir : dirs) EXPECT_FALSE(Exists(dir)) << dir;
+  EXPECT_THAT(cluster_.Det({"e", "list", "--all"}).out, Not(HasSubstr("capped")));
+  EXPECT_EQ(Sql(cluster_.db_path(), "SELECT COUNT(*) FROM trials WHERE experiment_id = 1"), "0");
+  EXPECT_EQ(Sql(cluster_.db_path(), "SELECT COUNT(*) FROM metrics WHERE trial_id IN (1, 2)"), "0");
+  CommandResult twice = cluster_.Det({"e", "delete", "1", "--yes"});
+  EXPECT_FALSE(twice.exit.ok());
+  EXPECT_THAT(twice.err, HasSubstr("experiment 1 not found"));
+  // The killed experiment 2 (deleted at once when it kept no checkpoint).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return cluster_.DetJson({"e", "describe", "2"})["experiment"]["state"] == "STATE_CANCELED";
+      },
+      absl::Seconds(60)));
+  CommandResult second = cluster_.Det({"e", "delete", "2", "-y"});
+  ASSERT_TRUE(second.exit.ok()) << second.err;
+  EXPECT_THAT(second.out, ContainsRegex("^Delet(ed|ing) experiment 2"));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return !cluster_.Det({"e", "describe", "2"}).exit.ok();
+      },
+      absl::Seconds(60)));
+
+  // master logs: the master's own lines, the deletion among them.
+  CommandResult ml = cluster_.Det({"master", "logs", "--tail", "500"});
+  ASSERT_TRUE(ml.exit.ok()) << ml.err;
+  EXPECT_THAT(ml.out, HasSubstr("[master] experiment 1 deleted (2 trial(s))"));
+  EXPECT_THAT(ml.out, HasSubstr("[master] experiment 2 deleted"));
+  EXPECT_LE(Lines(ml.out).size(), 500u);
+  nlohmann::json mj = cluster_.DetJson({"master", "logs", "--tail", "1"});
+  EXPECT_TRUE(mj.is_object()) << mj.dump();
+  EXPECT_EQ(Lines(cluster_.Det({"master", "logs", "--tail", "3"}).out).size(), 3u);
+}
+
+TEST_F(Cli, KillOneTrialOfASearch) {
+  // Two long trials side by side; one is killed, the other goes on.
+  std::string config = cluster_.WriteFile("grid.yaml", GridYaml("two", 100000));
+  ASSERT_TRUE(cluster_.Det({"e", "create", config}).exit.ok());
+  auto trial_state = [&](int64_t id) {
+    return cluster_.DetJson({"t", "describe", absl::StrCat(id)})["trial"]["state"];
+  };
+  ASSERT_TRUE(WaitUntil(
+      [&] { return trial_state(1) == "STATE_RUNNING" && trial_state(2) == "STATE_RUNNING"; },
+      absl::Seconds(120)))
+      << cluster_.LogTail("master");
+  CommandResult kill = cluster_.Det({"t", "kill", "1"});
+  ASSERT_TRUE(kill.exit.ok()) << kill.err;
+  EXPECT_EQ(kill.out, "Killing trial 1 (CANCELED once its workers exited)\n");
+  ASSERT_TRUE(WaitUntil([&] { return trial_state(1) == "STATE_CANCELED"; }, absl::Seconds(60)))
+      << cluster_.LogTail("master");
+  EXPECT_EQ(trial_state(2), "STATE_RUNNING");
+  EXPECT_EQ(cluster_.DetJson({"e", "describe", "1"})["experiment"]["state"], "STATE_ACTIVE");
+  CommandResult again = cluster_.Det({"t", "kill", "1"});
+  EXPECT_FALSE(again.exit.ok());
+  EXPECT_THAT(again.err, HasSubstr("trial 1 is CANCELED"));
+  CommandResult missing = cluster_.Det({"trial", "kill", "99"});
+  EXPECT_FALSE(missing.exit.ok());
+  EXPECT_THAT(missing.err, HasSubstr("trial 99 not found"));
+  // Killing the other one too ends the experiment CANCELED (no trial failed).
+  ASSERT_TRUE(cluster_.Det({"t", "kill", "2"}).exit.ok());
+  CommandResult wait = cluster_.Det({"e", "wait", "1", "--interval", "0.2"}, absl::Seconds(120));
+  EXPECT_EQ(wait.out, "Experiment 1 ended: CANCELED\n");
 }
 
 }  // namespace
