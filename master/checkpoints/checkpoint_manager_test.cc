@@ -11,6 +11,7 @@
 #include "common/clock/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/store/fault_injecting_store.h"
 #include "master/store/in_memory_store.h"
 #include "master/testing/manager_harness.h"
 #include "master/testing/master_testing.h"
@@ -27,7 +28,7 @@ class CheckpointManagerTest : public ::testing::Test {
   void SetUp() override { StartMaster(); }
 
   void StartMaster() {
-    h_ = std::make_unique<ManagerHarness>(testing::LoopbackMasterConfig("/unused"), store_, clock_);
+    h_ = std::make_unique<ManagerHarness>(testing::LoopbackMasterConfig("/unused"), faulty_, clock_);
     ASSERT_TRUE(h_->Start().ok());
   }
   void RestartMaster() {
@@ -68,6 +69,8 @@ class CheckpointManagerTest : public ::testing::Test {
 
   FakeClock clock_;
   InMemoryStore store_;
+  // What the harness writes through (every write passes unless a test injects a fault).
+  FaultInjectingStore faulty_{store_};
   std::unique_ptr<ManagerHarness> h_;
   int64_t trial_ = 0;
 };
@@ -308,6 +311,44 @@ TEST_F(CheckpointManagerTest, DeletingAnExperimentDeletesItsFilesThenItsRows) {
   ASSERT_TRUE(st.ok()) << st;
   h_->Turn([&] { known = h_->registry.experiments.count(running) > 0; });
   EXPECT_FALSE(known);
+}
+
+// Never half deleted: a deletion task the store refuses leaves the experiment as it was
+// (the call fails); rows the store refuses to delete after the files went leave the whole
+// experiment there, and the next start finishes the deletion.
+TEST_F(CheckpointManagerTest, ADeletionTheStoreRefusesIsFinishedOrUndone) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_TRUE(h_->ReportExit("a1", session, gc.allocation_id(), 0).ok());
+  const int64_t experiment = h_->Trial(trial_).experiment_id();
+
+  faulty_.FailWrites(true, "InsertCheckpointGcTask");
+  v1::DeleteExperimentResponse resp;
+  absl::Status st = DeleteExperiment(*h_, experiment, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  faulty_.FailWrites(false, "InsertCheckpointGcTask");
+  EXPECT_TRUE(h_->Commands("a1", session).empty());
+  EXPECT_EQ(CheckpointStates()["c-30"], v1::STATE_COMPLETED);
+
+  faulty_.FailWrites(true, "DeleteExperiment");
+  st = DeleteExperiment(*h_, experiment, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  v1::LaunchCommand files = h_->NextLaunch("a1", session);
+  ASSERT_EQ(files.allocation_id(), resp.gc_task());
+  ASSERT_TRUE(h_->ReportExit("a1", session, files.allocation_id(), 0).ok());
+  h_->Turn([] {});
+  // The files went (the checkpoint reads DELETED), the rows stay, whole.
+  EXPECT_EQ(CheckpointStates()["c-30"], v1::STATE_DELETED);
+  EXPECT_EQ(h_->Trial(trial_).experiment_id(), experiment);
+  EXPECT_EQ(store_.Load()->experiments.size(), 1u);
+
+  faulty_.FailWrites(false, "DeleteExperiment");
+  RestartMaster();
+  bool known = true;
+  h_->Turn([&] { known = h_->registry.experiments.count(experiment) > 0; });
+  EXPECT_FALSE(known);
+  EXPECT_TRUE(store_.Load()->experiments.empty());
+  EXPECT_TRUE(CheckpointStates().empty());
 }
 
 }  // namespace
