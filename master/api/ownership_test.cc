@@ -125,6 +125,48 @@ TEST_F(OwnershipTest, OnlyTheOwnerOrAnAdminChangesAnExperiment) {
             absl::StatusCode::kNotFound);
 }
 
+// det t kill, det e set max-slots, det e delete are the owner's or an admin's; det master
+// logs the admins' (as det master config).
+TEST_F(OwnershipTest, KillTrialMaxSlotsDeleteAndMasterLogs) {
+  const Caller alice = User("alice"), bob = User("bob"), admin = User("admin", true);
+  const int64_t id = Create(alice);
+  v1::GetExperimentRequest get = WithId<v1::GetExperimentRequest>(id);
+  v1::GetExperimentResponse got;
+  ASSERT_TRUE(Call(admin, &ApiHandler::GetExperiment, get, &got).ok());
+  const int64_t trial = got.trials(0).id();
+
+  absl::Status kill = Call(bob, &ApiHandler::KillTrial, WithId<v1::KillTrialRequest>(trial));
+  EXPECT_EQ(kill.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(kill.message(),
+              HasSubstr(absl::StrCat("only the experiment's owner (alice) or an admin may kill "
+                                     "trials of experiment ", id)));
+  v1::PatchExperimentRequest cap = WithId<v1::PatchExperimentRequest>(id);
+  cap.set_max_slots(1);
+  EXPECT_EQ(Call(bob, &ApiHandler::PatchExperiment, cap).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Call(alice, &ApiHandler::PatchExperiment, cap).ok());
+  EXPECT_EQ(Call(bob, &ApiHandler::KillTrial, WithId<v1::KillTrialRequest>(trial + 100)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Call(alice, &ApiHandler::KillTrial, WithId<v1::KillTrialRequest>(trial)).ok());
+
+  // Once it ended: bob may not delete it, alice may.
+  EXPECT_TRUE(Call(admin, &ApiHandler::KillExperiment, WithId<v1::KillExperimentRequest>(id)).ok());
+  absl::Status del = Call(bob, &ApiHandler::DeleteExperiment, WithId<v1::DeleteExperimentRequest>(id));
+  EXPECT_EQ(del.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(del.message(), HasSubstr(absl::StrCat("may delete experiment ", id)));
+
+  v1::GetMasterLogsResponse logs;
+  absl::Status bob_logs = Call(bob, &ApiHandler::GetMasterLogs, v1::GetMasterLogsRequest(), &logs);
+  EXPECT_EQ(bob_logs.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(bob_logs.message(), HasSubstr("only an admin may read the master's logs"));
+  EXPECT_EQ(logs.lines_size(), 0);
+  v1::GetMasterLogsRequest tail;
+  tail.set_tail(5);
+  ASSERT_TRUE(Call(admin, &ApiHandler::GetMasterLogs, tail, &logs).ok());
+  EXPECT_EQ(logs.lines_size(), 5);
+  EXPECT_EQ(logs.capacity(), 10000);
+}
+
 TEST_F(OwnershipTest, WithoutUsersEveryoneMayAndOwnerlessExperimentsAreTheAdmins) {
   const int64_t id = Create(Caller());  // The master checks no users: no owner.
   EXPECT_EQ(Get(id).owner(), "");
