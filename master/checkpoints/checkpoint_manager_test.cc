@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock/clock.h"
@@ -56,6 +57,20 @@ class CheckpointManagerTest : public ::testing::Test {
       for (const auto& c : *stored) out[c.uuid()] = c.state();
     }
     return out;
+  }
+  // A line the GC task `allocation` printed (the agent says it is `says_trial`'s): it is
+  // routed to the trial that started the task.
+  void RouteGcLine(const std::string& allocation, const std::string& stream,
+                   const std::string& message, int64_t says_trial = 0) {
+    h_->Turn([&] {
+      v1::LogLine line;
+      line.set_trial_id(says_trial);
+      line.set_allocation_id(allocation);
+      line.set_stream(stream);
+      line.set_message(message);
+      EXPECT_TRUE(h_->checkpoints.RouteLogLine(&line));
+      EXPECT_EQ(line.trial_id(), trial_);
+    });
   }
   // The one GC task, which must be queued as attempt `allocation`, saying why it waits.
   void ExpectRequeuedAs(const std::string& allocation) {
@@ -129,14 +144,7 @@ TEST_F(CheckpointManagerTest, AnAgentBackInTimeKeepsItsGcTaskAndAnExitEndsIt) {
   session = h_->Register("a1", 1, {"gc-1.0"});  // Silent again meanwhile (no heartbeats).
 
   // Its stderr names what failed; a failing exit records it as the task's error.
-  h_->Turn([&] {
-    v1::LogLine line;
-    line.set_allocation_id("gc-1.0");
-    line.set_stream("stderr");
-    line.set_message("checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
-    EXPECT_TRUE(h_->checkpoints.RouteLogLine(&line));
-    EXPECT_EQ(line.trial_id(), trial_);
-  });
+  RouteGcLine("gc-1.0", "stderr", "checkpoint c-20: cannot delete '/ckpt/c-20': Permission denied");
   ASSERT_TRUE(h_->ReportExit("a1", session, "gc-1.0", 1).ok());
   v1::Task task = h_->GcTasks().at(0);
   EXPECT_EQ(task.state(), v1::STATE_ERROR);
@@ -146,6 +154,105 @@ TEST_F(CheckpointManagerTest, AnAgentBackInTimeKeepsItsGcTaskAndAnExitEndsIt) {
   RestartMaster();  // Still listed, with its error.
   EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_ERROR);
   EXPECT_THAT(h_->GcTasks().at(0).error(), HasSubstr("c-20"));
+}
+
+// A GC task is a zero-slot launch on an agent (no argv, the checkpoints to delete with
+// their paths), listed among the tasks while it holds no slot; requeued when its agent
+// restarts without it, reattached when the agent comes back with it after a master
+// restart; an exit of a lost attempt is ignored, and once the current attempt exits 0 its
+// checkpoints are DELETED and its output is the trial's. (Moved from http_server_test's
+// CheckpointGcIsAZeroSlotTaskOnAnAgent, which ran on real time.)
+TEST_F(CheckpointManagerTest, AGcTaskIsAZeroSlotLaunchRequeuedOrReattachedUntilItExits) {
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  EXPECT_EQ(gc.allocation_id(), "gc-1.0");
+  EXPECT_EQ(gc.trial_id(), trial_);
+  ASSERT_TRUE(gc.has_checkpoint_gc());
+  ASSERT_EQ(gc.checkpoint_gc().checkpoints_size(), 2);
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).uuid(), "c-10");
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).storage_path(), "/ckpt/c-10");
+  EXPECT_EQ(gc.checkpoint_gc().checkpoints(1).uuid(), "c-20");
+  ASSERT_EQ(gc.ranks_size(), 1);
+  EXPECT_EQ(gc.ranks(0).agent_id(), "a1");
+  EXPECT_TRUE(gc.ranks(0).slot_ids().empty());
+  EXPECT_TRUE(gc.argv().empty());
+
+  std::vector<v1::Task> tasks = h_->GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].allocation_id(), "gc-1.0");
+  EXPECT_EQ(tasks[0].state(), v1::STATE_RUNNING);
+  EXPECT_EQ(tasks[0].slots(), 0);
+  EXPECT_THAT(tasks[0].agents(), ElementsAre("a1"));
+  EXPECT_THAT(tasks[0].checkpoint_uuids(), ElementsAre("c-10", "c-20"));
+  EXPECT_EQ(tasks[0].resource_pool(), "default");
+  // It holds no slot: the agent's slot is free for the next trial.
+  h_->Turn([&] {
+    const v1::Agent* a1 = h_->agents.Find("a1");
+    ASSERT_NE(a1, nullptr);
+    ASSERT_EQ(a1->slots_size(), 1);
+    EXPECT_EQ(a1->slots(0).allocation_id(), "");
+  });
+
+  // The agent comes back without it (restarted with a fresh work_dir, so after a
+  // silence): requeued, run again.
+  h_->Advance(h_->config.agent_timeout + absl::Seconds(1));
+  session = h_->Register("a1", 1);
+  EXPECT_EQ(h_->NextLaunch("a1", session).allocation_id(), "gc-1.1");
+  EXPECT_THAT(h_->Logs(trial_), HasSubstr("checkpoint garbage collection gc-1.0 lost: agent a1 "
+                                          "restarted without it; requeued"));
+
+  // The master restarts while it runs; the agent registers again with it: reattached.
+  RestartMaster();
+  session = h_->Register("a1", 1, {"gc-1.1"});
+  tasks = h_->GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].allocation_id(), "gc-1.1");
+  EXPECT_EQ(tasks[0].state(), v1::STATE_RUNNING);
+  EXPECT_EQ(CheckpointStates()["c-10"], v1::STATE_COMPLETED);
+
+  ASSERT_TRUE(h_->ReportExit("a1", session, "gc-1.0", 0).ok());  // The lost attempt: ignored.
+  EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_RUNNING);
+  RouteGcLine("gc-1.1", "stdout", "deleted checkpoint c-10 (/ckpt/c-10)", /*says_trial=*/99);
+  ASSERT_TRUE(h_->ReportExit("a1", session, "gc-1.1", 0).ok());
+  tasks = h_->GcTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].state(), v1::STATE_COMPLETED);
+  EXPECT_GT(tasks[0].end_time_ms(), 0);
+  std::map<std::string, v1::State> states = CheckpointStates();
+  EXPECT_EQ(states["c-10"], v1::STATE_DELETED);
+  EXPECT_EQ(states["c-20"], v1::STATE_DELETED);
+  EXPECT_EQ(states["c-30"], v1::STATE_COMPLETED);
+  const std::string logs = h_->Logs(trial_);
+  EXPECT_THAT(logs, HasSubstr("checkpoint c-10 (batch 10) deleted by garbage collection"));
+  EXPECT_THAT(logs, HasSubstr("checkpoint c-20 (batch 20) deleted by garbage collection"));
+  EXPECT_THAT(logs, HasSubstr("checkpoint garbage collection gc-1.1 completed on a1"));
+  for (const auto& c : h_->Commands("a1", session)) {
+    EXPECT_FALSE(c.has_launch()) << "nothing else to run: " << c.DebugString();
+  }
+}
+
+// A worker cannot register a checkpoint path outside its experiment's storage (garbage
+// collection would delete it later). (Moved from http_server_test's Checkpoints.)
+TEST_F(CheckpointManagerTest, ACheckpointOutsideTheExperimentsStorageIsRefused) {
+  std::string session = h_->Register("a1", 1);
+  trial_ = h_->CreateExperiment("ckpt");
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "c-1", 40).ok());
+  v1::ReportCheckpointRequest req;
+  req.mutable_auth()->set_allocation_id(launch.allocation_id());
+  req.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+  req.mutable_checkpoint()->set_uuid("c-2");
+  req.mutable_checkpoint()->set_total_batches(50);
+  for (const std::string path : {"/etc/c-2", "/ckpt/../etc/c-2", "/ckpt"}) {
+    req.mutable_checkpoint()->set_storage_path(path);
+    absl::Status st;
+    h_->Turn([&] { st = h_->checkpoints.ReportCheckpoint(req); });
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(st.message(), HasSubstr("checkpoint.storage_path")) << path;
+  }
+  std::map<std::string, v1::State> states = CheckpointStates();
+  EXPECT_EQ(states.size(), 1u);
+  EXPECT_EQ(states["c-1"], v1::STATE_COMPLETED);
 }
 
 // det checkpoint describe: one checkpoint by UUID, whichever experiment has it.

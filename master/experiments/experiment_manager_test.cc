@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -368,6 +369,87 @@ TEST_F(ExperimentManagerTest, ArchivedLabelledRenamedExperimentsSurviveARestart)
   EXPECT_EQ(after_paused.state(), v1::STATE_PAUSED);
   // (Its PAUSED trial is put back to QUEUED by AllocationManager::Restore, as are those
   // of any paused experiment: reported, not changed here.)
+}
+
+// ListExperiments: in id order, paged with a total, filtered by a plain substring of the
+// name, by states and by the owner's exact username; the owner is kept across a restart.
+// (Moved from http_server_test's ExperimentsCreateListFilterGetKill,
+// ExperimentsRecordTheirOwnerAndListByUser and NamesFullOfQuotesAndSqlComeBackUnchanged.)
+TEST_F(ExperimentManagerTest, ListPagesAndFiltersByNameStatesAndOwnerAcrossARestart) {
+  auto create = [&](const std::string& owner, const std::string& name) {
+    v1::CreateExperimentRequest req;
+    req.set_config_yaml(testing::ExperimentYaml(name));
+    v1::CreateExperimentResponse resp;
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.Create(owner, req, &resp); });
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(resp.experiment().owner(), owner);
+    return resp.experiment().id();
+  };
+  const std::string quoted = "x'); DROP TABLE experiments; --";
+  const std::string wild = "back\\slash %_ wildcards";
+  ASSERT_EQ(create("admin", "alpha"), 1);
+  ASSERT_EQ(create("bob", "beta"), 2);
+  ASSERT_EQ(create("bob", "alphabet"), 3);
+  ASSERT_EQ(create("admin", quoted), 4);
+  ASSERT_EQ(create("admin", wild), 5);
+  ASSERT_TRUE(Kill(2).ok());
+  EXPECT_EQ(Experiment(2).state(), v1::STATE_CANCELED);
+
+  auto list = [&](ManagerHarness& h, v1::ListExperimentsRequest req) {
+    v1::ListExperimentsResponse resp;
+    absl::Status st;
+    h.Turn([&] { st = h.experiments.List(req, &resp); });
+    EXPECT_TRUE(st.ok()) << st;
+    std::vector<std::string> out;
+    for (const auto& e : resp.experiments()) out.push_back(e.owner() + ":" + e.name());
+    EXPECT_GE(resp.total(), static_cast<int>(out.size()));
+    return std::make_pair(out, resp.total());
+  };
+  using V = std::vector<std::string>;
+  v1::ListExperimentsRequest all;
+  EXPECT_EQ(list(h_, all).first, (V{"admin:alpha", "bob:beta", "bob:alphabet", "admin:" + quoted,
+                                    "admin:" + wild}));
+  EXPECT_EQ(list(h_, all).second, 5);
+  v1::ListExperimentsRequest page;
+  page.set_limit(1);
+  page.set_offset(1);
+  EXPECT_EQ(list(h_, page), std::make_pair(V{"bob:beta"}, 5));
+  v1::ListExperimentsRequest named;
+  named.set_name("alpha");
+  EXPECT_EQ(list(h_, named).first, (V{"admin:alpha", "bob:alphabet"}));
+  named.set_name("'; DROP");
+  EXPECT_EQ(list(h_, named).first, V{});
+  named.set_name("'); DROP");
+  EXPECT_EQ(list(h_, named).first, V{"admin:" + quoted});
+  named.set_name("%_");  // A plain substring, not a pattern.
+  EXPECT_EQ(list(h_, named).first, V{"admin:" + wild});
+  v1::ListExperimentsRequest canceled;
+  canceled.add_states(v1::STATE_CANCELED);
+  EXPECT_EQ(list(h_, canceled), std::make_pair(V{"bob:beta"}, 1));
+  v1::ListExperimentsRequest active;
+  active.add_states(v1::STATE_ACTIVE);
+  active.add_states(v1::STATE_PAUSED);
+  EXPECT_EQ(list(h_, active).second, 4);
+
+  auto owners = [&](ManagerHarness& h, const std::string& user, const std::string& name = "") {
+    v1::ListExperimentsRequest req;
+    req.set_user(user);
+    req.set_name(name);
+    auto [names, total] = list(h, req);
+    EXPECT_EQ(total, static_cast<int>(names.size())) << user;
+    return names;
+  };
+  EXPECT_EQ(owners(h_, "bob"), (V{"bob:beta", "bob:alphabet"}));
+  EXPECT_EQ(owners(h_, "admin", "alpha"), V{"admin:alpha"});
+  EXPECT_EQ(owners(h_, "bo"), V{});  // A username, not a substring.
+  EXPECT_EQ(owners(h_, "nobody"), V{});
+
+  // Kept with the experiment: a restarted master lists the same.
+  ManagerHarness restarted(testing::LoopbackMasterConfig("/unused"), store_, clock_);
+  ASSERT_TRUE(restarted.Start().ok());
+  EXPECT_EQ(list(restarted, all).first, list(h_, all).first);
+  EXPECT_EQ(owners(restarted, "bob"), (V{"bob:beta", "bob:alphabet"}));
 }
 
 // det e set max-slots: resources.max_slots holds a 2-trial grid to one trial at a time on a

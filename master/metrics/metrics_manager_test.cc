@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock/clock.h"
@@ -177,6 +179,66 @@ TEST_P(MetricsManagerTest, MalformedReportsAreRefusedNamingTheField) {
                                 /*rank=*/1)
                   .ok());
   EXPECT_EQ(Metrics(*h_, "").metrics_size(), 4);
+}
+
+// What a worker reports is summarised on its trial and read back whole, by group, or
+// downsampled; an allocation's token reports for its own trial only. (Moved from
+// http_server_test's TrialMetricsTimingsLogsAndWorkerTokens.)
+TEST_P(MetricsManagerTest, RowsAreSummarisedAndReadBackAndATokenReportsForItsTrialOnly) {
+  std::vector<v1::Metrics> rows;
+  for (int b = 1; b <= 50; ++b) {
+    rows.push_back(Row("training", b * 10, {{"loss", 2.0 / b}}));
+    if (b % 10 == 0) {
+      rows.push_back(Row("validation", b * 10, {{"validation_loss", 1.0 / b}}));
+      rows.push_back(Row("timings", b * 10, {{"train_batch_mean_ms", 3.5}}));
+    }
+  }
+  ASSERT_TRUE(h_->ReportMetrics(launch_, rows).ok());
+  v1::Trial t = GetTrial(*h_);
+  EXPECT_EQ(t.total_batches(), 500);
+  EXPECT_EQ(t.training_summary().at("loss").count(), 50);
+  EXPECT_EQ(Metrics(*h_, "").metrics_size(), 60);
+  v1::GetTrialMetricsResponse timings = Metrics(*h_, "timings");
+  ASSERT_EQ(timings.metrics_size(), 5);
+  EXPECT_EQ(timings.metrics(0).values().at("train_batch_mean_ms"), 3.5);
+  v1::GetTrialMetricsRequest thin_req;
+  thin_req.set_trial_id(trial_);
+  thin_req.set_group("training");
+  thin_req.set_max_points(10);
+  v1::GetTrialMetricsResponse thin;
+  absl::Status st;
+  h_->Turn([&] { st = h_->metrics.GetTrialMetrics(thin_req, &thin); });
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(thin.metrics_size(), 10);
+  EXPECT_EQ(thin.metrics(0).total_batches(), 10);
+  EXPECT_EQ(thin.metrics(9).total_batches(), 500);
+  for (const auto& m : thin.metrics()) EXPECT_EQ(m.group(), "training");
+
+  // A second trial on another agent.
+  const int64_t other = h_->CreateExperiment("other");
+  std::string b_session = h_->Register("b", 1);
+  v1::LaunchCommand two = h_->NextLaunch("b", b_session);
+  ASSERT_EQ(two.trial_id(), other);
+  auto report = [&](const v1::LaunchCommand& as, const std::string& token, int64_t for_trial) {
+    v1::ReportMetricsRequest req;
+    req.mutable_auth()->set_allocation_id(as.allocation_id());
+    req.mutable_auth()->set_token(token);
+    req.set_trial_id(for_trial);
+    for (const auto& m : rows) *req.add_metrics() = m;
+    std::optional<absl::Status> acked;
+    h_->Turn([&] { h_->metrics.Report(req, [&](absl::Status s) { acked = s; }); });
+    h_->loop.RunSync([] {});
+    return acked.value_or(absl::InternalError("not acknowledged"));
+  };
+  const std::string one_token = launch_.env().at("DET_ALLOCATION_TOKEN");
+  // Trial 1's allocation token cannot report for trial 2, nor pose as trial 2's allocation.
+  st = report(launch_, one_token, other);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr(absl::StrCat("only for trial ", trial_)));
+  st = report(two, one_token, other);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  EXPECT_EQ(h_->Trial(other).total_batches(), 0);  // Nothing stored for it.
+  EXPECT_EQ(GetTrial(*h_).training_summary().at("loss").count(), 50);
 }
 
 }  // namespace

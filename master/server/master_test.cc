@@ -236,6 +236,57 @@ TEST_F(MasterTest, ABadChiefPortRangeIsRefused) {
 // ShouldPreempt: false while the run may go on; a long poll is answered as soon as the
 // master asks the run to stop, with the reason; FailedPrecondition once it has ended;
 // only the allocation's own token is accepted.
+// A master restart while ranks wait at a rendezvous loses the round (rounds live in
+// memory), not the allocation: each rank repeats its call with its value, and the round
+// completes on the new master with the same tokens. (Moved from http_server_test, where
+// it waited on real-time gRPC deadlines.)
+TEST_F(MasterTest, RendezvousCompletesAcrossAMasterRestart) {
+  std::string session = RegisterAgent("a1", 2);
+  ASSERT_EQ(CreateExperiment("rdv", 2), 1);
+  v1::LaunchCommand launch = NextLaunch("a1", session);
+  ASSERT_EQ(launch.ranks_size(), 2);
+  struct Call {
+    v1::RendezvousRequest req;
+    v1::RendezvousResponse resp;
+    Pending answer;
+  };
+  auto call = [&](int rank) {
+    auto c = std::make_unique<Call>();
+    *c->req.mutable_auth() = Auth(launch);
+    c->req.mutable_auth()->set_rank(rank);
+    c->req.set_key("k/0");
+    c->req.set_address(absl::StrCat("addr-", rank));
+    master_->service().Rendezvous(c->req, &c->resp, c->answer.Callback());
+    return c;
+  };
+  // A read queued after a call has run once it answers: the call has been handled.
+  auto handled = [&] { GetTrial(1); };
+
+  // Rank 0 arrives and waits; the master restarts (the wait ends with it) and the agent
+  // registers again with the allocation still running.
+  auto lost = call(0);
+  handled();
+  EXPECT_FALSE(lost->answer.done.HasBeenNotified());
+  RestartMaster();
+  ASSERT_TRUE(lost->answer.Wait());
+  EXPECT_FALSE(lost->answer.status.ok());
+  session = RegisterAgent("a1", 2, {launch.allocation_id()});
+  // Rank 1 arrives at the new master, which has not heard of rank 0 yet.
+  auto rank1 = call(1);
+  handled();
+  EXPECT_FALSE(rank1->answer.done.HasBeenNotified());
+  // Rank 0 repeats its call: the round completes for both.
+  auto rank0 = call(0);
+  for (Call* c : {rank0.get(), rank1.get()}) {
+    ASSERT_TRUE(c->answer.Wait());
+    ASSERT_TRUE(c->answer.status.ok()) << c->answer.status;
+    EXPECT_TRUE(c->resp.ready());
+    ASSERT_EQ(c->resp.addresses_size(), 2);
+    EXPECT_EQ(c->resp.addresses(0), "addr-0");
+    EXPECT_EQ(c->resp.addresses(1), "addr-1");
+  }
+}
+
 TEST_F(MasterTest, ShouldPreemptLongPollsUntilTheMasterAsksTheRunToStop) {
   std::string session = RegisterAgent("a1", 1);
   ASSERT_EQ(CreateExperiment("e1"), 1);
