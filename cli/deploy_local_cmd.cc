@@ -29,6 +29,9 @@ void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
   up_cmd->add_option("--bin-dir", up->bin_dir,
                      "where det-master, det-agent and det-fashion-mnist are (searched "
                      "first, then the directory of det, then $PATH)");
+  up_cmd->add_flag("--tls", up->tls,
+                   "both master ports over TLS with a private CA made under DATA_DIR/tls "
+                   "(clients need DET_MASTER_CERT_FILE=DATA_DIR/tls/ca.crt)");
   up_cmd->callback([&ctx, up] { ctx.action = [&ctx, up] { return ClusterUp(ctx, *up); }; });
 
   auto down_dir = std::make_shared<std::string>(ClusterUpOptions().data_dir);

@@ -434,6 +434,16 @@ std::string MasterYaml(const LocalClusterLayout& layout) {
           : "",
       "data_dir: ", Quote(layout.data_dir + "/master"), "\n",
       "cluster_secret: ", Quote(layout.cluster_secret), "\n",
+      layout.master_cert_file.empty()
+          ? ""
+          : absl::StrCat("# Both ports over TLS; clients trust ", layout.ca_cert_file, ".\n",
+                         "grpc_tls:\n  cert_file: ", Quote(layout.master_cert_file),
+                         "\n  key_file: ", Quote(layout.master_key_file), "\n",
+                         layout.http_port > 0
+                             ? absl::StrCat("http_tls:\n  cert_file: ",
+                                            Quote(layout.master_cert_file), "\n  key_file: ",
+                                            Quote(layout.master_key_file), "\n")
+                             : ""),
       "# Experiments that name no checkpoint_storage keep their checkpoints here.\n",
       "checkpoint_storage:\n",
       "  type: shared_fs\n",
@@ -453,7 +463,63 @@ std::string AgentYaml(const LocalClusterLayout& layout, int index) {
     absl::StrAppend(&yaml, "  - ", Quote(dir), "\n");
   }
   absl::StrAppend(&yaml, "cluster_secret: ", Quote(layout.cluster_secret), "\n");
+  if (!layout.ca_cert_file.empty()) {
+    absl::StrAppend(&yaml, "master_cert_file: ", Quote(layout.ca_cert_file), "\n");
+  }
   return yaml;
+}
+
+absl::Status MakeLocalTls(const std::string& dir, const std::string& openssl,
+                          const std::string& log, LocalClusterLayout* layout) {
+  RETURN_IF_ERROR(MakeDir(dir));
+  if (::chmod(dir.c_str(), 0755) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot chmod '", dir, "': ", ErrnoText()));
+  }
+  const std::string ca_crt = dir + "/ca.crt", ca_key = dir + "/ca.key";
+  const std::string crt = dir + "/master.crt", key = dir + "/master.key";
+  const std::string csr = dir + "/master.csr", ext = dir + "/master.ext";
+  auto run = [&](std::vector<std::string> args) -> absl::Status {
+    SpawnOptions options;
+    options.argv = {openssl};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.stdout_mode = SpawnOptions::Output::kFile;
+    options.stderr_mode = SpawnOptions::Output::kFile;
+    options.stdout_path = options.stderr_path = log;
+    ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> p, Subprocess::Spawn(options));
+    ASSIGN_OR_RETURN(ExitStatus exit, p->Wait());
+    if (!exit.ok()) {
+      return absl::InternalError(absl::StrCat(openssl, " ", args.front(), " ", args[1], " failed (",
+                                              exit.ToString(), "); see ", log));
+    }
+    return absl::OkStatus();
+  };
+  bool have = true;
+  for (const std::string& f : {ca_crt, ca_key, crt, key}) have = have && fs::exists(f);
+  if (!have) {
+    const std::vector<std::string> ec_key = {"-newkey", "ec", "-pkeyopt",
+                                             "ec_paramgen_curve:prime256v1", "-nodes"};
+    std::vector<std::string> ca = {"req", "-x509", "-days", "3650", "-subj", "/CN=det local CA",
+                                   "-keyout", ca_key, "-out", ca_crt};
+    ca.insert(ca.begin() + 2, ec_key.begin(), ec_key.end());
+    RETURN_IF_ERROR(run(ca));
+    std::vector<std::string> req = {"req", "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", csr};
+    req.insert(req.begin() + 1, ec_key.begin(), ec_key.end());
+    RETURN_IF_ERROR(run(req));
+    RETURN_IF_ERROR(WriteFile(
+        ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n", 0644));
+    RETURN_IF_ERROR(run({"x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
+                         "-CAcreateserial", "-days", "825", "-extfile", ext, "-out", crt}));
+  }
+  for (auto [path, mode] : {std::pair{ca_key, 0600}, {key, 0600}, {ca_crt, 0644}, {crt, 0644}}) {
+    if (::chmod(path.c_str(), mode) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot chmod '", path, "': ", ErrnoText()));
+    }
+  }
+  layout->ca_cert_file = ca_crt;
+  layout->master_cert_file = crt;
+  layout->master_key_file = key;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir) {
@@ -550,6 +616,12 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   const std::string admin_password_file = dir + "/admin_password";
   ASSIGN_OR_RETURN(const std::string admin_password, ReadOrCreateSecret(admin_password_file));
 
+  if (options.tls) {
+    ASSIGN_OR_RETURN(const std::string openssl, FindBinary("openssl", {}, path));
+    RETURN_IF_ERROR(MakeLocalTls(dir + "/tls", openssl, dir + "/logs/openssl.log", &layout));
+    // This CLI (the login below) trusts the cluster's CA, as the agents and workers do.
+    ::setenv("DET_MASTER_CERT_FILE", layout.ca_cert_file.c_str(), 1);
+  }
   RETURN_IF_ERROR(MakeDir(dir + "/master"));
   RETURN_IF_ERROR(MakeDir(dir + "/checkpoints"));
   Daemon master = DaemonNamed(dir, "master");
@@ -569,8 +641,13 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   const std::string address = absl::StrCat("127.0.0.1:", options.master_port);
   ApiClientOptions probe_options;
   probe_options.deadline = kProbeDeadline;
-  probe_options.max_reconnect_backoff = kStartPoll;
-  ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> api, ApiClient::Create(address, probe_options));
+  // Also gRPC's shortest connect timeout, which a TLS connection does not meet: gRPC's
+  // own backoff then.
+  probe_options.max_reconnect_backoff = options.tls ? absl::ZeroDuration() : kStartPoll;
+  // https:// for --tls: TLS or nothing, never plaintext.
+  const std::string scheme = options.tls ? "https://" : "";
+  ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> api,
+                   ApiClient::Create(scheme + address, probe_options));
   const absl::Time deadline = ctx.now() + kStartTimeout;
 
   // The master first: the agents only retry connecting to it. Logging in as admin tells
@@ -613,7 +690,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
     if (!saved.ok()) ctx.err << "det: warning: cannot keep the session: " << saved.message() << "\n";
   }
   probe_options.token = token;
-  ASSIGN_OR_RETURN(api, ApiClient::Create(address, probe_options));
+  ASSIGN_OR_RETURN(api, ApiClient::Create(scheme + address, probe_options));
 
   std::vector<StartedDaemons::Started*> agent_processes;
   for (size_t i = 0; i < agents.size(); ++i) {
@@ -662,12 +739,15 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   started.Commit();
   ctx.out << "Cluster is up in " << dir << ": " << options.agents << " agent(s) with "
           << options.slots_per_agent << " cpu slot(s) each.\n"
-          << "Master: " << address << '\n'
-          << "Web page: http://127.0.0.1:" << http_port << "/\n"
+          << "Master: " << scheme << address << '\n'
+          << "Web page: " << (options.tls ? "https" : "http") << "://127.0.0.1:" << http_port
+          << "/\n"
           << (logged_in ? absl::StrCat("Logged in as admin (password in ", admin_password_file,
                                        ")\n")
                         : std::string())
-          << "Use it with: export DET_MASTER=" << address << '\n';
+          << "Use it with: export DET_MASTER=" << scheme << address
+          << (options.tls ? absl::StrCat(" DET_MASTER_CERT_FILE=", layout.ca_cert_file) : "")
+          << '\n';
   return absl::OkStatus();
 }
 

@@ -7,6 +7,9 @@
 //   D/logs/master.log, D/logs/agent-I.log  the daemons' stdout and stderr, appended
 //   D/run/master.pid, D/run/agent-I.pid  "PID\n" of each running daemon
 //   D/master/, D/agent-I/                the daemons' data_dir / work_dir
+//   D/tls/ca.crt, D/tls/ca.key           with --tls: a private CA (made once; key 0600)
+//   D/tls/master.crt, D/tls/master.key   the master's certificate for 127.0.0.1 and
+//                                        localhost, signed by it (key 0600)
 // with I = 0 .. agents-1 and agent ids "local-agent-I".
 #ifndef DET_CLI_LOCAL_CLUSTER_H_
 #define DET_CLI_LOCAL_CLUSTER_H_
@@ -31,6 +34,9 @@ struct ClusterUpOptions {
   int http_port = 0;
   // Searched first for the binaries; empty: not given.
   std::string bin_dir;
+  // Both master ports over TLS with a private CA under D/tls (see MakeLocalTls); agents,
+  // workers and this CLI trust that CA only.
+  bool tls = false;
 };
 
 // What the config files say; every path absolute.
@@ -43,14 +49,26 @@ struct LocalClusterLayout {
   // Directories the agents search for worker programs.
   std::vector<std::string> worker_path;
   std::string cluster_secret;
+  // The TLS files (MakeLocalTls); empty: plaintext.
+  std::string ca_cert_file;
+  std::string master_cert_file;
+  std::string master_key_file;
 };
 
 // The text of D/master.yaml: grpc_listen, http_listen (when http_port > 0), data_dir,
-// cluster_secret.
+// cluster_secret; with TLS files, grpc_tls and http_tls.
 std::string MasterYaml(const LocalClusterLayout& layout);
 // The text of D/agent-I.yaml: master, agent_id, slot_type (cpu), slots, work_dir,
-// worker_path, cluster_secret.
+// worker_path, cluster_secret; with TLS files, master_cert_file (the CA).
 std::string AgentYaml(const LocalClusterLayout& layout, int index);
+
+// Makes (or keeps, when all are there) `dir`/ca.crt + ca.key, a private CA, and
+// `dir`/master.crt + master.key, the master's certificate for IP 127.0.0.1 and DNS
+// localhost signed by it, with the `openssl` program at `openssl` (run without a shell,
+// fixed arguments; its output appended to `log`). `dir` 0755, keys 0600, certificates
+// 0644. Sets the layout's TLS files.
+absl::Status MakeLocalTls(const std::string& dir, const std::string& openssl,
+                          const std::string& log, LocalClusterLayout* layout);
 
 // "~"-expanded, absolute, normalized.
 absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir);

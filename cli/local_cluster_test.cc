@@ -20,6 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -60,7 +61,11 @@ TEST(LocalClusterYamlTest, MasterYaml) {
             "# Written by `det deploy local cluster-up`.\n"
             "grpc_listen: \"127.0.0.1:9090\"\n"
             "data_dir: \"/d/master\"\n"
-            "cluster_secret: \"abc\"\n");
+            "cluster_secret: \"abc\"\n"
+            "# Experiments that name no checkpoint_storage keep their checkpoints here.\n"
+            "checkpoint_storage:\n"
+            "  type: shared_fs\n"
+            "  host_path: \"/d/checkpoints\"\n");
 }
 
 TEST(LocalClusterYamlTest, MasterYamlWithHttp) {
@@ -92,6 +97,25 @@ TEST(LocalClusterYamlTest, AgentYaml) {
             "cluster_secret: \"abc\"\n");
 }
 
+TEST(LocalClusterYamlTest, TlsFilesGoIntoBothYamls) {
+  LocalClusterLayout layout;
+  layout.data_dir = "/d";
+  layout.master_port = 9090;
+  layout.http_port = 9091;
+  layout.cluster_secret = "abc";
+  layout.ca_cert_file = "/d/tls/ca.crt";
+  layout.master_cert_file = "/d/tls/master.crt";
+  layout.master_key_file = "/d/tls/master.key";
+  EXPECT_THAT(MasterYaml(layout),
+              HasSubstr("grpc_tls:\n  cert_file: \"/d/tls/master.crt\"\n  key_file: "
+                        "\"/d/tls/master.key\"\nhttp_tls:\n  cert_file: \"/d/tls/master.crt\"\n"
+                        "  key_file: \"/d/tls/master.key\"\n"));
+  EXPECT_THAT(AgentYaml(layout, 0), HasSubstr("master_cert_file: \"/d/tls/ca.crt\"\n"));
+  layout.ca_cert_file = layout.master_cert_file = layout.master_key_file = "";
+  EXPECT_THAT(MasterYaml(layout), Not(HasSubstr("tls")));
+  EXPECT_THAT(AgentYaml(layout, 0), Not(HasSubstr("cert")));
+}
+
 TEST(ResolveDataDirTest, ExpandsHomeAndNormalizes) {
   const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
   ::setenv("HOME", "/home/someone", 1);
@@ -110,6 +134,38 @@ TEST_F(LocalClusterTest, FindBinarySearchesDirsThenPath) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("cannot find det-agent"));
   EXPECT_THAT(missing.status().message(), HasSubstr("bazel build //deploy:bin"));
+}
+
+// A private CA and the master's certificate for 127.0.0.1 and localhost, made with the
+// openssl program once and kept; the keys readable by their owner only.
+TEST_F(LocalClusterTest, MakeLocalTlsMakesACaAndAMasterCertificateOnce) {
+  if (!std::filesystem::exists("/usr/bin/openssl")) GTEST_SKIP() << "no /usr/bin/openssl";
+  LocalClusterLayout layout;
+  const std::string tls = dir_ + "/tls";
+  ASSERT_TRUE(MakeLocalTls(tls, "/usr/bin/openssl", dir_ + "/openssl.log", &layout).ok())
+      << ReadAll(dir_ + "/openssl.log");
+  EXPECT_EQ(layout.ca_cert_file, tls + "/ca.crt");
+  EXPECT_EQ(layout.master_cert_file, tls + "/master.crt");
+  EXPECT_EQ(layout.master_key_file, tls + "/master.key");
+  for (auto [file, mode] : {std::pair{"ca.key", 0600}, {"master.key", 0600}, {"ca.crt", 0644},
+                            {"master.crt", 0644}}) {
+    struct stat st;
+    ASSERT_EQ(::stat((tls + "/" + file).c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_mode & 0777, static_cast<mode_t>(mode)) << file;
+  }
+  det::SpawnOptions verify;
+  verify.argv = {"/usr/bin/openssl", "verify", "-CAfile", layout.ca_cert_file, "-verify_ip",
+                 "127.0.0.1", layout.master_cert_file};
+  verify.stdout_mode = verify.stderr_mode = det::SpawnOptions::Output::kNull;
+  auto p = det::Subprocess::Spawn(verify);
+  ASSERT_TRUE(p.ok());
+  absl::StatusOr<det::ExitStatus> verified = (*p)->Wait();
+  ASSERT_TRUE(verified.ok());
+  EXPECT_TRUE(verified->ok()) << "openssl verify: the certificate is not for 127.0.0.1";
+  const std::string ca = ReadAll(layout.ca_cert_file);
+  ASSERT_TRUE(MakeLocalTls(tls, "/usr/bin/openssl", dir_ + "/openssl.log", &layout).ok());
+  EXPECT_EQ(ReadAll(layout.ca_cert_file), ca);  // Kept.
+  EXPECT_FALSE(MakeLocalTls(dir_ + "/tls2", dir_ + "/no-openssl", dir_ + "/openssl.log", &layout).ok());
 }
 
 TEST_F(LocalClusterTest, ClusterDownWithNothingRunning) {

@@ -1,6 +1,14 @@
 // TLS on the master's gRPC port: the CLI, the agent and the workers verify the master
 // against the CA named by DET_MASTER_CERT_FILE; a client without it gets a clear error.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <functional>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -71,6 +79,95 @@ TEST(Tls, EveryClientOfTheMasterSpeaksTlsAndChecksItsCertificate) {
   EXPECT_FALSE(missing.exit.ok());
   EXPECT_THAT(missing.err, HasSubstr("DET_MASTER_CERT_FILE: cannot read '/nonexistent/ca.pem'"));
   unsetenv("DET_MASTER_CERT_FILE");
+}
+
+// A free TCP port on 127.0.0.1 (bound to port 0, then released).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+// `det deploy local cluster-up --tls`: a private CA and a certificate for the master, both
+// ports over TLS, the agent and its workers trusting the CA, the CLI logged in over
+// https; a short example runs through `det -m https://...`, and a plaintext client is
+// refused.
+TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
+  TestCluster scratch("tls_cluster_up");  // Its directory only.
+  const std::string data = scratch.dir() + "/cluster";
+  const std::string home = scratch.dir() + "/home";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  const int grpc_port = FreePort();
+  int http_port = FreePort();
+  while (http_port == grpc_port) http_port = FreePort();
+  ASSERT_GT(grpc_port, 0);
+  const std::string det = TestCluster::BinDir() + "/det";
+  const std::string ca = data + "/tls/ca.crt";
+  const std::string https = absl::StrCat("https://127.0.0.1:", grpc_port);
+  auto run = [&](std::vector<std::string> argv, std::map<std::string, std::string> env) {
+    env["HOME"] = home;
+    env.emplace("DET_USER_TOKEN", "");
+    return RunCommand(argv, absl::Seconds(180), env);
+  };
+  CommandResult up = run({det, "deploy", "local", "cluster-up", "--tls", "--data-dir", data,
+                          "--master-port", absl::StrCat(grpc_port), "--http-port",
+                          absl::StrCat(http_port), "--bin-dir", TestCluster::BinDir()},
+                         {});
+  struct Down {
+    std::function<void()> fn;
+    ~Down() { fn(); }
+  } down{[&] {
+    run({det, "deploy", "local", "cluster-down", "--data-dir", data}, {});
+  }};
+  ASSERT_TRUE(up.exit.ok()) << up.out << up.err << Slurp(data + "/logs/master.log")
+                            << Slurp(data + "/logs/openssl.log");
+  EXPECT_THAT(up.out, HasSubstr("Master: " + https));
+  EXPECT_THAT(up.out, HasSubstr("DET_MASTER_CERT_FILE=" + ca));
+  EXPECT_EQ(ModeOf(data + "/tls/ca.key"), 0600u);
+  EXPECT_EQ(ModeOf(data + "/tls/master.key"), 0600u);
+  EXPECT_THAT(Slurp(data + "/master.yaml"), HasSubstr("grpc_tls:"));
+  EXPECT_THAT(Slurp(data + "/master.yaml"), HasSubstr("http_tls:"));
+
+  // The short example, through the session cluster-up kept, over https with the CA.
+  ExampleExperiment exp;
+  exp.name = "tls-cluster-up";
+  exp.batches = 100;
+  exp.scheduling_unit = 50;
+  exp.max_restarts = 0;
+  const std::string config = scratch.WriteFile("exp.yaml", exp.Yaml());
+  CommandResult create =
+      run({det, "-m", https, "experiment", "create", config, "-f"}, {{"DET_MASTER_CERT_FILE", ca}});
+  ASSERT_TRUE(create.exit.ok()) << create.out << create.err << Slurp(data + "/logs/agent-0.log");
+  CommandResult trial =
+      run({det, "-m", https, "trial", "describe", "1", "--json"}, {{"DET_MASTER_CERT_FILE", ca}});
+  ASSERT_TRUE(trial.exit.ok()) << trial.err;
+  nlohmann::json t = nlohmann::json::parse(trial.out, nullptr, false);
+  EXPECT_EQ(t["trial"].value("state", ""), "STATE_COMPLETED") << trial.out;
+  EXPECT_EQ(Int(t["trial"]["training_summary"]["loss"]["count"]), 2) << trial.out;
+
+  // A plaintext client, or one without the CA, is refused.
+  CommandResult plain = run({det, "-m", absl::StrCat("127.0.0.1:", grpc_port), "master", "info"}, {});
+  EXPECT_FALSE(plain.exit.ok()) << plain.out;
+  CommandResult untrusted = run({det, "-m", https, "master", "info"}, {});
+  EXPECT_FALSE(untrusted.exit.ok()) << untrusted.out;
+  EXPECT_THAT(untrusted.err, HasSubstr(absl::StrCat("127.0.0.1:", grpc_port)));
+  CommandResult web = RunCommand({"curl", "-sS", "--max-time", "10", "-o", "/dev/null",
+                                  absl::StrCat("http://127.0.0.1:", http_port, "/")});
+  EXPECT_FALSE(web.exit.ok()) << "the web port answered plain HTTP";
 }
 
 }  // namespace
