@@ -413,9 +413,11 @@ TEST_F(CheckpointManagerTest, DeletingAnExperimentDeletesItsFilesThenItsRows) {
   st = DeleteExperiment(*h_, experiment, &again);
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.message(), absl::StrCat("experiment ", experiment, " not found"));
-  // The other experiment (no checkpoint left to delete) goes at once.
+  // The other experiment (no checkpoint left to delete) goes at once, without a task.
+  again.Clear();
   st = DeleteExperiment(*h_, running, &again);
   ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(again.gc_task(), "");
   h_->Turn([&] { known = h_->registry.experiments.count(running) > 0; });
   EXPECT_FALSE(known);
 }

@@ -948,7 +948,9 @@ TEST_F(RestTest, ExperimentsAreArchivedRenamedAndLabelled) {
 }
 
 // DELETE an experiment (refused while it runs, then gone: it kept no checkpoint), kill a
-// trial (refused once it ended), and the master's own log lines.
+// trial (refused once it ended), and the master's own log lines, as routes, status codes
+// and JSON. (The behaviour: checkpoint_manager_test's DeletingAnExperiment... and
+// experiment_manager_test's KillingATrialCancelsItAlone.)
 TEST_F(RestTest, ExperimentsDeletedTrialsKilledAndMasterLogs) {
   ASSERT_EQ(CreateExperiment("doomed"), 1);
   HttpReply running = Send("DELETE", "/api/v1/experiments/1", "", token_);
