@@ -122,8 +122,12 @@ def torchrun(ranks, steps, mode="ddp", micro=16, model="mlp", extra=()):
                "--steps", str(steps), "--mode", mode, "--micro-batch", str(micro),
                "--model", model, *extra]
         launch = time.time()
+        # A session of its own, as det's workers are in det-agent's: with the kernel's
+        # autogroup scheduling (kernel.sched_autogroup_enabled) a session's processes share
+        # one CPU share, and this benchmark's session may hold other work of whoever
+        # started it.
         p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                           timeout=RUN_TIMEOUT_S)
+                           timeout=RUN_TIMEOUT_S, start_new_session=True)
         out = p.stdout + p.stderr
         if p.returncode != 0:
             raise RuntimeError(f"torchrun {ranks} ranks exited {p.returncode}:\n{out[-3000:]}")
@@ -424,9 +428,9 @@ def print_deterministic_cost(args, model, rows):
 def print_summary(args, launch_rows, cost_rows):
     print("## Summary (medians)\n")
     print("| ranks | launch->first step torchrun / det (s) | samples/s torchrun / det "
-          "| det/torchrun | det/torchrun per CPU second of the ranks | "
-          + " | ".join(f"deterministic mode's cost, {m}: time / CPU per sample"
-                       for m in cost_rows) + " |")
+          "| det/torchrun | det/torchrun per CPU second of the ranks |"
+          + "".join(f" deterministic mode's cost, {m}: time / CPU per sample |"
+                    for m in cost_rows))
     print("| --- | --- | --- | --- | --- |" + " --- |" * len(cost_rows))
     for ranks in args.ranks:
         launch, sps, ratio, per_cpu = "n/a", "n/a", "n/a", "n/a"
@@ -442,8 +446,8 @@ def print_summary(args, launch_rows, cost_rows):
             per_cpu = f"{100 * dc / tc:.1f}%"
         extra = [f"{cost(rows[ranks]):+.0f}% / {cost(rows[ranks], 'per_cpu_s'):+.0f}%"
                  if ranks in rows else "n/a" for rows in cost_rows.values()]
-        print(f"| {ranks} | {launch} | {sps} | {ratio} | {per_cpu} | " + " | ".join(extra)
-              + " |")
+        print(f"| {ranks} | {launch} | {sps} | {ratio} | {per_cpu} |"
+              + "".join(f" {e} |" for e in extra))
     print()
     if FAILURES:
         print(f"{len(FAILURES)} failed attempt(s), retried:\n")
