@@ -73,6 +73,42 @@ class SingleProcessTest(unittest.TestCase):
             self.assertTrue(torch.allclose(g, p.grad, atol=1e-6, rtol=1e-5), (g, p.grad))
             self.assertFalse(torch.equal(g, torch.zeros_like(g)))
 
+    def test_torch_only_path_gives_the_numpy_paths_bits(self):
+        # Without numpy (a torch built without it) the widening adds and the mean are torch's
+        # own operations: the same bits. A float64 parameter (its own group), a parameter no
+        # micro-batch uses, and 6 micro-batches (not a power of two: the mean divides).
+        torch, det = self.torch, self.det
+
+        def run():
+            torch.manual_seed(5)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                        torch.nn.Linear(16, 3))
+            model.extra = torch.nn.Parameter(torch.randn(4, dtype=torch.float64))
+            unused = torch.nn.Linear(3, 3)
+            model.unused = unused
+            ddp = det.DeterministicDDP(model, 24, 4)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            x, y = torch.randn(24, 8), torch.randint(0, 3, (24,))
+            losses = []
+            for _ in range(3):
+                losses.append(float.hex(ddp.backward(
+                    (x, y), lambda a, b: torch.nn.functional.cross_entropy(
+                        model[2](model[1](model[0](a))) + model.extra.sum().float(), b))))
+                self.assertTrue(torch.equal(unused.weight.grad, torch.zeros(3, 3)))
+                opt.step()
+            return losses, [p.detach().clone() for p in model.parameters()]
+
+        with_numpy = run()
+        saved = det._np
+        det._np = None
+        try:
+            without = run()
+        finally:
+            det._np = saved
+        self.assertEqual(with_numpy[0], without[0])
+        for a, b in zip(with_numpy[1], without[1]):
+            self.assertTrue(torch.equal(a, b))
+
     def test_fixed_point_bound_keeps_sums_below_2_pow_53(self):
         for n in (1, 2, 3, 4, 16, 1000, 1024):
             b = self.det.fixed_point_bound(n)
