@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "common/rpc/rpc.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -36,7 +37,7 @@ class GrpcReporter : public Reporter {
       *row = m;
       row->set_trial_id(context_.trial_id);
     }
-    return Retry([&](grpc::ClientContext* ctx) {
+    return Retry("ReportMetrics", [&](grpc::ClientContext* ctx) {
       v1::ReportMetricsResponse resp;
       return stub_->ReportMetrics(ctx, req, &resp);
     });
@@ -46,15 +47,27 @@ class GrpcReporter : public Reporter {
     v1::ReportCheckpointRequest req;
     *req.mutable_auth() = auth_;
     *req.mutable_checkpoint() = checkpoint;
-    return Retry([&](grpc::ClientContext* ctx) {
+    return Retry("ReportCheckpoint", [&](grpc::ClientContext* ctx) {
       v1::ReportCheckpointResponse resp;
       return stub_->ReportCheckpoint(ctx, req, &resp);
     });
   }
 
  private:
+  // `call` until it succeeds, fails for good or give_up_after_ passes; a failure names
+  // `name` (e.g. "ReportMetrics to the master failed: RESOURCE_EXHAUSTED: ... (disk
+  // full)"), so that the step that could not report says what was refused.
   template <typename Call>
-  absl::Status Retry(Call call) {
+  absl::Status Retry(const char* name, Call call) {
+    absl::Status st = RetryTransient(call);
+    if (st.ok()) return st;
+    return absl::Status(st.code(), absl::StrCat(name, " to the master failed: ",
+                                                absl::StatusCodeToString(st.code()), ": ",
+                                                st.message()));
+  }
+
+  template <typename Call>
+  absl::Status RetryTransient(Call call) {
     absl::Time give_up = absl::Now() + give_up_after_;
     absl::Duration backoff = absl::Milliseconds(200);
     bool warned = false;
