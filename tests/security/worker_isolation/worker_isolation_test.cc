@@ -35,6 +35,19 @@ mode_t ModeOf(const std::string& path) {
   return st.st_mode & 07777;
 }
 
+// Trial `trial`'s logs once they hold `needle` (polled for up to 90 s); the logs as they
+// last were otherwise.
+std::string WaitForLogs(TestCluster& cluster, int trial, const std::string& needle) {
+  std::string logs;
+  WaitUntil(
+      [&] {
+        logs = cluster.Det({"trial", "logs", absl::StrCat(trial)}).out;
+        return logs.find(needle) != std::string::npos;
+      },
+      absl::Seconds(90));
+  return logs;
+}
+
 // Shell lines that try to `cat` and `ls` each of `paths`.
 std::string ReadEach(const std::vector<std::string>& paths) {
   std::string script;
@@ -125,13 +138,7 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   CommandResult created = cluster.Det({"experiment", "create", config, context});
   ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
 
-  std::string logs;
-  absl::Time deadline = absl::Now() + absl::Seconds(90);
-  while (absl::Now() < deadline) {
-    logs = cluster.Det({"trial", "logs", "1"}).out;
-    if (logs.find("done reading") != std::string::npos) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  std::string logs = WaitForLogs(cluster, 1, "done reading");
   ASSERT_THAT(logs, HasSubstr("done reading")) << cluster.LogTail("agent-a");
   EXPECT_THAT(logs, HasSubstr("65534"));  // nobody
   ExpectEveryReadDenied(logs, secrets);
@@ -163,7 +170,7 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
   created = cluster.Det({"experiment", "create", good_config, good});
   ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
   std::string state;
-  deadline = absl::Now() + absl::Seconds(120);
+  absl::Time deadline = absl::Now() + absl::Seconds(120);
   while (absl::Now() < deadline) {
     nlohmann::json t = cluster.DetJson({"trial", "describe", "2"});
     state = t.is_object() && t.contains("trial") ? t["trial"].value("state", "") : "";
@@ -256,14 +263,8 @@ TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
       "  max_length:\n    batches: 1\nresources:\n  slots_per_trial: 1\nmax_restarts: 0\n");
   CommandResult created = cluster.Det({"experiment", "create", config, admins});
   ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
-  std::string admin_logs;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        admin_logs = cluster.Det({"trial", "logs", "1"}).out;
-        return admin_logs.find("ready in ") != std::string::npos;
-      },
-      absl::Seconds(90)))
-      << admin_logs << cluster.LogTail("agent-a");
+  std::string admin_logs = WaitForLogs(cluster, 1, "ready in ");
+  ASSERT_THAT(admin_logs, HasSubstr("ready in ")) << cluster.LogTail("agent-a");
   EXPECT_THAT(admin_logs, HasSubstr("uid 40001 gid 40001"));
   const std::string admin_dir = work_dir + "/1.0";
   EXPECT_THAT(admin_logs, HasSubstr("ready in " + admin_dir));
@@ -280,14 +281,8 @@ TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
   ASSERT_EQ(chmod((bobs + "/train.sh").c_str(), 0755), 0);
   created = as_bob({"experiment", "create", config, bobs});
   ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
-  std::string logs;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        logs = cluster.Det({"trial", "logs", "2"}).out;
-        return logs.find("done reading") != std::string::npos;
-      },
-      absl::Seconds(90)))
-      << logs << cluster.LogTail("agent-a");
+  std::string logs = WaitForLogs(cluster, 2, "done reading");
+  ASSERT_THAT(logs, HasSubstr("done reading")) << cluster.LogTail("agent-a");
   std::ofstream(release) << "";
   EXPECT_THAT(logs, HasSubstr("uid 65534 gid 65534"));
   EXPECT_THAT(logs, HasSubstr("work dir 65534 700"));  // Its own, closed to others.
