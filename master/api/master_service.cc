@@ -208,8 +208,10 @@ void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
 
 void MasterService::GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest& req,
                                     v1::GetTrialMetricsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done),
-                [this, &req, resp] { return m_.metrics.GetTrialMetrics(req, resp); });
+  // The trial is checked on the loop; the rows are read off it (`done` from the reader).
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    m_.metrics.GetTrialMetrics(req, resp, std::move(done));
+  });
 }
 
 void MasterService::ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest& req,

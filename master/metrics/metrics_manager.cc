@@ -72,7 +72,13 @@ MetricsManager::MetricsManager(Clock& clock, Turns& turns, Store& store,
       experiments_manager_(experiments),
       experiments_(registry.experiments),
       trials_(registry.trials),
-      counters_(registry.counters) {}
+      counters_(registry.counters),
+      reads_(clock) {}
+
+MetricsManager::~MetricsManager() {
+  // Whatever reads are queued run before this returns (their callers wait on `done`).
+  if (reader_ != nullptr) reads_.RunSync([] {});
+}
 
 void MetricsManager::Report(const v1::ReportMetricsRequest& req, Done done) {
   DET_CHECK_ON_LOOP(loop_);
@@ -161,13 +167,37 @@ void MetricsManager::Flush() {
   for (auto& ack : batch.acks) ack(st);
 }
 
-absl::Status MetricsManager::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
-                                             v1::GetTrialMetricsResponse* resp) {
+void MetricsManager::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
+                                     v1::GetTrialMetricsResponse* resp, Done done) {
   DET_CHECK_ON_LOOP(loop_);
-  RETURN_IF_ERROR(registry_.FindTrial(req.trial_id()).status());
-  ASSIGN_OR_RETURN(auto rows, store_.GetMetrics(req.trial_id(), req.group()));
-  rows = DownsampleMetrics(std::move(rows), req.max_points());
-  for (auto& m : rows) *resp->add_metrics() = std::move(m);
-  return absl::OkStatus();
+  // Only the cheap part on the loop: the trial exists, the reader is open.
+  absl::Status st = registry_.FindTrial(req.trial_id()).status();
+  if (st.ok() && reader_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<MetricsReader>> opened = store_.OpenReader();
+    if (opened.ok()) {
+      reader_ = *std::move(opened);
+      reads_.Start();
+    } else {
+      st = opened.status();
+    }
+  }
+  if (!st.ok()) {
+    done(st);
+    return;
+  }
+  // The rows of every report acknowledged so far are committed: the read sees them.
+  reads_.Post([reader = reader_.get(), trial = req.trial_id(), group = req.group(),
+               max_points = req.max_points(), resp, done = std::move(done)] {
+    absl::StatusOr<std::vector<v1::Metrics>> rows = reader->GetMetrics(trial, group);
+    if (!rows.ok()) {
+      done(rows.status());
+      return;
+    }
+    for (auto& m : DownsampleMetrics(*std::move(rows), max_points)) {
+      *resp->add_metrics() = std::move(m);
+    }
+    done(absl::OkStatus());
+  });
 }
+
 }  // namespace det::master

@@ -1,7 +1,9 @@
 // MetricsManager: metric rows workers report. Rows are accepted on the loop and stored by
 // one transaction per flush (group commit) together with the trials' summaries, and only
 // then acknowledged; validation rows go to the searcher (experiment manager) and progress
-// is recomputed. Reads a trial's rows back, downsampled (downsample.h).
+// is recomputed. Reads a trial's rows back, downsampled (downsample.h), off the loop: the
+// row query and the thinning run on a reader thread of its own, through the store's
+// MetricsReader, so a large read never holds up the loop.
 //
 // Called by: the master service (ReportMetrics, GetTrialMetrics). Loop thread only: every
 // public method checks it.
@@ -9,10 +11,12 @@
 #define DET_MASTER_METRICS_METRICS_MANAGER_H_
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/clock/clock.h"
+#include "common/event_loop/event_loop.h"
 #include "master/api/handlers.h"
 #include "master/experiments/experiment_manager.h"
 #include "master/experiments/registry.h"
@@ -34,8 +38,16 @@ class MetricsManager {
   // progress, or an empty metric name or one over 1,024 bytes. NaN and infinities are
   // values like any other: stored and returned as such.
   void Report(const v1::ReportMetricsRequest& req, Done done);
-  absl::Status GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
-                               v1::GetTrialMetricsResponse* resp);
+  // Reads finish before this returns (their `done`s called).
+  ~MetricsManager();
+
+  // Checks on the loop that the trial exists (NotFound otherwise), then reads its rows (of
+  // req.group() unless empty) on the reader thread, thins them to req.max_points(), fills
+  // `resp` and calls `done` from that thread. The answer holds every row acknowledged
+  // before this call. The reader is opened (Store::OpenReader) by the first call; its
+  // failure is the answer. REQUIRES: `resp` lives until `done` is called.
+  void GetTrialMetrics(const v1::GetTrialMetricsRequest& req, v1::GetTrialMetricsResponse* resp,
+                       Done done);
 
  private:
   // Metric rows accepted on the loop but not yet stored; one transaction stores them all
@@ -59,6 +71,10 @@ class MetricsManager {
   std::map<int64_t, TrialState>& trials_;
   v1::GetMasterStatsResponse& counters_;
   PendingMetrics pending_metrics_;
+  // Set by the first GetTrialMetrics (on the loop), then only used on reads_'s thread.
+  std::unique_ptr<MetricsReader> reader_;
+  // The reader thread (started with reader_); declared after reader_ so it stops first.
+  EventLoop reads_;
 };
 
 }  // namespace det::master

@@ -128,6 +128,26 @@ absl::StatusOr<std::vector<v1::Metrics>> FaultInjectingStore::GetMetrics(int64_t
   return store_.GetMetrics(trial_id, group);
 }
 
+class FaultInjectingStore::Reader : public MetricsReader {
+ public:
+  Reader(FaultInjectingStore& faults, std::unique_ptr<MetricsReader> reader)
+      : faults_(faults), reader_(std::move(reader)) {}
+  absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                      const std::string& group) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetMetrics"));
+    return reader_->GetMetrics(trial_id, group);
+  }
+
+ private:
+  FaultInjectingStore& faults_;
+  std::unique_ptr<MetricsReader> reader_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsReader>> FaultInjectingStore::OpenReader() {
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsReader> reader, store_.OpenReader());
+  return std::unique_ptr<MetricsReader>(new Reader(*this, std::move(reader)));
+}
+
 absl::StatusOr<int64_t> FaultInjectingStore::SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                                               int64_t after_batches) {
   RETURN_IF_ERROR(BeforeWrite("SupersedeMetrics"));

@@ -7,7 +7,8 @@
 // AddLogs, AddCheckpoint, InsertCheckpointGcTask, UpdateCheckpointGcTask, DeleteExperiment, PutTemplate,
 // DeleteTemplate, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
 // InsertSession, DeleteSession, DeleteUserSessions. Every other call is a read (Load and
-// LoadSessions included, although the stores may tidy up inside them).
+// LoadSessions included, although the stores may tidy up inside them), and so is the
+// GetMetrics of a reader it opened (OpenReader wraps the wrapped store's reader).
 //
 // An injected failure is not forwarded: the wrapped store is unchanged, out-parameters
 // (ids of log lines and trials, the trial of SupersedeMetrics) are untouched, and the call
@@ -75,6 +76,7 @@ class FaultInjectingStore : public Store {
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
+  absl::StatusOr<std::unique_ptr<MetricsReader>> OpenReader() override;
   absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                            int64_t after_batches) override;
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;
@@ -105,6 +107,9 @@ class FaultInjectingStore : public Store {
   absl::Status DeleteUserSessions(int64_t user_id, const std::string& keep_token_hash) override;
 
  private:
+  // The wrapped store's reader, failing reads as this store does.
+  class Reader;
+
   // Counts a write by `method`; its injected failure, or OK to forward it.
   absl::Status BeforeWrite(absl::string_view method);
   // An injected failure of a read by `method`, or OK to forward it.

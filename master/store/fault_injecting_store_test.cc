@@ -223,6 +223,8 @@ TEST(FaultInjectingStore, EveryWriteFailsWhileAskedAndPassesAfter) {
 TEST(FaultInjectingStore, ReadsFailOnlyWhenAsked) {
   FaultInjectingStore store(std::make_unique<InMemoryStore>());
   Seed(store);
+  auto reader = store.OpenReader();  // its reads fail with the store's
+  ASSERT_TRUE(reader.ok()) << reader.status();
   store.FailReads(true);
   for (const auto& [method, call] : Reads()) {
     absl::Status st = call(store);
@@ -231,8 +233,12 @@ TEST(FaultInjectingStore, ReadsFailOnlyWhenAsked) {
   }
   EXPECT_EQ(store.reads_failed(), static_cast<int64_t>(Reads().size()));
   EXPECT_EQ(store.writes_failed(), 0);
+  absl::Status read = (*reader)->GetMetrics(1, "").status();
+  EXPECT_EQ(read.code(), absl::StatusCode::kUnavailable) << read;
+  EXPECT_EQ(read.message(), "injected fault: GetMetrics");
   store.FailReads(false);
   for (const auto& [method, call] : Reads()) EXPECT_TRUE(call(store).ok()) << method;
+  EXPECT_TRUE((*reader)->GetMetrics(1, "").ok());
 }
 
 TEST(FaultInjectingStore, FaultsOfOneMethodCountOnlyThatMethod) {

@@ -193,6 +193,27 @@ absl::StatusOr<std::vector<v1::Metrics>> InMemoryStore::GetMetrics(int64_t trial
   return MetricsOf(trial_id, group);
 }
 
+namespace {
+
+// Reads through the store's own (thread-safe) GetMetrics.
+class InMemoryMetricsReader : public MetricsReader {
+ public:
+  explicit InMemoryMetricsReader(InMemoryStore& store) : store_(store) {}
+  absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                      const std::string& group) override {
+    return store_.GetMetrics(trial_id, group);
+  }
+
+ private:
+  InMemoryStore& store_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsReader>> InMemoryStore::OpenReader() {
+  return std::make_unique<InMemoryMetricsReader>(*this);
+}
+
 absl::StatusOr<int64_t> InMemoryStore::SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                                         int64_t after_batches) {
   absl::MutexLock lock(&mu_);

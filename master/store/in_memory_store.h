@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -49,6 +50,8 @@ class InMemoryStore : public Store {
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
+  // Reads through this store (its mutex makes every call atomic).
+  absl::StatusOr<std::unique_ptr<MetricsReader>> OpenReader() override;
   absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                            int64_t after_batches) override;
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;

@@ -334,6 +334,16 @@ TEST_P(StoreConformanceTest, MetricRowsAreKeptInReportOrderPerTrialAndGroup) {
   EXPECT_THAT(store_->AddMetrics({t, missing}, {Row(t.id(), "training", 40, 0.1)}),
               StatusIs(absl::StatusCode::kNotFound, "trial 99 not in the database"));
   EXPECT_EQ(store_->GetMetrics(t.id(), "training")->size(), 2u);
+
+  // A reader (for other threads than the store's) reads the same rows.
+  auto reader = store_->OpenReader();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto read = (*reader)->GetMetrics(t.id(), "");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 3u);
+  EXPECT_EQ((*read)[0].total_batches(), 30);
+  EXPECT_TRUE(std::isnan((*read)[1].values().at("nan")));
+  EXPECT_EQ((*reader)->GetMetrics(t.id(), "training")->size(), 2u);
 }
 
 TEST_P(StoreConformanceTest, ARerunSupersedesWhatEarlierRunsReportedPastItsCheckpoint) {

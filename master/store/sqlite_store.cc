@@ -7,7 +7,9 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "master/store/sqlite_internal.h"
 #include "master/store/metric_summary.h"
@@ -263,9 +265,12 @@ absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
   return tx.Commit();
 }
 
-absl::StatusOr<std::vector<v1::Metrics>> SqliteStore::GetMetrics(int64_t trial_id,
-                                                                 const std::string& group) {
-  Stmt s(db_,
+namespace {
+
+// Rows of `trial_id` (of `group` unless empty) on connection `db`, in report order.
+absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_id,
+                                                     const std::string& group) {
+  Stmt s(db,
          "SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
          "WHERE trial_id = ? AND (? = '' OR grp = ?) ORDER BY id");
   s.Bind(1, trial_id).Bind(2, group).Bind(3, group);
@@ -290,6 +295,47 @@ absl::StatusOr<std::vector<v1::Metrics>> SqliteStore::GetMetrics(int64_t trial_i
   }
   RETURN_IF_ERROR(s.status());
   return out;
+}
+
+// A read-only connection of its own; one query at a time.
+class SqliteMetricsReader : public MetricsReader {
+ public:
+  explicit SqliteMetricsReader(sqlite3* db) : db_(db) {}
+  ~SqliteMetricsReader() override { sqlite3_close(db_); }
+
+  absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                      const std::string& group) override {
+    absl::MutexLock l(&mu_);
+    return ReadMetrics(db_, trial_id, group);
+  }
+
+ private:
+  absl::Mutex mu_;
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::Metrics>> SqliteStore::GetMetrics(int64_t trial_id,
+                                                                 const std::string& group) {
+  return ReadMetrics(db_, trial_id, group);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsReader>> SqliteStore::OpenReader() {
+  if (path_.empty() || path_ == ":memory:") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database '", path_, "' is private to its connection: no reader can open it"));
+  }
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open database '", path_, "' to read: ", msg));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  return std::unique_ptr<MetricsReader>(new SqliteMetricsReader(db));
 }
 
 absl::StatusOr<int64_t> SqliteStore::SupersedeMetrics(v1::Trial* trial, int32_t run_id,

@@ -42,6 +42,10 @@ class SqliteStore : public Store {
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
+  // A read-only connection of its own on the same file (5 s busy timeout); WAL lets it
+  // read while this connection writes. FailedPrecondition for ":memory:" (a private
+  // database no second connection can open).
+  absl::StatusOr<std::unique_ptr<MetricsReader>> OpenReader() override;
   absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                            int64_t after_batches) override;
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;

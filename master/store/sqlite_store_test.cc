@@ -3,7 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -168,6 +174,60 @@ TEST(SqliteStore, ARerunSupersedesWhatEarlierRunsReportedPastItsCheckpoint) {
   EXPECT_EQ(snap->trials[0].training_summary().at("loss").count(), 3);
   // Nothing more to supersede for the same run.
   EXPECT_EQ(*(*store)->SupersedeMetrics(&t, 1, 3), 0);
+}
+
+// A reader on its own connection reads while the store writes: every read holds whole
+// transactions only (a multiple of the 10 rows each commit adds) and at least every commit
+// that returned before the read began. ":memory:" has no second connection.
+TEST(SqliteStore, AReaderSeesEveryCommittedTransactionAndNoHalfOne) {
+  auto store = SqliteStore::Open(TempPath("reader.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::Trial> trials(1);
+  ASSERT_TRUE((*store)->InsertExperiment(v1::Experiment(), "", &trials).ok());
+  const v1::Trial t = trials[0];
+  auto reader = (*store)->OpenReader();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  constexpr int kCommits = 100;
+  std::atomic<int> committed{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::string> wrong;
+  int reads = 0;
+  std::thread read_thread([&] {
+    while (!stop.load()) {
+      const int before = committed.load();
+      auto rows = (*reader)->GetMetrics(t.id(), "training");
+      ++reads;
+      if (!rows.ok()) {
+        wrong.push_back(rows.status().ToString());
+      } else if (rows->size() % 10 != 0 || rows->size() < static_cast<size_t>(before) * 10) {
+        wrong.push_back(absl::StrCat(rows->size(), " rows after ", before, " commits"));
+      }
+    }
+  });
+  for (int c = 0; c < kCommits; ++c) {
+    std::vector<v1::Metrics> rows(10);
+    for (v1::Metrics& m : rows) {
+      m.set_trial_id(t.id());
+      m.set_group("training");
+      m.set_total_batches(c);
+      (*m.mutable_values())["loss"] = c;
+    }
+    ASSERT_TRUE((*store)->AddMetrics({t}, rows).ok());
+    committed.store(c + 1);
+  }
+  stop.store(true);
+  read_thread.join();
+  EXPECT_THAT(wrong, ::testing::IsEmpty());
+  EXPECT_GT(reads, 0);
+  auto all = (*reader)->GetMetrics(t.id(), "");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 10u * kCommits);
+
+  auto private_db = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(private_db.ok());
+  auto none = (*private_db)->OpenReader();
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("':memory:'"));
 }
 
 TEST(SqliteStore, ClosedAllocationsAreNotReloaded) {

@@ -4,6 +4,7 @@
 #define DET_MASTER_STORE_STORE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,20 @@ struct SessionRow {
   int64_t expires_ms = 0;
 };
 
-// Not thread-safe: the master calls it from its loop thread only.
+// The one read that leaves the master's loop (GetTrialMetrics): a trial's metric rows.
+// Thread-safe: may be called from any thread while the loop writes through the Store. A
+// call sees committed writes only, and every write the Store had returned OK for before the
+// call began.
+class MetricsReader {
+ public:
+  virtual ~MetricsReader() = default;
+  // As Store::GetMetrics.
+  virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
+                                                              const std::string& group) = 0;
+};
+
+// Not thread-safe: the master calls it from its loop thread only (a MetricsReader it opened
+// excepted).
 class Store {
  public:
   virtual ~Store() = default;
@@ -78,6 +92,9 @@ class Store {
   // Rows of `trial_id` (of `group` unless empty), in report order.
   virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                               const std::string& group) = 0;
+  // A reader of metric rows for other threads (SqliteStore: a read-only connection of its
+  // own). REQUIRES: this store outlives the reader.
+  virtual absl::StatusOr<std::unique_ptr<MetricsReader>> OpenReader() = 0;
   // Deletes the rows that runs before `run_id` reported past batch `after_batches` (a
   // rerun from a checkpoint at that batch reports them again), recomputes `trial`'s
   // summaries and total_batches from the rows left, and writes it, in one transaction.
