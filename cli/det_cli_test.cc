@@ -705,6 +705,7 @@ TEST_F(DetCliTest, DeterminedCommandsAndAliasesResolve) {
       {"e", "set", "description"}, {"e", "set", "name"}, {"e", "set", "priority"},
       {"checkpoint", "list"}, {"checkpoint", "ls"}, {"checkpoint", "describe"},
       {"master", "config"}, {"e", "set", "gc-policy"}, {"checkpoint", "delete"}, {"tpl", "rm"},
+      {"user", "link-with-agent-user"},
       {"experiment", "delete"}, {"e", "delete"}, {"e", "set", "max-slots"}, {"trial", "kill"},
       {"t", "kill"}, {"checkpoint", "download"}, {"master", "logs"}, {"e", "list", "-u", "x"},
       {"e", "list", "--user", "x"}};

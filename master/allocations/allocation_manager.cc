@@ -1,10 +1,13 @@
 #include "master/allocations/allocation_manager.h"
 
+#include "master/auth/linked_task_user.h"
+
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
+#include "master/auth/linked_task_user.h"
 #include "master/loop/on_loop.h"
 #include "master/views/views.h"
 
@@ -81,7 +84,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
   // The owner's workers run as the OS user linked to it, else as the agents' default:
   // an unreadable link must not silently become the default, so the run waits.
-  absl::StatusOr<v1::AgentUserGroup> task_user = OwnersTaskUser(es.experiment.owner());
+  absl::StatusOr<v1::AgentUserGroup> task_user = LinkedTaskUser(store_, es.experiment.owner());
   if (!task_user.ok()) {
     waiting_reason_[t.trial.id()] = absl::StrCat("cannot read the agent user linked to '",
                                                  es.experiment.owner(), "': ",
@@ -177,19 +180,6 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
                                         chief_port));
   experiments_manager_.UpdateExperiment(es);
   return true;
-}
-
-absl::StatusOr<v1::AgentUserGroup> AllocationManager::OwnersTaskUser(
-    const std::string& owner) {
-  if (owner.empty()) return v1::AgentUserGroup();
-  absl::StatusOr<std::vector<UserRow>> users = store_.ListUsers();
-  // A store without users (tests, in-memory masters): nobody is linked.
-  if (users.status().code() == absl::StatusCode::kUnimplemented) return v1::AgentUserGroup();
-  if (!users.ok()) return users.status();
-  for (const UserRow& u : *users) {
-    if (u.username == owner) return u.agent_user_group;
-  }
-  return v1::AgentUserGroup();
 }
 
 void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Duration grace) {

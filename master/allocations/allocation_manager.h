@@ -100,9 +100,6 @@ class AllocationManager {
   // Lines of trial `trial_id` lost for good: "N log lines dropped (...)" in its warnings
   // (one such warning, with the running total) and log.
   void LinesDropped(int64_t trial_id, int64_t count, const std::string& what);
-  // The OS user linked to det user `owner` (store_'s users; empty agent_user: none, also
-  // for an unknown owner or a store without users); the store's error when it cannot read.
-  absl::StatusOr<v1::AgentUserGroup> OwnersTaskUser(const std::string& owner);
   // Answers t's ShouldPreempt long polls with `status` (OK: the current kill state).
   void AnswerPreemptWaiters(TrialState& t, const absl::Status& status);
   void OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal);

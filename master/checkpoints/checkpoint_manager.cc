@@ -6,6 +6,7 @@
 #include "common/checkpoint/checkpoint_files.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "master/auth/linked_task_user.h"
 #include "master/checkpoints/checkpoint_gc.h"
 #include "master/loop/on_loop.h"
 #include "master/scheduling/request_id.h"
@@ -236,6 +237,15 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
   running.set_agent_id(agent_id);
   running.set_start_time_ms(clock_.NowMs());
   running.clear_error();
+  // The files belong to the experiment owner's linked OS user, if any: the GC runs as it.
+  auto owner = registry_.experiments.find(g.task.experiment_id());
+  absl::StatusOr<v1::AgentUserGroup> task_user = LinkedTaskUser(
+      store_, owner == registry_.experiments.end() ? "" : owner->second.experiment.owner());
+  if (!task_user.ok()) {
+    g.pending_reason = absl::StrCat("cannot read the agent user linked to its experiment's owner: ",
+                                    task_user.status().message());
+    return;
+  }
   // Stored before it is launched; else it stays queued and says why.
   if (absl::Status st = PersistGcTask(g, std::move(running)); !st.ok()) {
     g.pending_reason = absl::StrCat("cannot store its start: ", st.message());
@@ -262,6 +272,7 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
   (*l->mutable_env())["DET_EXPERIMENT_ID"] = absl::StrCat(t.experiment_id());
   (*l->mutable_env())["DET_ALLOCATION_ID"] = alloc_id;
   *l->mutable_checkpoint_gc()->mutable_checkpoints() = t.checkpoints();
+  if (!task_user->agent_user().empty()) *l->mutable_task_user() = *std::move(task_user);
   TaskEvent(t.trial_id(),
             absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,
                          " (0 slots): deleting ", t.checkpoints_size(), " checkpoint(s)"));

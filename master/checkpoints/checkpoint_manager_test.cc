@@ -39,8 +39,21 @@ class CheckpointManagerTest : public ::testing::Test {
 
   // Trial `trial_` of experiment "gc" on agent a1 reports checkpoints at batches 10, 20,
   // 30 and ends; returns the GC task's launch (the latest checkpoint is kept).
-  v1::LaunchCommand TrialWithThreeCheckpointsEnds(const std::string& session) {
-    trial_ = h_->CreateExperiment("gc");
+  v1::LaunchCommand TrialWithThreeCheckpointsEnds(const std::string& session,
+                                                 const std::string& owner = "") {
+    if (owner.empty()) {
+      trial_ = h_->CreateExperiment("gc");
+    } else {
+      v1::CreateExperimentRequest req;
+      req.set_config_yaml(testing::ExperimentYaml("gc"));
+      v1::CreateExperimentResponse resp;
+      absl::Status st;
+      h_->Turn([&] {
+        st = h_->experiments.Create(owner, req, &resp);
+        if (st.ok()) trial_ = h_->registry.experiments.at(resp.experiment().id()).trial_ids.at(0);
+      });
+      EXPECT_TRUE(st.ok()) << st;
+    }
     v1::LaunchCommand launch = h_->NextLaunch("a1", session);
     for (int b : {10, 20, 30}) {
       EXPECT_TRUE(h_->ReportCheckpoint(launch, absl::StrCat("c-", b), b).ok());
@@ -154,6 +167,34 @@ TEST_F(CheckpointManagerTest, AnAgentBackInTimeKeepsItsGcTaskAndAnExitEndsIt) {
   RestartMaster();  // Still listed, with its error.
   EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_ERROR);
   EXPECT_THAT(h_->GcTasks().at(0).error(), HasSubstr("c-20"));
+}
+
+// The checkpoint files belong to the OS user linked to the experiment's owner (their
+// trials ran as it), so their GC task runs as that user too.
+TEST_F(CheckpointManagerTest, AGcTaskRunsAsTheOwnersLinkedAgentUser) {
+  UserRow bob;
+  bob.username = "bob";
+  bob.agent_user_group.set_agent_user("nobody");
+  bob.agent_user_group.set_agent_uid(65534);
+  bob.agent_user_group.set_agent_group("nogroup");
+  bob.agent_user_group.set_agent_gid(65534);
+  ASSERT_TRUE(store_.InsertUser(bob).ok());
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session, "bob");
+  ASSERT_TRUE(gc.has_checkpoint_gc());
+  EXPECT_EQ(gc.task_user().agent_user(), "nobody");
+  EXPECT_EQ(gc.task_user().agent_uid(), 65534);
+  EXPECT_EQ(gc.task_user().agent_gid(), 65534);
+}
+
+TEST_F(CheckpointManagerTest, AGcTaskOfAnUnlinkedOwnerRunsAsTheAgentsDefault) {
+  UserRow carol;
+  carol.username = "carol";
+  ASSERT_TRUE(store_.InsertUser(carol).ok());
+  std::string session = h_->Register("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session, "carol");
+  ASSERT_TRUE(gc.has_checkpoint_gc());
+  EXPECT_FALSE(gc.has_task_user());
 }
 
 // A GC task is a zero-slot launch on an agent (no argv, the checkpoints to delete with
