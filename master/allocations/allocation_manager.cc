@@ -253,7 +253,10 @@ void AllocationManager::EndAllocation(TrialState& t) {
   a->set_state(t.failure.empty() || stopping || stopped_early ? v1::STATE_COMPLETED
                                                               : v1::STATE_ERROR);
   a->set_end_time_ms(clock_.NowMs());
-  a->set_exit_reason(stopped_early ? "stopped early by the searcher"
+  a->set_exit_reason(stopped_early && t.trial.search().stop_reason() ==
+                                          ExperimentManager::kKilledByUser
+                         ? ExperimentManager::kKilledByUser
+                     : stopped_early ? "stopped early by the searcher"
                      : t.failure.empty() ? "all ranks exited normally"
                                          : t.failure);
   (void)PersistAllocation(store_, *a, t.token);  // Logged; the runs have ended either way.

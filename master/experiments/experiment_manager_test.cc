@@ -535,6 +535,7 @@ TEST_F(ExperimentManagerTest, KillingATrialCancelsItAlone) {
   ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
   EXPECT_EQ(h_.Trial(running).state(), v1::STATE_CANCELED);
   EXPECT_EQ(Experiment(e).state(), v1::STATE_ACTIVE);
+  EXPECT_EQ(h_.Trial(running).allocation().exit_reason(), "killed by user");
   EXPECT_THAT(h_.Logs(running), HasSubstr("kill requested by the user"));
   absl::Status again = kill(running);
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
