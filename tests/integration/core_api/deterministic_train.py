@@ -113,6 +113,9 @@ def main():
                 h.update(p.detach().numpy().tobytes())
             print(f"params sha256 {h.hexdigest()}", flush=True)
     if world > 1:
+        # No collective in flight when the group goes (torch 1.13 can deadlock at exit
+        # otherwise: see examples/fashion_mnist_cnn/train.py).
+        dist.barrier()
         dist.destroy_process_group()
 
 

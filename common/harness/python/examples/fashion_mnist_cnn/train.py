@@ -9,6 +9,7 @@ validation metrics and timings, checkpoints after each validation and when asked
 the searcher asks. Off-cluster (`python3 train.py`), it trains one process and prints what
 it would report."""
 
+import gc
 import json
 import os
 import time
@@ -180,6 +181,22 @@ def main() -> None:
     data_dir = (info.trial.config.get("data") or {}).get("dir", data.DEFAULT_DIR) if info \
         else data.DEFAULT_DIR
     off_length = OFF_CLUSTER_EPOCHS * (60000 // hparams["global_batch_size"])
+    run(info, distributed, hparams, seed, data_dir, off_length)
+    gc.collect()  # The model and its DDP reducer, should a reference cycle hold them.
+    if world > 1:
+        # Tear the process group down only here, after the model (DDP) is gone and with no
+        # collective in flight: torch 1.13 can deadlock at exit when DDP's last reference
+        # destroys a Gloo process group (holding the GIL) while a Gloo worker thread still
+        # releases the previous collective's tensors (holding the group's lock, waiting for
+        # the GIL). The barrier lets the workers finish; destroy_process_group() then drops
+        # the last reference. (Seen here: 1 run in 2 of core_api_test's killed-rank case hung
+        # a rank at exit.)
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run(info, distributed, hparams, seed, data_dir, off_length) -> None:
+    """Trains until the searcher's operation is done or det asks to stop."""
     with det.core.init(distributed=distributed, searcher_length=off_length) as core:
         d = core.distributed
         print(f"rank {d.rank} of {d.size} (local rank {d.local_rank}, pid {os.getpid()}), "
@@ -197,9 +214,6 @@ def main() -> None:
                 trainer.last_validation = trainer.validate()
             if core.distributed.rank == 0:
                 op.report_completed(trainer.last_validation["validation_loss"])
-    if world > 1:
-        dist.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()
