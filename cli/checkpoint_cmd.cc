@@ -30,7 +30,7 @@ absl::Status Describe(CliContext& ctx, const std::string& uuid) {
       {"Storage Path", c.storage_path()},
   };
   for (const auto& [name, value] : c.metrics()) {
-    fields.emplace_back(absl::StrCat("Metric ", name), FormatMetric(value));
+    fields.emplace_back(absl::StrCat("Metric ", name), FormatMetric(name, value));
   }
   int64_t bytes = 0;
   for (const auto& [path, size] : c.resources()) bytes += size;

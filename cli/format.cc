@@ -133,6 +133,15 @@ std::string FormatMetric(double value) {
   return absl::StrFormat("%.6g", value);
 }
 
+std::string FormatMetric(std::string_view name, double value) {
+  const bool hash = name.find("hash") != std::string_view::npos ||
+                    name.find("checksum") != std::string_view::npos;
+  if (hash && value >= 0 && value < 9007199254740992.0 && std::floor(value) == value) {
+    return absl::StrFormat("0x%x", static_cast<uint64_t>(value));
+  }
+  return FormatMetric(value);
+}
+
 std::string FormatPercent(double fraction) {
   return absl::StrFormat("%.1f%%", fraction * 100.0);
 }
@@ -335,7 +344,7 @@ Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
     for (const std::string& name : metric_names) {
       auto it = t.validation_summary().find(name);
       row.push_back(it == t.validation_summary().end() ? ""
-                                                        : FormatMetric(it->second.last()));
+                                                        : FormatMetric(name, it->second.last()));
     }
     table.AddRow(std::move(row));
   }
@@ -380,8 +389,8 @@ Table TrialMetricsTable(const v1::Trial& t, bool diagnostics) {
     std::map<std::string, v1::MetricSummary> sorted(map.begin(), map.end());
     for (const auto& [name, s] : sorted) {
       if (!diagnostics && IsDiagnosticMetric(name)) continue;
-      table.AddRow({group, name, FormatMetric(s.min()), FormatMetric(s.max()),
-                    FormatMetric(s.last()), absl::StrCat(s.count())});
+      table.AddRow({group, name, FormatMetric(name, s.min()), FormatMetric(name, s.max()),
+                    FormatMetric(name, s.last()), absl::StrCat(s.count())});
     }
   };
   add_group("training", t.training_summary());
@@ -423,7 +432,7 @@ Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>&
     std::vector<std::string> parts;
     for (const auto& [name, value] : metrics) {
       if (!diagnostics && IsDiagnosticMetric(name)) continue;
-      parts.push_back(absl::StrCat(name, "=", FormatMetric(value)));
+      parts.push_back(absl::StrCat(name, "=", FormatMetric(name, value)));
     }
     table.AddRow({c.uuid(), absl::StrCat(c.trial_id()), absl::StrCat(c.total_batches()),
                   c.state() == v1::STATE_UNSPECIFIED ? "COMPLETED" : StateName(c.state()),

@@ -68,6 +68,10 @@ std::string FormatTimeMs(int64_t ms);
 std::string FormatLogTimeMs(int64_t ms);
 // A metric value with up to 6 significant digits.
 std::string FormatMetric(double value);
+// The value of metric `name`: a hash or checksum (a name containing "hash" or
+// "checksum", a non-negative integer value below 2^53) in hex ("0x8b2f..."), as the web page
+// shows it; any other value as FormatMetric.
+std::string FormatMetric(std::string_view name, double value);
 // A 0..1 fraction as "42.5%".
 std::string FormatPercent(double fraction);
 // A duration given in milliseconds, for people: 3 significant digits in ns, µs, ms or s

@@ -106,6 +106,12 @@ TEST(FormatTest, Values) {
   EXPECT_EQ(FormatMetric(std::numeric_limits<double>::quiet_NaN()), "NaN");
   EXPECT_EQ(FormatMetric(std::numeric_limits<double>::infinity()), "Infinity");
   EXPECT_EQ(FormatMetric(-std::numeric_limits<double>::infinity()), "-Infinity");
+  // Hashes and checksums in hex, as the web page shows them; other metrics as numbers.
+  EXPECT_EQ(FormatMetric("diag/params_hash_hi", 2335152647.0), "0x8b2f9a07");
+  EXPECT_EQ(FormatMetric("diag/sample_checksum", 255.0), "0xff");
+  EXPECT_EQ(FormatMetric("diag/params_hash_lo", 0.5), "0.5");
+  EXPECT_EQ(FormatMetric("diag/params_hash_lo", -3.0), "-3");
+  EXPECT_EQ(FormatMetric("accuracy", 2335152647.0), "2.33515e+09");
   EXPECT_EQ(FormatPercent(0.425), "42.5%");
   EXPECT_EQ(FormatBytes(100), "100 B");
   EXPECT_EQ(FormatBytes(uint64_t{70} << 20), "70.0 MiB");

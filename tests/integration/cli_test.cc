@@ -111,6 +111,8 @@ TEST_F(Cli, DeterminedCommandsOnAGridSearch) {
   }
   CommandResult diag = cluster_.Det({"e", "list-trials", "1", "--diagnostics"});
   EXPECT_THAT(diag.out, HasSubstr("diag/params_hash_hi"));
+  EXPECT_THAT(diag.out, HasSubstr("| 0x"));  // hashes in hex, not 2.33515e+09
+  EXPECT_THAT(diag.out, Not(HasSubstr("e+0")));
 
   CommandResult describe = cluster_.Det({"e", "describe", "1"});
   EXPECT_THAT(describe.out, HasSubstr(absl::StrCat("Best trial: ", best, " (validation_loss ")));
