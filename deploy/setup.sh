@@ -15,6 +15,7 @@ PACKAGES=(
   chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
   openssl  # makes a test certificate for the master's HTTPS test
   dpkg-dev  # dpkg-shlibdeps for the Debian packages (deploy/package.sh, //deploy/debian:debs)
+  iproute2  # ip netns / veth for the multi-host tests (tests/multihost)
   # PyTorch workers (the Python package det in common/harness/python): Debian's torch runs
   # under /usr/bin/python3; OpenBLAS makes its CPU math about 10x faster than the
   # reference BLAS.
