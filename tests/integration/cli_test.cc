@@ -29,34 +29,6 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
-// A grid search of the example model over two learning rates, `batches` long; with
-// `storage`, validated and checkpointed every 10 batches into it (`save` appended to the
-// checkpoint_storage mapping, e.g. ", save_trial_latest: 3").
-std::string GridYaml(const std::string& name, int64_t batches, const std::string& storage = "",
-                     const std::string& save = "") {
-  std::string yaml = absl::StrCat("name: ", name, R"(
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-  hidden_size: 16
-  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
-records_per_epoch: 60000
-searcher:
-  name: grid
-  metric: validation_loss
-  smaller_is_better: true
-  max_length: {batches: )",
-                                  batches, R"(}
-data: {dir: /usr/share/datasets/fashion-mnist}
-)");
-  if (!storage.empty()) {
-    absl::StrAppend(
-        &yaml, "min_validation_period: {batches: 10}\nmin_checkpoint_period: {batches: 10}\n",
-        "checkpoint_storage: {type: shared_fs, host_path: '", storage, "'", save, "}\n");
-  }
-  return yaml;
-}
-
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -57,6 +57,12 @@ std::map<int, int> RankPids(const std::string& logs);
 // searcher `single` on validation_loss). Each field is one key; an unset optional, an empty
 // string, a 0 (records_per_epoch, batches) or a false leaves its key out, so the master's
 // default applies.
+// A grid search of the example model over two learning rates, `batches` long; with
+// `storage`, validated and checkpointed every 10 batches into it (`save` appended to the
+// checkpoint_storage mapping, e.g. ", save_trial_latest: 3").
+std::string GridYaml(const std::string& name, int64_t batches, const std::string& storage = "",
+                     const std::string& save = "");
+
 struct ExampleExperiment {
   // More keys of a section, after the fields': {key, value as YAML}.
   using Fields = std::vector<std::pair<std::string, std::string>>;

@@ -257,22 +257,9 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
 // A grid search of two learning rates, 30 batches each: the experiment list, the search's
 // page (trial table, best trial, scatter, charts) and a trial page as a person sees them.
 TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
-  std::string config = cluster_.WriteFile("grid.yaml", R"(name: lr grid
-entrypoint: det-fashion-mnist
-hyperparameters:
-  global_batch_size: 32
-  hidden_size: 16
-  learning_rate: {type: categorical, vals: [0.05, 0.0001]}
-records_per_epoch: 60000
-searcher:
-  name: grid
-  metric: validation_loss
-  smaller_is_better: true
-  max_length: {batches: 30}
-min_validation_period: {batches: 10}
-scheduling_unit: 10
-data: {dir: /usr/share/datasets/fashion-mnist}
-)");
+  std::string config = cluster_.WriteFile(
+      "grid.yaml",
+      GridYaml("lr grid", 30) + "min_validation_period: {batches: 10}\nscheduling_unit: 10\n");
   CommandResult create = cluster_.Det({"experiment", "create", config, "-f"});
   ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_.LogTail("master");
   nlohmann::json d = cluster_.DetJson({"experiment", "describe", "1"});
