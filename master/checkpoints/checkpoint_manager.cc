@@ -77,18 +77,20 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   const bool retry = std::any_of(stored.begin(), stored.end(), [&](const v1::Checkpoint& s) {
     return s.uuid() == c.uuid() && s.storage_path() == c.storage_path();
   });
-  if (!retry) {
-    if (absl::Status st = store_.AddCheckpoint(c); !st.ok()) {
-      Logger("master")->error("trial {}: cannot store checkpoint {}: {}", t->trial.id(),
-                              c.uuid(), st.ToString());
-      return st;
-    }
-    auto& counters = registry_.counters;
-    counters.set_checkpoints_stored_total(counters.checkpoints_stored_total() + 1);
-  }
+  if (retry) return absl::OkStatus();
+  // The checkpoint row and the trial's latest_checkpoint in one transaction: both or
+  // neither, and acknowledged only once committed.
   v1::Trial updated = t->trial;
   updated.set_latest_checkpoint(c.storage_path());
-  RETURN_IF_ERROR(PersistTrial(store_, *t, std::move(updated)));
+  if (absl::Status st = store_.AddCheckpoint(c, updated); !st.ok()) {
+    Logger("master")->error("trial {}: cannot store checkpoint {}: {}", t->trial.id(), c.uuid(),
+                            st.ToString());
+    NoteRefusedReports(store_, *t, "checkpoint reports", 1, st);
+    return st;
+  }
+  t->trial = std::move(updated);
+  auto& counters = registry_.counters;
+  counters.set_checkpoints_stored_total(counters.checkpoints_stored_total() + 1);
   logs_.Event(t->trial.id(), absl::StrCat("checkpoint ", c.uuid(), " at batch ", c.total_batches()));
   return absl::OkStatus();
 }

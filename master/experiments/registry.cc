@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace det::master {
 
@@ -92,6 +94,29 @@ std::string WarnProgressLoss(Store& store, ExperimentState& es, TrialState& t) {
   v1::Experiment updated = es.experiment;
   updated.add_warnings(warning);
   (void)PersistExperiment(store, es, std::move(updated));
+  return warning;
+}
+
+std::string NoteRefusedReports(Store& store, TrialState& t, absl::string_view what, int64_t n,
+                               const absl::Status& error) {
+  const std::string prefix = absl::StrCat(what, " refused: ");
+  int64_t total = n;
+  int index = -1;
+  for (int i = 0; i < t.trial.warnings_size() && index < 0; ++i) {
+    absl::string_view w = t.trial.warnings(i);
+    if (!absl::ConsumePrefix(&w, prefix)) continue;
+    int64_t before = 0;
+    if (absl::SimpleAtoi(w.substr(0, w.find(' ')), &before)) total += before;
+    index = i;
+  }
+  std::string warning = absl::StrCat(prefix, total, " (the master could not store them: ",
+                                     error.message().substr(0, 200), ")");
+  if (index >= 0) {
+    t.trial.set_warnings(index, warning);
+  } else {
+    t.trial.add_warnings(warning);
+  }
+  RecordTrial(store, t);
   return warning;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/config/experiment_config.h"
 #include "common/event_loop/event_loop.h"
 #include "common/logging/logging.h"
@@ -119,6 +120,13 @@ bool AddTrialWarning(Store& store, TrialState& t, const std::string& warning);
 // run, or batches trained): "trial N has no checkpoint storage: its progress will be lost",
 // added to t's warnings and es's warnings (each once, persisted); else "".
 std::string WarnProgressLoss(Store& store, ExperimentState& es, TrialState& t);
+// Counts `n` of a worker's reports that the store refused (`what`: "metric rows",
+// "checkpoint reports") in one warning per kind on t, "metric rows refused: N (the master
+// could not store them: ERROR)", N counting every refusal so far (kept across restarts in
+// the warning's text). The warning is in memory at once (describe shows it) and stored with
+// the trial's next write that succeeds. Returns the warning.
+std::string NoteRefusedReports(Store& store, TrialState& t, absl::string_view what, int64_t n,
+                               const absl::Status& error);
 
 }  // namespace det::master
 

@@ -162,6 +162,13 @@ void MetricsManager::Flush() {
     for (int64_t e : experiments) experiments_manager_.UpdateExperiment(experiments_.at(e));
   } else {
     Logger("master")->error("cannot store {} metric rows: {}", batch.rows.size(), st.ToString());
+    // The workers are told (their reports fail); their users see it in describe.
+    std::map<int64_t, int64_t> refused;
+    for (const v1::Metrics& m : batch.rows) ++refused[m.trial_id()];
+    for (const auto& [id, n] : refused) {
+      auto t = trials_.find(id);
+      if (t != trials_.end()) NoteRefusedReports(store_, t->second, "metric rows", n, st);
+    }
   }
   // Acknowledged only now that the rows are stored (or refused with the reason).
   for (auto& ack : batch.acks) ack(st);

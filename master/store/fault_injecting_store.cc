@@ -166,9 +166,10 @@ absl::StatusOr<std::vector<v1::LogLine>> FaultInjectingStore::GetLogs(int64_t tr
   return store_.GetLogs(trial_id, after_id, limit, rank);
 }
 
-absl::Status FaultInjectingStore::AddCheckpoint(const v1::Checkpoint& checkpoint) {
+absl::Status FaultInjectingStore::AddCheckpoint(const v1::Checkpoint& checkpoint,
+                                               const v1::Trial& trial) {
   RETURN_IF_ERROR(BeforeWrite("AddCheckpoint"));
-  return store_.AddCheckpoint(checkpoint);
+  return store_.AddCheckpoint(checkpoint, trial);
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> FaultInjectingStore::GetCheckpoints(int64_t trial_id) {

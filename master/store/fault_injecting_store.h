@@ -82,7 +82,7 @@ class FaultInjectingStore : public Store {
   absl::Status AddLogs(std::vector<v1::LogLine>* lines) override;
   absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
                                                    std::optional<int> rank) override;
-  absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) override;
+  absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint, const v1::Trial& trial) override;
   absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override;
   absl::StatusOr<int64_t> InsertCheckpointGcTask(const v1::CheckpointGcTask& task) override;
   absl::Status UpdateCheckpointGcTask(const v1::CheckpointGcTask& task) override;

@@ -77,7 +77,7 @@ std::vector<Call> Writes() {
          lines[0].set_trial_id(1);
          return s.AddLogs(&lines);
        }},
-      {"AddCheckpoint", [=](Store& s) { return s.AddCheckpoint(checkpoint); }},
+      {"AddCheckpoint", [=](Store& s) { return s.AddCheckpoint(checkpoint, trial); }},
       {"InsertCheckpointGcTask", [=](Store& s) { return s.InsertCheckpointGcTask(task).status(); }},
       {"UpdateCheckpointGcTask", [=](Store& s) { return s.UpdateCheckpointGcTask(task); }},
       {"DeleteExperiment", [](Store& s) { return s.DeleteExperiment(1); }},

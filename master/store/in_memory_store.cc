@@ -262,14 +262,17 @@ absl::StatusOr<std::vector<v1::LogLine>> InMemoryStore::GetLogs(int64_t trial_id
   return out;
 }
 
-absl::Status InMemoryStore::AddCheckpoint(const v1::Checkpoint& checkpoint) {
+absl::Status InMemoryStore::AddCheckpoint(const v1::Checkpoint& checkpoint,
+                                          const v1::Trial& trial) {
   absl::MutexLock lock(&mu_);
   if (checkpoints_.count(checkpoint.uuid()) > 0) {
     return UniqueError("checkpoints.uuid", checkpoint.uuid());
   }
+  if (absl::Status st = CheckTrialStored(trial.id()); !st.ok()) return st;
   CheckpointRow& row = checkpoints_[checkpoint.uuid()];
   row.seq = ++last_seq_;
   row.checkpoint = checkpoint;
+  WriteTrial(trial);
   return absl::OkStatus();
 }
 

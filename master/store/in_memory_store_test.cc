@@ -88,6 +88,16 @@ class StoreConformanceTest : public ::testing::TestWithParam<Backend> {
     return id.value_or(0);
   }
 
+  // Stores `c` as its trial's report would: with the trial (which must be stored), its
+  // latest_checkpoint now `c`, in the same write.
+  absl::Status AddCheckpoint(const v1::Checkpoint& c) {
+    v1::Trial t;
+    t.set_id(c.trial_id());
+    t.set_state(v1::STATE_ACTIVE);
+    t.set_latest_checkpoint(c.storage_path());
+    return store_->AddCheckpoint(c, t);
+  }
+
   std::unique_ptr<Store> store_;
 };
 
@@ -438,11 +448,12 @@ v1::Checkpoint StoredCheckpoint(const std::string& uuid, int64_t trial_id, int64
 }
 
 TEST_P(StoreConformanceTest, CheckpointsAreUniqueByUuidAndListedByBatchesThenTime) {
-  ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint("u-late", 1, 200, 5)).ok());
-  ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint("u-early", 1, 200, 2)).ok());
-  ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint("u-first", 1, 100, 9)).ok());
-  ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint("other", 2, 50)).ok());
-  EXPECT_THAT(store_->AddCheckpoint(StoredCheckpoint("u-late", 1, 300)),
+  AddExperiment(2);  // Trials 1 and 2.
+  ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("u-late", 1, 200, 5)).ok());
+  ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("u-early", 1, 200, 2)).ok());
+  ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("u-first", 1, 100, 9)).ok());
+  ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("other", 2, 50)).ok());
+  EXPECT_THAT(AddCheckpoint(StoredCheckpoint("u-late", 1, 300)),
               StatusIs(absl::StatusCode::kInternal, "UNIQUE constraint failed: checkpoints.uuid"));
   auto cs = store_->GetCheckpoints(1);
   ASSERT_TRUE(cs.ok()) << cs.status();
@@ -453,10 +464,42 @@ TEST_P(StoreConformanceTest, CheckpointsAreUniqueByUuidAndListedByBatchesThenTim
   EXPECT_TRUE(store_->GetCheckpoints(3)->empty());
 }
 
+// A checkpoint and its trial's update are one write: the trial row points at the
+// checkpoint exactly when the checkpoint is stored.
+TEST_P(StoreConformanceTest, ACheckpointIsStoredWithItsTrialOrNotAtAll) {
+  std::vector<v1::Trial> trials;
+  AddExperiment(1, &trials);
+  v1::Trial t = trials[0];
+  v1::Checkpoint c = StoredCheckpoint("u-1", t.id(), 100);
+  t.set_latest_checkpoint(c.storage_path());
+  t.set_total_batches(100);
+  ASSERT_TRUE(store_->AddCheckpoint(c, t).ok());
+  auto snap = store_->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->trials.size(), 1u);
+  EXPECT_EQ(snap->trials[0].latest_checkpoint(), "/ckpt/u-1");
+  EXPECT_EQ(snap->trials[0].total_batches(), 100);
+
+  // The same uuid again: refused, and the trial row keeps what it had.
+  v1::Trial again = t;
+  again.set_latest_checkpoint("/ckpt/elsewhere");
+  EXPECT_THAT(store_->AddCheckpoint(StoredCheckpoint("u-1", t.id(), 200), again),
+              StatusIs(absl::StatusCode::kInternal, "UNIQUE constraint failed: checkpoints.uuid"));
+  EXPECT_EQ(store_->Load()->trials[0].latest_checkpoint(), "/ckpt/u-1");
+
+  // A trial not stored: NotFound, and no checkpoint row is left behind.
+  v1::Trial missing;
+  missing.set_id(999);
+  EXPECT_THAT(store_->AddCheckpoint(StoredCheckpoint("u-2", 999, 100), missing),
+              StatusIs(absl::StatusCode::kNotFound, "trial 999 not in the database"));
+  EXPECT_TRUE(store_->GetCheckpoints(999)->empty());
+  EXPECT_EQ(Rows(store_->GetCheckpoints(t.id())).size(), 1u);
+}
+
 TEST_P(StoreConformanceTest, CompletingAGcTaskMarksItsStoredCheckpointsDeleted) {
-  int64_t exp = AddExperiment();
+  int64_t exp = AddExperiment(1);
   for (auto [uuid, batches] : {std::pair{"u-1", 100}, {"u-2", 200}, {"u-3", 300}}) {
-    ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint(uuid, 1, batches)).ok());
+    ASSERT_TRUE(AddCheckpoint(StoredCheckpoint(uuid, 1, batches)).ok());
   }
   v1::CheckpointGcTask task;
   task.set_experiment_id(exp);
@@ -511,7 +554,7 @@ TEST_P(StoreConformanceTest, DeletingAnExperimentRemovesEverythingOfItAndNothing
     lines[0].set_trial_id(t.id());
     lines[0].set_message("hello");
     ASSERT_TRUE(store_->AddLogs(&lines).ok());
-    ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint(absl::StrCat("u-", t.id()), t.id(), 10)).ok());
+    ASSERT_TRUE(store_->AddCheckpoint(StoredCheckpoint(absl::StrCat("u-", t.id()), t.id(), 10), t).ok());
     v1::Allocation a;
     a.set_id(absl::StrCat(t.id(), ".0"));
     a.set_trial_id(t.id());

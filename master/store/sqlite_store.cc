@@ -397,13 +397,17 @@ absl::StatusOr<std::vector<v1::LogLine>> SqliteStore::GetLogs(int64_t trial_id, 
   return out;
 }
 
-absl::Status SqliteStore::AddCheckpoint(const v1::Checkpoint& checkpoint) {
+absl::Status SqliteStore::AddCheckpoint(const v1::Checkpoint& checkpoint, const v1::Trial& trial) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
   Stmt s(db_,
          "INSERT INTO checkpoints (uuid, trial_id, total_batches, time_ms, data) "
          "VALUES (?, ?, ?, ?, ?)");
   s.Bind(1, checkpoint.uuid()).Bind(2, checkpoint.trial_id()).Bind(3, checkpoint.total_batches());
   s.Bind(4, checkpoint.report_time_ms()).BindBlob(5, checkpoint.SerializeAsString());
-  return s.Run();
+  RETURN_IF_ERROR(s.Run());
+  RETURN_IF_ERROR(WriteTrial(trial));
+  return tx.Commit();
 }
 
 absl::StatusOr<int64_t> SqliteStore::InsertCheckpointGcTask(const v1::CheckpointGcTask& task) {

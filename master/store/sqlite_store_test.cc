@@ -388,10 +388,11 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
     v1::Experiment e;
     e.set_name("old");
     e.set_state(v1::STATE_COMPLETED);
-    std::vector<v1::Trial> none;
-    exp_id = *(*store)->InsertExperiment(e, "", &none);
+    std::vector<v1::Trial> one(1);
+    exp_id = *(*store)->InsertExperiment(e, "", &one);
+    ASSERT_EQ(one[0].id(), 1);
     for (auto [uuid, batches] : {std::pair{"u-1", 100}, {"u-2", 200}, {"u-3", 300}}) {
-      ASSERT_TRUE((*store)->AddCheckpoint(StoredCheckpoint(uuid, 1, batches)).ok());
+      ASSERT_TRUE((*store)->AddCheckpoint(StoredCheckpoint(uuid, 1, batches), one[0]).ok());
     }
   }
   // Back to what a schema-4 master left.

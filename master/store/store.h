@@ -107,7 +107,10 @@ class Store {
   virtual absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id,
                                                            int limit, std::optional<int> rank) = 0;
 
-  virtual absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint) = 0;
+  // Inserts the checkpoint row and writes `trial` (the reporting trial, its
+  // latest_checkpoint pointing at it) in one transaction: both or neither. NotFound when
+  // the trial is not stored; an error ("UNIQUE constraint failed") for a uuid stored before.
+  virtual absl::Status AddCheckpoint(const v1::Checkpoint& checkpoint, const v1::Trial& trial) = 0;
   virtual absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) = 0;
   // Checkpoint garbage-collection tasks (v1::CheckpointGcTask). Insert assigns and returns
   // the task's id.
