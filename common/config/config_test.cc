@@ -294,5 +294,30 @@ TEST(ShippedConfigs, EveryOneIsValid) {
   }
 }
 
+// Every experiment config under configs/ round-trips: its effective YAML (what the master
+// stores and recovers from) parses back to the same typed config and the same YAML.
+TEST(ShippedConfigs, EffectiveConfigRoundTrips) {
+  std::vector<std::string> files;
+  ListYaml("configs", &files);
+  int experiments = 0;
+  for (const auto& f : files) {
+    if (absl::EndsWith(f, "/master.yaml") || absl::EndsWith(f, "/agent.yaml") ||
+        absl::StrContains(f, "/templates/")) {
+      continue;
+    }
+    SCOPED_TRACE(f);
+    ++experiments;
+    absl::StatusOr<ParsedExperiment> first = ParseExperimentConfig(Slurp(f), f, 17);
+    ASSERT_TRUE(first.ok()) << first.status();
+    // Another seed_if_unset: the stored config names its seed.
+    absl::StatusOr<ParsedExperiment> again =
+        ParseExperimentConfig(first->effective_yaml, "effective " + f, 99);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->config == first->config);
+    EXPECT_EQ(again->effective_yaml, first->effective_yaml);
+  }
+  EXPECT_GE(experiments, 4);
+}
+
 }  // namespace
 }  // namespace det::config

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@ constexpr int64_t kMaxSeed = 2147483647;
 constexpr int64_t kMaxIntHyperparameter = int64_t{1} << 53;
 constexpr int kMaxTrials = 100000;
 constexpr int kMaxRungs = 32;
+constexpr int kMaxTensorFusionMb = 1 << 20;
 
 const std::vector<std::string>& SearcherNames() {
   static const auto* names =
@@ -85,14 +87,33 @@ class SchemaReader {
     r.List("bind_mounts", [&](ObjectReader& m, size_t) { ReadBindMount(m); });
     CheckContainerPaths(r, "bind_mounts");
     r.Object("checkpoint_storage", [&](ObjectReader& cs) { ReadCheckpointStorage(cs); });
+    r.String("checkpoint_policy", &c_.checkpoint_policy);
+    if (r.ok() && c_.checkpoint_policy != "best" && c_.checkpoint_policy != "all" &&
+        c_.checkpoint_policy != "none") {
+      r.Fail("checkpoint_policy", absl::StrCat("expected best, all or none, got \"",
+                                               c_.checkpoint_policy, "\""));
+    }
     r.Object("optimizations", [&](ObjectReader& o) {
       o.Int("aggregation_frequency", &c_.optimizations.aggregation_frequency, 1, 1000000);
       o.Bool("average_training_metrics", &c_.optimizations.average_training_metrics);
+      double& mb = c_.optimizations.tensor_fusion_threshold;
+      o.Double("tensor_fusion_threshold", &mb);
+      if (o.ok() && !(mb > 0 && mb <= kMaxTensorFusionMb)) {
+        o.Fail("tensor_fusion_threshold",
+               absl::StrCat("expected a number of MB in (0, ", kMaxTensorFusionMb, "], got ", mb));
+      }
     });
     // Free-form sections: stored and handed to workers as written.
-    YAML::Node free_form;
-    r.Any("data", &free_form);
-    r.Any("profiling", &free_form);
+    YAML::Node data, profiling;
+    r.Any("data", &data);
+    if (r.ok() && data && !data.IsNull()) {
+      if (!data.IsMap()) {
+        r.Fail("data", "expected a mapping");
+      } else {
+        c_.data_json = YamlToJson(data);
+      }
+    }
+    r.Any("profiling", &profiling);
     if (!partial_) {
       CrossChecks(r);
       ContainerWarnings();
@@ -553,6 +574,74 @@ void ReadCheckpointStorageConfig(ObjectReader& cs, bool required, CheckpointStor
   cs.Int("save_trial_latest", &s.save_trial_latest, 0, 1000000);
 }
 
+bool operator==(const Length& a, const Length& b) {
+  return std::tie(a.unit, a.value) == std::tie(b.unit, b.value);
+}
+bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
+  return std::tie(a.name, a.type, a.value_json, a.vals_json, a.minval, a.maxval, a.base,
+                  a.count, a.fields) == std::tie(b.name, b.type, b.value_json, b.vals_json,
+                                                 b.minval, b.maxval, b.base, b.count, b.fields);
+}
+bool operator==(const SearcherConfig& a, const SearcherConfig& b) {
+  return std::tie(a.name, a.metric, a.smaller_is_better, a.max_length, a.max_trials,
+                  a.max_concurrent_trials, a.divisor, a.max_rungs, a.mode) ==
+         std::tie(b.name, b.metric, b.smaller_is_better, b.max_length, b.max_trials,
+                  b.max_concurrent_trials, b.divisor, b.max_rungs, b.mode);
+}
+bool operator==(const Device& a, const Device& b) {
+  return std::tie(a.host_path, a.container_path, a.mode) ==
+         std::tie(b.host_path, b.container_path, b.mode);
+}
+bool operator==(const ResourcesConfig& a, const ResourcesConfig& b) {
+  return std::tie(a.slots_per_trial, a.priority, a.resource_pool, a.max_slots, a.devices) ==
+         std::tie(b.slots_per_trial, b.priority, b.resource_pool, b.max_slots, b.devices);
+}
+bool operator==(const BindMount& a, const BindMount& b) {
+  return std::tie(a.host_path, a.container_path, a.read_only, a.propagation) ==
+         std::tie(b.host_path, b.container_path, b.read_only, b.propagation);
+}
+bool operator==(const CheckpointStorageConfig& a, const CheckpointStorageConfig& b) {
+  return std::tie(a.type, a.host_path, a.storage_path, a.save_experiment_best,
+                  a.save_trial_best, a.save_trial_latest) ==
+         std::tie(b.type, b.host_path, b.storage_path, b.save_experiment_best,
+                  b.save_trial_best, b.save_trial_latest);
+}
+bool operator==(const OptimizationsConfig& a, const OptimizationsConfig& b) {
+  return std::tie(a.aggregation_frequency, a.average_training_metrics,
+                  a.tensor_fusion_threshold) == std::tie(b.aggregation_frequency,
+                                                         b.average_training_metrics,
+                                                         b.tensor_fusion_threshold);
+}
+bool operator==(const ExperimentConfig& a, const ExperimentConfig& b) {
+  return std::tie(a.name, a.description, a.entrypoint, a.hyperparameters, a.searcher,
+                  a.resources, a.min_validation_period, a.min_checkpoint_period,
+                  a.max_restarts, a.records_per_epoch, a.scheduling_unit, a.experiment_seed,
+                  a.deterministic, a.environment_variables, a.labels, a.bind_mounts,
+                  a.checkpoint_storage, a.checkpoint_policy, a.optimizations, a.data_json,
+                  a.global_batch_size) ==
+         std::tie(b.name, b.description, b.entrypoint, b.hyperparameters, b.searcher,
+                  b.resources, b.min_validation_period, b.min_checkpoint_period,
+                  b.max_restarts, b.records_per_epoch, b.scheduling_unit, b.experiment_seed,
+                  b.deterministic, b.environment_variables, b.labels, b.bind_mounts,
+                  b.checkpoint_storage, b.checkpoint_policy, b.optimizations, b.data_json,
+                  b.global_batch_size);
+}
+
+std::string CheckpointDirectory(const ExperimentConfig& config) {
+  if (!config.checkpoint_storage) return "";
+  const CheckpointStorageConfig& cs = *config.checkpoint_storage;
+  if (cs.storage_path.empty()) return cs.host_path;
+  if (IsAbsolute(cs.storage_path)) return cs.storage_path;
+  return absl::StrCat(cs.host_path, "/", cs.storage_path);
+}
+
+absl::StatusOr<std::string> EffectiveConfigJson(absl::string_view effective_yaml,
+                                                absl::string_view source) {
+  absl::StatusOr<YAML::Node> root = ParseYaml(effective_yaml, source);
+  if (!root.ok()) return root.status();
+  return YamlToJson(*root);
+}
+
 const Hyperparameter* Hyperparameter::Find(absl::string_view member) const {
   for (const auto& f : fields) {
     if (f.name == member) return &f;
@@ -583,7 +672,6 @@ absl::StatusOr<ParsedExperiment> ParseExperimentConfig(const ConfigInput& input,
   if (c.searcher.name == "single" || c.searcher.name == "grid") c.searcher.max_trials = 1;
   FillDefaults(c, root);
   out.effective_yaml = EmitYaml(root);
-  out.effective_json = YamlToJson(root);
   return out;
 }
 

@@ -100,8 +100,12 @@ struct CheckpointStorageConfig {
 };
 
 struct OptimizationsConfig {
+  // Gradients are all-reduced (and the optimizer steps) every k batches; [1, 1000000].
   int aggregation_frequency = 1;
+  // Training metrics averaged over every rank; when false, the chief's own.
   bool average_training_metrics = true;
+  // The size of one gradient bucket in MB; (0, 1048576].
+  double tensor_fusion_threshold = 64;
 };
 
 struct ExperimentConfig {
@@ -125,7 +129,12 @@ struct ExperimentConfig {
   std::vector<std::string> labels;
   std::vector<BindMount> bind_mounts;
   std::optional<CheckpointStorageConfig> checkpoint_storage;
+  // When a worker checkpoints after a validation: "best" (the trial's best so far), "all"
+  // or "none".
+  std::string checkpoint_policy = "best";
   OptimizationsConfig optimizations;
+  // The free-form `data` section as a JSON object, "{}" when absent (handed to workers).
+  std::string data_json = "{}";
 
   // Global batch size from hyperparameters.global_batch_size (0 if absent).
   int64_t global_batch_size = 0;
@@ -135,13 +144,22 @@ struct ExperimentConfig {
   }
 };
 
+// Field-by-field equality (a stored effective config parses back to the same config).
+bool operator==(const Length& a, const Length& b);
+bool operator==(const Hyperparameter& a, const Hyperparameter& b);
+bool operator==(const SearcherConfig& a, const SearcherConfig& b);
+bool operator==(const Device& a, const Device& b);
+bool operator==(const ResourcesConfig& a, const ResourcesConfig& b);
+bool operator==(const BindMount& a, const BindMount& b);
+bool operator==(const CheckpointStorageConfig& a, const CheckpointStorageConfig& b);
+bool operator==(const OptimizationsConfig& a, const OptimizationsConfig& b);
+bool operator==(const ExperimentConfig& a, const ExperimentConfig& b);
+
 struct ParsedExperiment {
   ExperimentConfig config;
   // The effective configuration with every default filled in and the seed chosen, as YAML;
   // what the master stores and `det experiment config` prints.
   std::string effective_yaml;
-  // The same, as JSON, for workers.
-  std::string effective_json;
   // The template merged in, or "".
   std::string template_name;
   std::vector<std::string> warnings;
@@ -167,6 +185,16 @@ absl::StatusOr<ParsedExperiment> ParseExperimentConfig(const ConfigInput& input,
 absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
                                                        absl::string_view filename,
                                                        uint32_t seed_if_unset);
+
+// The directory checkpoints go to: checkpoint_storage.host_path, or its storage_path
+// (absolute, or relative to host_path); "" when the experiment has no checkpoint_storage.
+std::string CheckpointDirectory(const ExperimentConfig& config);
+
+// The effective configuration as JSON (DET_EXPERIMENT_CONFIG, the copy user code reads),
+// from the effective YAML ParseExperimentConfig produced. InvalidArgument naming `source`
+// when `effective_yaml` is not YAML.
+absl::StatusOr<std::string> EffectiveConfigJson(absl::string_view effective_yaml,
+                                                absl::string_view source);
 
 class ObjectReader;
 

@@ -44,6 +44,16 @@ TEST(ExperimentConfig, ValidationErrors) {
       {m + "resources: {priority: 100}\n",
        "exp.yaml:7: resources.priority: expected an integer in [1, 99], got \"100\""},
       {m + "max_restart: 3\n", "exp.yaml:7: max_restart: unknown key (did you mean 'max_restarts'?)"},
+      // Worker settings, validated here once (the harnesses read them from the TrialSpec).
+      {m + "checkpoint_policy: sometimes\n",
+       "exp.yaml:7: checkpoint_policy: expected best, all or none, got \"sometimes\""},
+      {m + "optimizations:\n  tensor_fusion_threshold: 0\n",
+       "exp.yaml:8: optimizations.tensor_fusion_threshold: expected a number of MB in (0, "
+       "1048576], got 0"},
+      {m + "optimizations: {aggregation_frequency: 0}\n",
+       "exp.yaml:7: optimizations.aggregation_frequency: expected an integer in [1, 1000000], "
+       "got \"0\""},
+      {m + "data: [1, 2]\n", "exp.yaml:7: data: expected a mapping"},
       {m + "max_restarts: 1\nmax_restarts: 2\n", "exp.yaml:8: max_restarts: the key appears twice"},
       {"[1, 2]\n", "exp.yaml:1: (top level): expected a mapping, got a list"},
       {"entrypoint: []\nsearcher: {name: single, metric: m, max_length: {batches: 1}}\n",

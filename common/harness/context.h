@@ -1,5 +1,7 @@
 // What a worker process knows about its place in a trial, read from the environment the
-// agent gives it (DET_* variables, RANK, WORLD_SIZE, ...).
+// agent gives it: the trial spec the master resolved (DET_TRIAL_SPEC, v1::TrialSpec) and
+// the rank's own variables (DET_MASTER, DET_ALLOCATION_*, RANK, WORLD_SIZE, ...). The
+// experiment config (DET_EXPERIMENT_CONFIG) is user code's copy; nothing here reads it.
 #ifndef DET_COMMON_HARNESS_CONTEXT_H_
 #define DET_COMMON_HARNESS_CONTEXT_H_
 
@@ -30,25 +32,29 @@ struct TrialContext {
   int cross_size = 1;
 
   nlohmann::json hparams = nlohmann::json::object();
-  // The experiment's effective configuration.
-  nlohmann::json config = nlohmann::json::object();
+  // The config's free-form `data` section (an object, empty when absent).
+  nlohmann::json data = nlohmann::json::object();
+  // reproducibility.deterministic.
+  bool deterministic = false;
   // Batches (global steps) to train in total, from the searcher.
   int64_t target_batches = 0;
   std::string latest_checkpoint;
 
+  // Values from the trial spec, as the master resolved them from the config (its defaults
+  // and bounds are common/config's).
   int64_t global_batch_size = 0;
   // global_batch_size / world_size (remainder dropped).
   int64_t per_slot_batch_size = 0;
   // records_per_epoch / global_batch_size, or 0.
   int64_t batches_per_epoch = 0;
-  int64_t scheduling_unit = 100;
+  int64_t scheduling_unit = 0;
   // Validation period in batches (0: only at the end).
   int64_t validation_period = 0;
   // min_checkpoint_period in batches (0: none).
   int64_t checkpoint_period = 0;
-  // checkpoint_policy: "best" (after a validation that is the trial's best so far; the
-  // default), "all" (after every validation) or "none".
-  std::string checkpoint_policy = "best";
+  // checkpoint_policy: "best" (after a validation that is the trial's best so far), "all"
+  // (after every validation) or "none".
+  std::string checkpoint_policy;
   // searcher.metric and searcher.smaller_is_better.
   std::string searcher_metric;
   bool smaller_is_better = true;
@@ -62,8 +68,8 @@ struct TrialContext {
   // optimizations.average_training_metrics: training metrics averaged over every rank;
   // when false, the chief's own.
   bool average_training_metrics = true;
-  // optimizations.tensor_fusion_threshold (MB, default 64): size of one gradient bucket.
-  int64_t bucket_bytes = int64_t{64} << 20;
+  // optimizations.tensor_fusion_threshold in bytes: size of one gradient bucket.
+  int64_t bucket_bytes = 0;
   // Address the collective listens on (DET_COLLECTIVE_HOST) and a network interface that
   // overrides it (DET_COLLECTIVE_IFACE, like Determined's dtrain_network_interface);
   // empty: see harness::ConnectCollective.
@@ -83,14 +89,15 @@ struct TrialContext {
   // A hyperparameter, or `fallback` when absent. InvalidArgument on a wrong type.
   absl::StatusOr<double> HparamDouble(const std::string& name, double fallback) const;
   absl::StatusOr<int64_t> HparamInt(const std::string& name, int64_t fallback) const;
-  // config.data.<key> as a string, or `fallback`.
+  // data.<key> as a string, or `fallback`.
   std::string DataString(const std::string& key, const std::string& fallback) const;
+  // data.<key> as an integer, or `fallback`.
+  int64_t DataInt(const std::string& key, int64_t fallback) const;
 };
 
-// Reads `env` (name -> value). Missing or malformed required variables are
-// FailedPrecondition naming the variable: the process was not started by a det agent.
-// Invalid settings in the config are InvalidArgument naming the field (e.g.
-// "optimizations.aggregation_frequency: must be >= 1").
+// Reads `env` (name -> value). Missing or malformed required variables (DET_TRIAL_SPEC,
+// DET_MASTER, RANK, ...) are FailedPrecondition naming the variable: the process was not
+// started by a det agent (of this version).
 absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
 
 // The current process environment as a map.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/trial_spec.h"
 #include "common/logging/logging.h"
 #include "master/auth/linked_task_user.h"
 #include "master/loop/on_loop.h"
@@ -153,7 +154,11 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   LaunchInputs in;
   in.experiment_id = es.experiment.id();
   in.trial = t.trial;
-  in.config_json = es.config_json;
+  // User code's copy; the stored effective YAML parsed at create (or recovery), so the
+  // conversion cannot fail.
+  in.config_json =
+      config::EffectiveConfigJson(es.experiment.config_yaml(), "experiment config").value_or("{}");
+  in.trial_spec = config::BuildTrialSpec(es.config, es.experiment.id(), t.trial);
   in.entrypoint = es.config.entrypoint;
   in.environment.insert(es.config.environment_variables.begin(),
                         es.config.environment_variables.end());

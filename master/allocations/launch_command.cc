@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/trial_spec.h"
 
 namespace det::master {
 
@@ -35,6 +36,7 @@ std::vector<std::pair<std::string, v1::LaunchCommand>> BuildLaunchCommands(
       {"DET_TRIAL_SEED", absl::StrCat(t.seed())},
       {"DET_HPARAMS", t.hparams_json()},
       {"DET_EXPERIMENT_CONFIG", in.config_json},
+      {config::kTrialSpecEnv, config::EncodeTrialSpec(in.trial_spec)},
       {"DET_TRIAL_TARGET_BATCHES", absl::StrCat(t.target_batches())},
       {"DET_LATEST_CHECKPOINT", t.latest_checkpoint()},
       {"DET_ALLOCATION_ID", allocation.id()},

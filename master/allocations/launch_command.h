@@ -11,6 +11,7 @@
 
 #include "proto/agent.pb.h"
 #include "proto/types.pb.h"
+#include "proto/worker.pb.h"
 
 namespace det::master {
 
@@ -27,8 +28,11 @@ struct LaunchInputs {
   // The trial as it starts this run (id, run_id, seed, hparams, target, checkpoint,
   // restarts).
   v1::Trial trial;
-  // The experiment's effective config (JSON) for DET_EXPERIMENT_CONFIG.
+  // The experiment's effective config (JSON) for DET_EXPERIMENT_CONFIG: the copy user code
+  // reads; det's harnesses read `trial_spec` instead.
   std::string config_json;
+  // What the workers need (config::BuildTrialSpec), for DET_TRIAL_SPEC.
+  v1::TrialSpec trial_spec;
   std::vector<std::string> entrypoint;
   // The config's environment_variables; DET_* variables take precedence.
   std::map<std::string, std::string> environment;

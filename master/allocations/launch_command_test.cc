@@ -1,5 +1,6 @@
 #include "master/allocations/launch_command.h"
 
+#include "common/config/trial_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -27,6 +28,8 @@ LaunchInputs Inputs() {
   in.trial.set_latest_checkpoint("/ckpt/c-1");
   in.trial.set_restarts(1);
   in.config_json = "{\"name\":\"x\"}";
+  in.trial_spec.set_trial_id(7);
+  in.trial_spec.set_checkpoint_dir("/ckpt");
   in.entrypoint = {"python3", "train.py"};
   in.environment = {{"USER_VAR", "u"}, {"DET_TRIAL_ID", "overridden?"}};
   in.max_restarts = 5;
@@ -81,6 +84,10 @@ TEST(LaunchCommandTest, EveryAgentGetsTheContractAndItsOwnRanks) {
       EXPECT_EQ(l.env().at("DET_ALLOCATION_TOKEN"), "tok");
       EXPECT_EQ(l.env().at("DET_LATEST_CHECKPOINT"), "/ckpt/c-1");
       EXPECT_EQ(l.env().at("DET_EXPERIMENT_CONFIG"), "{\"name\":\"x\"}");
+      absl::StatusOr<v1::TrialSpec> spec = config::DecodeTrialSpec(l.env().at("DET_TRIAL_SPEC"));
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      EXPECT_EQ(spec->trial_id(), 7);
+      EXPECT_EQ(spec->checkpoint_dir(), "/ckpt");
     }
   }
 }

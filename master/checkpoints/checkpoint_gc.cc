@@ -3,34 +3,17 @@
 #include <algorithm>
 #include <map>
 
-#include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 
 namespace det::master {
 
-absl::StatusOr<CheckpointGcPolicy> GcPolicyFromConfig(const std::string& config_json) {
+CheckpointGcPolicy GcPolicyFromConfig(const config::ExperimentConfig& config) {
   CheckpointGcPolicy p;
-  auto j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("experiment config is not a JSON object");
-  if (j.contains("searcher") && j["searcher"].is_object()) {
-    const auto& s = j["searcher"];
-    if (s.contains("metric") && s["metric"].is_string()) p.metric = s["metric"].get<std::string>();
-    if (s.contains("smaller_is_better") && s["smaller_is_better"].is_boolean()) {
-      p.smaller_is_better = s["smaller_is_better"].get<bool>();
-    }
-  }
-  if (j.contains("checkpoint_storage") && j["checkpoint_storage"].is_object()) {
-    const auto& cs = j["checkpoint_storage"];
-    for (auto [key, out] : {std::pair<const char*, int*>{"save_experiment_best", &p.save_experiment_best},
-                            {"save_trial_best", &p.save_trial_best},
-                            {"save_trial_latest", &p.save_trial_latest}}) {
-      if (!cs.contains(key)) continue;
-      if (!cs[key].is_number_integer() || cs[key].get<int64_t>() < 0 || cs[key].get<int64_t>() > 1000000) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("checkpoint_storage.", key, ": expected a non-negative integer, got ", cs[key].dump()));
-      }
-      *out = cs[key].get<int>();
-    }
+  p.metric = config.searcher.metric;
+  p.smaller_is_better = config.searcher.smaller_is_better;
+  if (config.checkpoint_storage) {
+    p.save_experiment_best = config.checkpoint_storage->save_experiment_best;
+    p.save_trial_best = config.checkpoint_storage->save_trial_best;
+    p.save_trial_latest = config.checkpoint_storage->save_trial_latest;
   }
   return p;
 }

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "common/config/experiment_config.h"
 #include "proto/types.pb.h"
 
 namespace det::master {
@@ -30,10 +30,9 @@ struct CheckpointGcPolicy {
   bool smaller_is_better = true;
 };
 
-// The policy of an experiment from its effective configuration (JSON):
-// checkpoint_storage.save_* and searcher.metric / smaller_is_better. InvalidArgument
-// naming the field for a negative or non-integer count.
-absl::StatusOr<CheckpointGcPolicy> GcPolicyFromConfig(const std::string& config_json);
+// The policy of an experiment from its config: checkpoint_storage.save_* (the defaults
+// above without checkpoint_storage) and searcher.metric / smaller_is_better.
+CheckpointGcPolicy GcPolicyFromConfig(const config::ExperimentConfig& config);
 
 // Uuids of the checkpoints to delete: those not yet deleted, belonging to a trial in
 // `ended_trials`, that no rule keeps. `checkpoints` are every checkpoint of the

@@ -8,7 +8,6 @@
 namespace det::master {
 namespace {
 
-using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAreArray;
 
 v1::Checkpoint C(const std::string& uuid, int64_t trial, int64_t batches, std::optional<double> loss = {}) {
@@ -63,16 +62,28 @@ TEST(CheckpointsToDelete, KeepsWhatEachRuleAsksFor) {
 }
 
 TEST(GcPolicyFromConfig, ReadsTheConfigWithDeterminedDefaults) {
-  auto p = GcPolicyFromConfig(R"({"searcher": {"metric": "accuracy", "smaller_is_better": false},
-                                  "checkpoint_storage": {"type": "shared_fs", "save_trial_latest": 3}})");
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->metric, "accuracy");
-  EXPECT_FALSE(p->smaller_is_better);
-  EXPECT_EQ(p->save_experiment_best, 0);
-  EXPECT_EQ(p->save_trial_best, 1);
-  EXPECT_EQ(p->save_trial_latest, 3);
-  auto bad = GcPolicyFromConfig(R"({"checkpoint_storage": {"save_trial_best": -1}})");
-  EXPECT_THAT(bad.status().message(), HasSubstr("checkpoint_storage.save_trial_best"));
+  auto parsed = config::ParseExperimentConfig(
+      "entrypoint: train\n"
+      "searcher: {name: single, metric: accuracy, smaller_is_better: false,"
+      " max_length: {batches: 1}}\n"
+      "checkpoint_storage: {type: shared_fs, host_path: /ckpt, save_trial_latest: 3}\n",
+      "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  CheckpointGcPolicy p = GcPolicyFromConfig(parsed->config);
+  EXPECT_EQ(p.metric, "accuracy");
+  EXPECT_FALSE(p.smaller_is_better);
+  EXPECT_EQ(p.save_experiment_best, 0);
+  EXPECT_EQ(p.save_trial_best, 1);
+  EXPECT_EQ(p.save_trial_latest, 3);
+  // Without checkpoint_storage: Determined's defaults (nothing is stored to collect).
+  config::ExperimentConfig none;
+  none.searcher.metric = "loss";
+  p = GcPolicyFromConfig(none);
+  EXPECT_EQ(p.metric, "loss");
+  EXPECT_TRUE(p.smaller_is_better);
+  EXPECT_EQ(p.save_experiment_best, 0);
+  EXPECT_EQ(p.save_trial_best, 1);
+  EXPECT_EQ(p.save_trial_latest, 1);
 }
 
 TEST(NotYetCollected, LeavesOutWhatALiveTaskDeletesAlready) {

@@ -55,9 +55,7 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   // Only a directory of its own in the experiment's checkpoint storage: garbage
   // collection later deletes what is registered here.
   const ExperimentState& es = registry_.experiments.at(t->trial.experiment_id());
-  nlohmann::json config = nlohmann::json::parse(es.config_json, nullptr, /*allow_exceptions=*/false);
-  ASSIGN_OR_RETURN(std::string directory, CheckpointDirectory(config));
-  RETURN_IF_ERROR(CheckReportedCheckpoint(c, directory));
+  RETURN_IF_ERROR(CheckReportedCheckpoint(c, config::CheckpointDirectory(es.config)));
   if (!c.metadata_json().empty()) {
     nlohmann::json metadata =
         nlohmann::json::parse(c.metadata_json(), nullptr, /*allow_exceptions=*/false);
@@ -146,23 +144,18 @@ absl::Status CheckpointManager::GetCheckpoint(const v1::GetCheckpointRequest& re
 void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   DET_CHECK_ON_LOOP(loop_);
   if (LiveDeletion(es.experiment.id())) return;  // Every checkpoint of it goes already.
-  auto policy = GcPolicyFromConfig(es.config_json);
-  if (!policy.ok()) {
-    Logger("master")->error("experiment {}: no checkpoint garbage collection: {}", es.experiment.id(),
-                            policy.status().ToString());
-    return;
-  }
+  const CheckpointGcPolicy policy = GcPolicyFromConfig(es.config);
   // Without save_experiment_best only the ended trial's checkpoints are at stake; with it,
   // the ranking spans the experiment, which is collected once every trial has ended.
   bool all_ended = true;
   for (int64_t tid : es.trial_ids) {
     all_ended = all_ended && Terminal(registry_.trials.at(tid).trial.state());
   }
-  if (policy->save_experiment_best > 0 && !all_ended) return;
+  if (policy.save_experiment_best > 0 && !all_ended) return;
   std::vector<v1::Checkpoint> all;
   std::set<int64_t> ended;
   for (int64_t tid : es.trial_ids) {
-    if (policy->save_experiment_best == 0 && tid != ended_trial) continue;
+    if (policy.save_experiment_best == 0 && tid != ended_trial) continue;
     auto cs = store_.GetCheckpoints(tid);
     if (!cs.ok()) {
       Logger("master")->error("trial {}: cannot read checkpoints: {}", tid, cs.status().ToString());
@@ -173,7 +166,7 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   }
   std::vector<const v1::CheckpointGcTask*> tasks;
   for (const auto& [id, g] : gc_tasks_) tasks.push_back(&g.task);
-  std::vector<std::string> to_delete = NotYetCollected(CheckpointsToDelete(all, ended, *policy), tasks);
+  std::vector<std::string> to_delete = NotYetCollected(CheckpointsToDelete(all, ended, policy), tasks);
   if (to_delete.empty()) return;
   // Logged, and in the trial's log; the trial has ended either way.
   (void)QueueGcTask(es, ended_trial, all, {to_delete.begin(), to_delete.end()});

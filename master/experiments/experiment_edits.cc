@@ -139,7 +139,6 @@ absl::Status ExperimentManager::Patch(const v1::PatchExperimentRequest& req,
   RETURN_IF_ERROR(PersistExperiment(store_, *es, std::move(updated)));
   if (parsed) {
     es->config = parsed->config;
-    es->config_json = parsed->effective_json;
     if (req.has_max_slots()) {
       Logger("master")->info("experiment {}: max_slots = {}", req.id(), req.max_slots());
     }

@@ -36,7 +36,6 @@ absl::Status ExperimentManager::Restore(std::vector<v1::Experiment> experiments,
                                               " no longer parses: ", parsed.status().message()));
     }
     es.config = parsed->config;
-    es.config_json = parsed->effective_json;
     if (e.priority() == 0) e.set_priority(parsed->config.resources.priority);
     if (e.resource_pool().empty()) e.set_resource_pool(parsed->config.resources.resource_pool);
     e.set_slots_per_trial(parsed->config.resources.slots_per_trial);

@@ -132,7 +132,6 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   ExperimentState& es = experiments_[id];
   es.experiment = e;
   es.config = c;
-  es.config_json = parsed.effective_json;
   es.searcher = std::move(search);
   for (auto& t : trials) {
     es.trial_ids.push_back(t.id());
@@ -360,7 +359,6 @@ absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& re
   updated.set_slots_per_trial(slots);
   RETURN_IF_ERROR(PersistExperiment(store_, es, updated));
   es.config = parsed.config;
-  es.config_json = parsed.effective_json;
   for (int64_t tid : es.trial_ids) {
     TrialState& t = trials_.at(tid);
     if (Terminal(t.trial.state())) continue;

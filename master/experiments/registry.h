@@ -30,8 +30,9 @@ inline std::string StateName(v1::State s) { return v1::State_Name(s).substr(6); 
 
 struct ExperimentState {
   v1::Experiment experiment;
+  // Parsed once (at create, an edit, or recovery from the stored effective YAML in
+  // experiment.config_yaml); every manager reads these typed fields.
   config::ExperimentConfig config;
-  std::string config_json;
   std::vector<int64_t> trial_ids;
   // Decides which trials to create and stop; null for an experiment that had ended when
   // the master started.

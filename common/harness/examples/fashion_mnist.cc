@@ -162,9 +162,7 @@ absl::Status Trainer::Setup() {
   ASSIGN_OR_RETURN(warmup_epochs_, ctx_.HparamDouble("lr_warmup_epochs", 0));
   ASSIGN_OR_RETURN(input_noise_, ctx_.HparamDouble("input_noise", 0));
   ASSIGN_OR_RETURN(micro_, ctx_.HparamInt("micro_batch_size", 1));
-  if (ctx_.config.contains("reproducibility") && ctx_.config["reproducibility"].is_object()) {
-    deterministic_ = ctx_.config["reproducibility"].value("deterministic", false);
-  }
+  deterministic_ = ctx_.deterministic;
   if (deterministic_) {
     if (requested_batch_ % ctx_.world_size != 0 || micro_ <= 0 || (requested_batch_ / ctx_.world_size) % micro_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -205,11 +203,7 @@ absl::Status Trainer::Setup() {
   options.layer_sizes = {train_.rows * train_.cols, static_cast<int>(hidden_), 10};
   options.momentum = static_cast<float>(momentum_);
   ASSIGN_OR_RETURN(nn::Mlp host, nn::Mlp::Create(options, ctx_.trial_seed));
-  int64_t canonical = ctx_.cross_size;
-  if (ctx_.config.contains("data") && ctx_.config["data"].is_object() &&
-      ctx_.config["data"].contains("num_canonical_nodes") && ctx_.config["data"]["num_canonical_nodes"].is_number_integer()) {
-    canonical = std::max<int64_t>(1, ctx_.config["data"]["num_canonical_nodes"].get<int64_t>());
-  }
+  const int64_t canonical = std::max<int64_t>(1, ctx_.DataInt("num_canonical_nodes", ctx_.cross_size));
   loader_.emplace(train_.num_examples, train_.Fingerprint(), ctx_.trial_seed, canonical, global_batch_);
   if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore(host));
   RETURN_IF_ERROR(Connect(host));

@@ -1,10 +1,15 @@
 """What a worker knows about its place in a trial, read once from the environment the det
-agent gives it (the DET_* variables and torchrun's RANK, WORLD_SIZE, ...). The Python twin of
-common/harness/context.h."""
+agent gives it: the trial spec the master resolved from the experiment's config
+(DET_TRIAL_SPEC, proto/worker.proto's TrialSpec in protobuf's JSON mapping) and the rank's
+own variables (DET_MASTER, DET_ALLOCATION_*, torchrun's RANK, WORLD_SIZE, ...). The Python
+twin of common/harness/context.h. DET_EXPERIMENT_CONFIG is the user's copy of the config;
+nothing here reads it: the config's defaults and bounds live in common/config alone."""
 
 import json
 import os
 from typing import Any, Dict, Mapping, Optional
+
+TRIAL_SPEC_ENV = "DET_TRIAL_SPEC"
 
 
 class ClusterEnvironmentError(RuntimeError):
@@ -29,12 +34,24 @@ def _int(env: Mapping[str, str], name: str, required: bool, default: int = 0) ->
         raise _missing(name, f"is not an integer: {value!r}") from None
 
 
-def _json_object(env: Mapping[str, str], name: str) -> Dict[str, Any]:
-    value = env.get(name, "")
-    if value == "":
-        return {}
+def trial_spec_from(env: Mapping[str, str]) -> Any:
+    """The TrialSpec (det._proto.worker_pb2) in env's DET_TRIAL_SPEC. ClusterEnvironmentError
+    naming the variable when it is missing or is not a TrialSpec."""
+    # Imported here, as det._client does: `import det` off-cluster needs no protobuf.
+    from google.protobuf import json_format
+    from det._proto import worker_pb2
+    text = env.get(TRIAL_SPEC_ENV, "")
+    if text == "":
+        raise _missing(TRIAL_SPEC_ENV, "is not set")
     try:
-        parsed = json.loads(value)
+        return json_format.Parse(text, worker_pb2.TrialSpec())
+    except json_format.ParseError as e:
+        raise _missing(TRIAL_SPEC_ENV, f"is not a det.v1.TrialSpec: {e}") from None
+
+
+def _json_object(name: str, text: str) -> Dict[str, Any]:
+    try:
+        parsed = json.loads(text) if text else {}
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
@@ -42,99 +59,50 @@ def _json_object(env: Mapping[str, str], name: str) -> Dict[str, Any]:
     return parsed
 
 
-def checkpoint_directory(config: Mapping[str, Any]) -> str:
-    """The directory an experiment's checkpoints go to (common/checkpoint's
-    CheckpointDirectory): checkpoint_storage.host_path, or its storage_path (absolute, or
-    relative to host_path). "" when the config has no checkpoint_storage. ValueError naming
-    the field otherwise."""
-    cs = config.get("checkpoint_storage")
-    if cs is None:
-        return ""
-    if not isinstance(cs, dict):
-        raise ValueError("checkpoint_storage: expected an object")
-    kind = cs.get("type", "shared_fs")
-    if kind != "shared_fs":
-        raise ValueError(f'checkpoint_storage.type: only shared_fs is supported, got "{kind}"')
-    host = cs.get("host_path")
-    if not isinstance(host, str) or not host.startswith("/"):
-        raise ValueError("checkpoint_storage.host_path: expected an absolute directory path")
-    sp = cs.get("storage_path")
-    if isinstance(sp, str) and sp:
-        return sp if sp.startswith("/") else host + "/" + sp
-    return host
-
-
-def _length_in_batches(length: Any, batches_per_epoch: int, global_batch_size: int) -> int:
-    if not isinstance(length, dict):
-        return 0
-    if isinstance(length.get("batches"), int):
-        return length["batches"]
-    if isinstance(length.get("epochs"), int):
-        return length["epochs"] * batches_per_epoch
-    if isinstance(length.get("records"), int) and global_batch_size > 0:
-        return length["records"] // global_batch_size
-    return 0
-
-
 class TrialInfo:
-    """The trial this process trains (Determined's det.TrialInfo)."""
+    """The trial this process trains (Determined's det.TrialInfo), as its TrialSpec says."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.trial_id: int = _int(env, "DET_TRIAL_ID", True)
-        self.experiment_id: int = _int(env, "DET_EXPERIMENT_ID", True)
-        self.trial_run_id: int = _int(env, "DET_TRIAL_RUN_ID", False)
-        self.trial_seed: int = _int(env, "DET_TRIAL_SEED", True)
-        self.hparams: Dict[str, Any] = _json_object(env, "DET_HPARAMS")
-        # The experiment's effective configuration.
-        self.config: Dict[str, Any] = _json_object(env, "DET_EXPERIMENT_CONFIG")
+    def __init__(self, spec: Any, world_size: int) -> None:
+        # The det._proto.worker_pb2.TrialSpec it reads.
+        self.spec = spec
+        self.trial_id: int = spec.trial_id
+        self.experiment_id: int = spec.experiment_id
+        self.trial_run_id: int = spec.run_id
+        self.trial_seed: int = spec.trial_seed
+        self.hparams: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".hparams_json",
+                                                    spec.hparams_json)
+        # The config's free-form `data` section (Determined's ClusterInfo.user_data).
+        self.user_data: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".data_json",
+                                                      spec.data_json)
         # Batches (global steps) to train in all, from the searcher.
-        self.target_batches: int = _int(env, "DET_TRIAL_TARGET_BATCHES", False)
-        gbs = self.hparams.get("global_batch_size", 0)
-        self.global_batch_size: int = gbs if isinstance(gbs, int) and not isinstance(gbs, bool) else 0
-        world = _int(env, "WORLD_SIZE", False, 1)
+        self.target_batches: int = spec.target_batches
+        self.global_batch_size: int = spec.global_batch_size
         # global_batch_size // WORLD_SIZE (remainder dropped, as the C++ harness does).
-        self.per_slot_batch_size: int = self.global_batch_size // max(1, world)
-        records = self.config.get("records_per_epoch", 0)
-        self.records_per_epoch: int = records if isinstance(records, int) else 0
-        self.batches_per_epoch: int = (self.records_per_epoch // self.global_batch_size
-                                       if self.global_batch_size > 0 else 0)
-        searcher = self.config.get("searcher") or {}
-        self.searcher_metric: str = searcher.get("metric", "") if isinstance(searcher, dict) else ""
-        self.smaller_is_better: bool = bool(searcher.get("smaller_is_better", True)) \
-            if isinstance(searcher, dict) else True
-        self.max_length: Dict[str, Any] = searcher.get("max_length", {}) \
-            if isinstance(searcher, dict) and isinstance(searcher.get("max_length"), dict) else {}
-        self.validation_period: int = _length_in_batches(
-            self.config.get("min_validation_period"), self.batches_per_epoch,
-            self.global_batch_size)
-        self.checkpoint_period: int = _length_in_batches(
-            self.config.get("min_checkpoint_period"), self.batches_per_epoch,
-            self.global_batch_size)
-        self.checkpoint_dir: str = checkpoint_directory(self.config)
+        self.per_slot_batch_size: int = self.global_batch_size // max(1, world_size)
+        self.records_per_epoch: int = spec.records_per_epoch
+        self.batches_per_epoch: int = spec.batches_per_epoch
+        self.searcher_metric: str = spec.searcher.metric
+        self.smaller_is_better: bool = spec.searcher.smaller_is_better
+        self.validation_period: int = spec.validation_period
+        self.checkpoint_period: int = spec.checkpoint_period
+        self.checkpoint_dir: str = spec.checkpoint_dir
+        self.checkpoint_policy: str = spec.checkpoint_policy
+        self.deterministic: bool = spec.deterministic
 
     def length_unit(self) -> str:
-        """The unit of searcher.max_length: "batches", "epochs" or "records"."""
-        for unit in ("batches", "epochs", "records"):
-            if unit in self.max_length:
-                return unit
-        return "batches"
+        """The unit of searcher.max_length: "batches" or "epochs"."""
+        return self.spec.searcher.max_length_unit or "batches"
 
     def to_batches(self, length: float) -> int:
         """`length` in the unit of searcher.max_length, as batches."""
-        unit = self.length_unit()
-        if unit == "epochs":
+        if self.length_unit() == "epochs":
             return int(round(length * self.batches_per_epoch))
-        if unit == "records":
-            return int(length) // self.global_batch_size if self.global_batch_size else 0
         return int(length)
 
     def from_batches(self, batches: int) -> int:
         """`batches` in the unit of searcher.max_length (whole units, rounded down)."""
-        unit = self.length_unit()
-        if unit == "epochs":
+        if self.length_unit() == "epochs":
             return batches // self.batches_per_epoch if self.batches_per_epoch else 0
-        if unit == "records":
-            return batches * self.global_batch_size
         return batches
 
 
@@ -164,8 +132,10 @@ class ClusterInfo:
         self.cross_rank: int = _int(env, "CROSS_RANK", False, 0)
         self.cross_size: int = _int(env, "CROSS_SIZE", False, 1)
         self.container_rank: int = self.cross_rank
-        self.trial = TrialInfo(env)
-        path = env.get("DET_LATEST_CHECKPOINT", "")
+        self.trial = TrialInfo(trial_spec_from(env), self.world_size)
+        # The config's `data` section.
+        self.user_data: Dict[str, Any] = self.trial.user_data
+        path = self.trial.spec.latest_checkpoint
         # The latest checkpoint's storage path, and its storage id (Determined's
         # latest_checkpoint: the id restore_path() takes); None on a first run.
         self.latest_checkpoint_path: Optional[str] = path or None

@@ -164,8 +164,7 @@ class CoreTest(unittest.TestCase):
                     pass
 
     def test_no_checkpoint_storage_is_a_clear_error(self):
-        env = fake_master.allocation_env(self.address, self.storage)
-        env["DET_EXPERIMENT_CONFIG"] = '{"searcher": {"metric": "loss", "max_length": {"batches": 5}}}'
+        env = fake_master.allocation_env(self.address, checkpoint_dir="")
         with fake_master.environment(env), det.core.init() as core:
             with self.assertRaisesRegex(RuntimeError, "has no checkpoint_storage"):
                 with core.checkpoint.store_path({"steps_completed": 1}):
@@ -224,7 +223,7 @@ class CoreTest(unittest.TestCase):
 
     def test_searcher_operation_in_epochs(self):
         # 640 records / 64 per batch = 10 batches per epoch; the master asks for 20 batches.
-        with self.env(target_batches=20, max_length='{"epochs": 4}'), det.core.init() as core:
+        with self.env(target_batches=20, max_length=(4, "epochs")), det.core.init() as core:
             self.assertEqual(core.searcher.get_configured_units(), "epochs")
             ops = []
             for op in core.searcher.operations():
@@ -258,24 +257,47 @@ class CoreTest(unittest.TestCase):
                 break
 
     def test_cluster_info(self):
-        env = fake_master.allocation_env(self.address, self.storage, rank=1, world_size=2)
-        env["DET_LATEST_CHECKPOINT"] = self.storage + "/abc-123"
+        spec = fake_master.trial_spec(self.storage)
+        spec.latest_checkpoint = self.storage + "/abc-123"
+        spec.data_json = '{"dir": "/data/fm"}'
+        spec.validation_period = 30
+        env = fake_master.allocation_env(self.address, self.storage, rank=1, world_size=2,
+                                         spec=spec)
+        # What det reads comes from DET_TRIAL_SPEC alone, not the user's copies.
+        for name in ("DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_HPARAMS", "DET_LATEST_CHECKPOINT",
+                     "DET_EXPERIMENT_CONFIG"):
+            del env[name]
         with fake_master.environment(env):
             info = det.get_cluster_info()
         self.assertEqual((info.trial.trial_id, info.trial.experiment_id, info.trial.trial_seed),
                          (7, 3, 42))
         self.assertEqual(info.trial.hparams, {"global_batch_size": 64, "learning_rate": 0.1})
         self.assertEqual((info.trial.global_batch_size, info.trial.per_slot_batch_size), (64, 32))
+        self.assertEqual((info.trial.records_per_epoch, info.trial.batches_per_epoch), (640, 10))
+        self.assertEqual((info.trial.searcher_metric, info.trial.smaller_is_better),
+                         ("validation_loss", True))
+        self.assertEqual((info.trial.validation_period, info.trial.checkpoint_dir),
+                         (30, self.storage))
+        self.assertEqual(info.user_data, {"dir": "/data/fm"})
         self.assertEqual(info.latest_checkpoint, "abc-123")
+        self.assertEqual(info.latest_checkpoint_path, self.storage + "/abc-123")
         self.assertEqual((info.rank, info.world_size, info.allocation_id), (1, 2, "7.1"))
 
     def test_missing_variables_inside_an_allocation_are_named(self):
         env = fake_master.allocation_env(self.address, self.storage)
-        del env["DET_TRIAL_ID"]
+        del env["DET_TRIAL_SPEC"]
         with fake_master.environment(env):
             with self.assertRaisesRegex(det.ClusterEnvironmentError,
-                                        "DET_TRIAL_ID is not set .*det agent"):
+                                        "DET_TRIAL_SPEC is not set .*det agent"):
                 det.core.init()
+        for bad, why in (("{", "is not a det.v1.TrialSpec"),
+                         ('{"trial_id": "seven"}', "is not a det.v1.TrialSpec"),
+                         ('{"no_such_field": 1}', "is not a det.v1.TrialSpec"),
+                         ('{"hparams_json": "[1]"}', "DET_TRIAL_SPEC.hparams_json is not a JSON")):
+            env["DET_TRIAL_SPEC"] = bad
+            with fake_master.environment(env):
+                with self.assertRaisesRegex(det.ClusterEnvironmentError, why):
+                    det.get_cluster_info()
         env = fake_master.allocation_env(self.address, self.storage)
         env["RANK"] = "x"
         with fake_master.environment(env):

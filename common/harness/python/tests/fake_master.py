@@ -5,9 +5,10 @@ import contextlib
 import os
 import threading
 from concurrent import futures
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import grpc
+from google.protobuf import json_format
 
 from det._proto import worker_pb2, worker_pb2_grpc
 
@@ -100,21 +101,44 @@ def serve(world_size: int = 1) -> Iterator[tuple]:
         server.stop(grace=None)
 
 
+def trial_spec(checkpoint_dir: str, target_batches: int = 100,
+               max_length: Tuple[int, str] = (100, "batches")) -> worker_pb2.TrialSpec:
+    """The TrialSpec the master would build for trial 7 (experiment 3): global batch 64,
+    640 records per epoch (10 batches), searcher metric validation_loss, checkpoints under
+    `checkpoint_dir` ("" for an experiment without checkpoint_storage)."""
+    value, unit = max_length
+    spec = worker_pb2.TrialSpec(
+        experiment_id=3, trial_id=7, run_id=1, trial_seed=42,
+        hparams_json='{"global_batch_size": 64, "learning_rate": 0.1}',
+        global_batch_size=64, records_per_epoch=640, batches_per_epoch=10, scheduling_unit=100,
+        checkpoint_dir=checkpoint_dir, checkpoint_policy="best", aggregation_frequency=1,
+        average_training_metrics=True, bucket_bytes=64 << 20, data_json="{}",
+        target_batches=target_batches)
+    spec.searcher.metric = "validation_loss"
+    spec.searcher.smaller_is_better = True
+    spec.searcher.max_length_value = value
+    spec.searcher.max_length_unit = unit
+    spec.searcher.max_length_batches = value * (10 if unit == "epochs" else 1)
+    return spec
+
+
 def allocation_env(master: str, checkpoint_dir: str, rank: int = 0, world_size: int = 1,
-                   target_batches: int = 100, max_length: str = '{"batches": 100}',
-                   extra_config: str = "") -> Dict[str, str]:
-    """The environment a det agent gives rank `rank` of trial 7 (experiment 3)."""
-    config = ('{"searcher": {"name": "single", "metric": "validation_loss", '
-              f'"smaller_is_better": true, "max_length": {max_length}}}, '
-              '"records_per_epoch": 640, '
-              f'"checkpoint_storage": {{"type": "shared_fs", "host_path": "{checkpoint_dir}"}}'
-              f'{extra_config}}}')
+                   target_batches: int = 100, max_length: Tuple[int, str] = (100, "batches"),
+                   spec: Optional[worker_pb2.TrialSpec] = None) -> Dict[str, str]:
+    """The environment a det agent gives rank `rank` of trial 7 (experiment 3): `spec` (by
+    default trial_spec(checkpoint_dir, target_batches, max_length)) in DET_TRIAL_SPEC, and the
+    user's copy of the config in DET_EXPERIMENT_CONFIG (which det's own code never reads)."""
+    if spec is None:
+        spec = trial_spec(checkpoint_dir, target_batches, max_length)
     return {
         "DET_MASTER": master, "DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3",
         "DET_TRIAL_RUN_ID": "1", "DET_TRIAL_SEED": "42",
-        "DET_HPARAMS": '{"global_batch_size": 64, "learning_rate": 0.1}',
-        "DET_EXPERIMENT_CONFIG": config, "DET_TRIAL_TARGET_BATCHES": str(target_batches),
-        "DET_LATEST_CHECKPOINT": "", "DET_ALLOCATION_ID": "7.1",
+        "DET_HPARAMS": spec.hparams_json,
+        "DET_EXPERIMENT_CONFIG": '{"note": "the user\'s copy; det does not read it"}',
+        "DET_TRIAL_SPEC": json_format.MessageToJson(spec, preserving_proto_field_name=True,
+                                                    indent=None),
+        "DET_TRIAL_TARGET_BATCHES": str(spec.target_batches),
+        "DET_LATEST_CHECKPOINT": spec.latest_checkpoint, "DET_ALLOCATION_ID": "7.1",
         "DET_ALLOCATION_TOKEN": "tok", "DET_AGENT_ID": "a1", "DET_SLOT_IDS": str(rank),
         "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
         "LOCAL_WORLD_SIZE": str(world_size), "CROSS_RANK": "0", "CROSS_SIZE": "1",

@@ -178,8 +178,7 @@ def main() -> None:
     info = det.get_cluster_info()
     hparams = dict(DEFAULTS, **(info.trial.hparams if info else {}))
     seed = info.trial.trial_seed if info else 0
-    data_dir = (info.trial.config.get("data") or {}).get("dir", data.DEFAULT_DIR) if info \
-        else data.DEFAULT_DIR
+    data_dir = info.user_data.get("dir", data.DEFAULT_DIR) if info else data.DEFAULT_DIR
     off_length = OFF_CLUSTER_EPOCHS * (60000 // hparams["global_batch_size"])
     run(info, distributed, hparams, seed, data_dir, off_length)
     gc.collect()  # The model and its DDP reducer, should a reference cycle hold them.
