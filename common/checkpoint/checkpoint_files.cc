@@ -8,29 +8,6 @@
 
 namespace det {
 
-absl::StatusOr<std::string> CheckpointDirectory(const nlohmann::json& config) {
-  if (!config.is_object() || !config.contains("checkpoint_storage") || config["checkpoint_storage"].is_null()) {
-    return std::string();
-  }
-  const nlohmann::json& cs = config["checkpoint_storage"];
-  if (!cs.is_object()) return absl::InvalidArgumentError("checkpoint_storage: expected an object");
-  std::string type = cs.contains("type") && cs["type"].is_string() ? cs["type"].get<std::string>() : "shared_fs";
-  if (type != "shared_fs") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint_storage.type: only shared_fs is supported, got \"", type, "\""));
-  }
-  if (!cs.contains("host_path") || !cs["host_path"].is_string() || cs["host_path"].get<std::string>().empty() ||
-      cs["host_path"].get<std::string>()[0] != '/') {
-    return absl::InvalidArgumentError("checkpoint_storage.host_path: expected an absolute directory path");
-  }
-  std::string dir = cs["host_path"].get<std::string>();
-  if (cs.contains("storage_path") && cs["storage_path"].is_string() && !cs["storage_path"].get<std::string>().empty()) {
-    const std::string sp = cs["storage_path"].get<std::string>();
-    dir = sp[0] == '/' ? sp : absl::StrCat(dir, "/", sp);
-  }
-  return dir;
-}
-
 absl::Status CheckReportedCheckpoint(const v1::Checkpoint& c, const std::string& directory) {
   const std::string& uuid = c.uuid();
   if (uuid.empty() || uuid == "." || uuid == ".." || absl::StrContains(uuid, "/")) {

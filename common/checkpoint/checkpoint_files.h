@@ -1,5 +1,5 @@
-// Where an experiment's checkpoints live on shared_fs storage, and which checkpoint
-// directories may be registered and deleted. Shared by the trial harness (where to write),
+// Which checkpoint directories on shared_fs storage may be registered and deleted (where
+// an experiment's checkpoints live is config::CheckpointDirectory, from its typed config). Shared by the trial harness (where to write),
 // the master (what a worker may report) and the agent's checkpoint-GC process (what it
 // may delete).
 #ifndef DET_COMMON_CHECKPOINT_CHECKPOINT_FILES_H_
@@ -8,19 +8,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
 #include "proto/types.pb.h"
 
 namespace det {
 
-// The directory an experiment's checkpoints go to, from its configuration (JSON):
-// checkpoint_storage.host_path, or its storage_path (absolute, or relative to host_path).
-// Empty when the configuration has no checkpoint_storage. InvalidArgument naming the
-// field for a type other than shared_fs or a host_path that is not absolute.
-absl::StatusOr<std::string> CheckpointDirectory(const nlohmann::json& config);
-
 // OK when a reported checkpoint is a directory of its own, named by its uuid, directly in
-// `directory` (CheckpointDirectory of its experiment): storage_path is
+// `directory` (config::CheckpointDirectory of its experiment): storage_path is
 // "<directory>/<uuid>" and the uuid is a plain name. InvalidArgument naming the field
 // otherwise, so that a worker cannot register (and later have deleted) any other path.
 absl::Status CheckReportedCheckpoint(const v1::Checkpoint& checkpoint, const std::string& directory);

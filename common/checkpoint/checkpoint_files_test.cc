@@ -70,22 +70,6 @@ TEST(DeleteCheckpointFiles, RemovesTheTreeAndRefusesSuspiciousPaths) {
   EXPECT_EQ(DeleteCheckpointFiles(c).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CheckpointDirectory, FollowsHostPathAndStoragePath) {
-  using nlohmann::json;
-  EXPECT_EQ(*CheckpointDirectory(json::object()), "");
-  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", nullptr}}), "");
-  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"type", "shared_fs"}, {"host_path", "/ckpt"}}}}),
-            "/ckpt");
-  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "/ckpt"}, {"storage_path", "exp"}}}}),
-            "/ckpt/exp");
-  EXPECT_EQ(*CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "/ckpt"}, {"storage_path", "/ckpt/a"}}}}),
-            "/ckpt/a");
-  EXPECT_THAT(std::string(CheckpointDirectory(json{{"checkpoint_storage", {{"type", "s3"}}}}).status().message()),
-              HasSubstr("checkpoint_storage.type: only shared_fs"));
-  EXPECT_THAT(std::string(CheckpointDirectory(json{{"checkpoint_storage", {{"host_path", "rel"}}}}).status().message()),
-              HasSubstr("checkpoint_storage.host_path"));
-}
-
 TEST(CheckReportedCheckpoint, OnlyADirectoryOfItsOwnInTheExperimentsStorage) {
   EXPECT_TRUE(CheckReportedCheckpoint(C("u-1", "/ckpt/u-1"), "/ckpt").ok());
   for (const auto& [uuid, path] : std::vector<std::pair<std::string, std::string>>{
