@@ -31,6 +31,9 @@ constexpr int64_t kMaxBufferedLines = 100000;
 constexpr int64_t kReadPauseLines = 30000;
 constexpr int kMaxLinesPerRead = 10000;
 constexpr int kMaxLinesPerBatch = 1000;
+// A batch stays far below the 4 MiB the master receives in one message (lines are cut at
+// 64 KiB, so 1000 of them could be 64 MiB).
+constexpr size_t kMaxBatchBytes = 1 << 20;
 constexpr size_t kMaxBufferedSamples = 720;
 constexpr absl::Duration kPollWait = absl::Seconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
@@ -66,19 +69,7 @@ absl::Status WriteCredential(const std::string& path, const std::string& credent
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
   }
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
-  const std::string text = credential + "\n";
-  bool ok = fchmod(fd, 0600) == 0 &&
-            write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WritePrivateFile(path, credential + "\n");
 }
 
 }  // namespace
@@ -88,7 +79,8 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
     : config_(std::move(config)),
       client_(client),
       slots_(std::move(slots)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      contexts_(config_.work_dir + "/contexts") {
   launch_context_.agent_id = config_.agent_id;
   launch_context_.master_address = config_.master;
   launch_context_.slot_type = slots_.empty() ? "cpu" : slots_[0].type();
@@ -451,9 +443,12 @@ void Agent::OutboxLoop() {
       session = session_;
       // Consecutive log lines go in one batch; a report goes alone.
       if (outbox_.front().line) {
+        size_t bytes = 0;
         for (auto it = outbox_.begin();
              it != outbox_.end() && it->line && static_cast<int>(batch.size()) < kMaxLinesPerBatch;
              ++it) {
+          bytes += it->line->ByteSizeLong();
+          if (!batch.empty() && bytes > kMaxBatchBytes) break;
           batch.push_back(*it);
         }
         dropped = dropped_lines_;
@@ -671,7 +666,14 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   RemoveTree(alloc->work_dir);
   // The experiment owner's linked OS user, if any, replaces the default task user.
   absl::Status st = UseLaunchTaskUser(launch, geteuid(), getegid(), &launch_context);
-  if (st.ok()) st = WriteContext(alloc->work_dir, launch.context());
+  v1::ModelContext context;
+  if (st.ok() && launch.has_model_context()) {
+    absl::StatusOr<v1::ModelContext> fetched = ModelContext(launch);
+    if (fetched.ok()) context = *std::move(fetched);
+    st = fetched.status();
+  }
+  if (st.ok()) st = WriteContext(alloc->work_dir, context.files());
+  context.Clear();  // Written to disk; no need to keep it in memory.
   std::error_code ec;
   std::filesystem::create_directories(alloc->run_dir, ec);
   if (st.ok() && ec) {
@@ -689,7 +691,6 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   // Last: the allocation's files become its task user's, readable by no other.
   if (st.ok()) st = HandOverWorkDir(alloc->work_dir, launch_context.task_user);
   alloc->launch = launch;
-  alloc->launch.clear_context();  // Written to disk; no need to keep it in memory.
   std::vector<int> started;
   EnvironmentVariables base = CurrentEnvironment();
   for (const auto& r : launch.ranks()) {
@@ -752,6 +753,23 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   for (auto& w : a->workers) {
     if (w->process) StartSupervisor(a, w.get());
   }
+}
+
+absl::StatusOr<v1::ModelContext> Agent::ModelContext(const v1::LaunchCommand& launch) {
+  return contexts_.Get(launch.model_context(), [&]() -> absl::StatusOr<v1::GetModelContextResponse> {
+    v1::GetModelContextRequest req;
+    req.set_agent_id(config_.agent_id);
+    req.set_allocation_id(launch.allocation_id());
+    absl::StatusOr<v1::GetModelContextResponse> resp;
+    for (int attempt = 1;; ++attempt) {
+      req.set_session_id(Session());
+      resp = client_.GetModelContext(req);
+      if (resp.ok() || !rpc::IsTransient(resp.status()) || attempt == 3 ||
+          SleepOrStop(absl::Seconds(1))) {
+        return resp;
+      }
+    }
+  });
 }
 
 void Agent::Kill(const std::string& allocation_id, const std::string& reason, absl::Duration grace,

@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/context_cache.h"
 #include "agent/launcher/launcher.h"
 #include "agent/master_client/master_client.h"
 #include "agent/supervisor/allocation_record.h"
@@ -106,6 +107,9 @@ class Agent {
   void OutboxLoop();
   void MetricsLoop();
   void Launch(const v1::LaunchCommand& launch);
+  // The model context of `launch` (ContextCache; GetModelContext, retried while the master
+  // is unreachable, up to 3 tries). Poll thread only.
+  absl::StatusOr<v1::ModelContext> ModelContext(const v1::LaunchCommand& launch);
   // `grace` zero: config kill_grace.
   void Kill(const std::string& allocation_id, const std::string& reason,
             absl::Duration grace = absl::ZeroDuration(), bool agent_stopping = false);
@@ -134,6 +138,8 @@ class Agent {
   // Fixed at construction, except advertise_address and network_interface: written under
   // mu_ at each registration; Launch() copies the whole under mu_.
   LaunchContext launch_context_;
+  // work_dir/contexts; used by the poll thread only.
+  ContextCache contexts_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

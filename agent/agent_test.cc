@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/supervisor/worker_process.h"
+#include "common/rpc/context_sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -75,9 +76,35 @@ class FakeMasterClient : public MasterClient {
     dropped_ = std::max(dropped_, req.dropped());
     return absl::OkStatus();
   }
+  absl::StatusOr<v1::GetModelContextResponse> GetModelContext(
+      const v1::GetModelContextRequest& req) override {
+    absl::MutexLock l(&mu_);
+    ++context_fetches_;
+    if (!context_error_.ok()) return context_error_;
+    auto it = contexts_.find(req.allocation_id());
+    if (it == contexts_.end()) return absl::NotFoundError("no such allocation");
+    v1::GetModelContextResponse resp;
+    resp.set_model_context(it->second.SerializeAsString());
+    resp.set_sha256(rpc::ContextSha256(resp.model_context()));
+    return resp;
+  }
   void Shutdown() override {
     absl::MutexLock l(&mu_);
     shutdown_ = true;
+  }
+
+  // The context GetModelContext answers for `allocation_id`.
+  void ServeContext(const std::string& allocation_id, v1::ModelContext context) {
+    absl::MutexLock l(&mu_);
+    contexts_[allocation_id] = std::move(context);
+  }
+  void FailContexts(absl::Status st) {
+    absl::MutexLock l(&mu_);
+    context_error_ = std::move(st);
+  }
+  int context_fetches() {
+    absl::MutexLock l(&mu_);
+    return context_fetches_;
   }
 
   void Send(v1::AgentCommand cmd) {
@@ -154,6 +181,9 @@ class FakeMasterClient : public MasterClient {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status register_error_ ABSL_GUARDED_BY(mu_);
   absl::Status reports_error_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::ModelContext> contexts_ ABSL_GUARDED_BY(mu_);
+  absl::Status context_error_ ABSL_GUARDED_BY(mu_);
+  int context_fetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> kill_on_register_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AgentCommand> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RegisterRequest> registers_ ABSL_GUARDED_BY(mu_);
@@ -232,8 +262,10 @@ class AgentTest : public ::testing::Test {
         absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det", "/agent/det-agent");
   }
 
-  // A launch of allocation `id` with `ranks` ranks running ./train.sh with `script`.
-  v1::AgentCommand Launch(const std::string& id, int ranks, const std::string& script) {
+  // A launch of allocation `id` with `ranks` ranks running ./train.sh with `script` (the
+  // model context `master` serves for it).
+  v1::AgentCommand Launch(FakeMasterClient& master, const std::string& id, int ranks,
+                          const std::string& script) {
     v1::AgentCommand cmd;
     v1::LaunchCommand* l = cmd.mutable_launch();
     l->set_allocation_id(id);
@@ -249,10 +281,14 @@ class AgentTest : public ::testing::Test {
     }
     l->set_world_size(ranks);
     l->set_num_agents(1);
-    v1::ContextFile* f = l->add_context();
+    v1::ModelContext context;
+    v1::ContextFile* f = context.add_files();
     f->set_path("train.sh");
     f->set_content("#!/bin/sh\n" + script);
     f->set_mode(0755);
+    l->mutable_model_context()->set_experiment_id(1);
+    l->mutable_model_context()->set_sha256(rpc::ContextSha256(context.SerializeAsString()));
+    master.ServeContext(id, std::move(context));
     return cmd;
   }
 
@@ -274,7 +310,7 @@ class AgentTest : public ::testing::Test {
 TEST_F(AgentTest, FailedRankStopsTheOthersAndEveryExitIsReported) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch("1.0", 2, R"sh(
+  master.Send(Launch(master, "1.0", 2, R"sh(
 echo "rank $RANK of $WORLD_SIZE in $(pwd)"
 if [ "$RANK" = 1 ]; then
   while [ ! -s "$TEST_DIR/rank0.pid" ]; do sleep 0.02; done
@@ -314,7 +350,7 @@ exec sleep 1000
 TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch(
+  master.Send(Launch(master, 
       "2.0", 1, "trap '' TERM\necho $$ > \"$TEST_DIR/pid\"\nwhile true; do sleep 0.05; done\n"));
   ASSERT_GT(WaitForPidFile("pid"), 0);
   v1::AgentCommand kill;
@@ -328,10 +364,57 @@ TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));
 }
 
+// The context is fetched by allocation (GetModelContext) and kept under its hash: later
+// allocations of the experiment, also after the agent restarts, do not fetch it again.
+TEST_F(AgentTest, TheModelContextIsFetchedOnceAndCachedByItsHashAcrossRestarts) {
+  {
+    FakeMasterClient master;
+    RunningAgent agent(config_, master, options_);
+    master.Send(Launch(master, "8.0", 1, "echo first\n"));
+    ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+    EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
+    master.Send(Launch(master, "8.1", 1, "echo first\n"));
+    ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+    EXPECT_EQ(master.exits()[1].exit_code(), 0) << master.AllLines();
+    EXPECT_EQ(master.context_fetches(), 1);
+    EXPECT_TRUE(agent.Stop().ok());
+  }
+  struct stat st;
+  ASSERT_EQ(stat((dir_ + "/work/contexts").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700);
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch(master, "8.2", 1, "echo first\n"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
+  EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("first"));
+  EXPECT_EQ(master.context_fetches(), 0);
+  // Another context (another hash) is fetched.
+  master.Send(Launch(master, "9.0", 1, "echo second\n"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  EXPECT_EQ(master.context_fetches(), 1);
+}
+
+// A context the master refuses fails the launch with the reason in the trial's log.
+TEST_F(AgentTest, AContextThatCannotBeFetchedFailsTheLaunchNamingWhy) {
+  FakeMasterClient master;
+  master.FailContexts(absl::PermissionDeniedError("allocation 4.0 has no rank on it"));
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch(master, "4.0", 2, "echo never\n"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  for (const auto& e : master.exits()) {
+    EXPECT_EQ(e.exit_code(), 127);
+    EXPECT_THAT(e.message(), HasSubstr("cannot fetch the model context of experiment 1: "
+                                       "allocation 4.0 has no rank on it"));
+  }
+  EXPECT_THAT(master.AllLines(), HasSubstr("cannot start worker: cannot fetch the model context"));
+  EXPECT_TRUE(master.launched().empty());
+}
+
 TEST_F(AgentTest, MissingEntrypointExits127WithTheReason) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  v1::AgentCommand cmd = Launch("3.0", 1, "");
+  v1::AgentCommand cmd = Launch(master, "3.0", 1, "");
   cmd.mutable_launch()->set_argv(0, "no-such-entrypoint");
   master.Send(cmd);
   ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
@@ -406,7 +489,7 @@ TEST_F(AgentTest, RefusedAgentWithoutWorkersStops) {
 TEST_F(AgentTest, StopKillsWorkersAndReportsThemAsStoppedByTheAgent) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch("4.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+  master.Send(Launch(master, "4.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
   pid_t pid = WaitForPidFile("pid");
   ASSERT_GT(pid, 0);
   EXPECT_TRUE(agent.Stop().ok());
@@ -431,7 +514,7 @@ exit 4
   {
     FakeMasterClient first;
     RunningAgent agent(config_, first, options_);
-    first.Send(Launch("5.0", 1, script));
+    first.Send(Launch(first, "5.0", 1, script));
     pid = WaitForPidFile("pid");
     ASSERT_GT(pid, 0);
     ASSERT_TRUE(first.WaitFor([&] { return first.Lines(0, "stdout").size() == 1; }));
@@ -461,7 +544,7 @@ TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
   {
     FakeMasterClient first;
     RunningAgent agent(config_, first, options_);
-    first.Send(Launch("6.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+    first.Send(Launch(first, "6.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
     pid = WaitForPidFile("pid");
     ASSERT_GT(pid, 0);
     EXPECT_TRUE(agent.Detach().ok());
@@ -479,7 +562,7 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
   FakeMasterClient master;
   master.FailReports(absl::UnavailableError("master down"));
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch("7.0", 1, "for i in 1 2 3; do echo line $i; done\n"));
+  master.Send(Launch(master, "7.0", 1, "for i in 1 2 3; do echo line $i; done\n"));
   absl::SleepFor(absl::Milliseconds(500));  // Let the agent try (and fail) to deliver.
   EXPECT_TRUE(master.exits().empty());
   master.FailReports(absl::OkStatus());
@@ -492,7 +575,7 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
 TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch("8.0", 1, "seq 1 250000\n"));
+  master.Send(Launch(master, "8.0", 1, "seq 1 250000\n"));
   ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }, absl::Seconds(60)));
   std::vector<std::string> lines = master.Lines(0, "stdout");
   ASSERT_EQ(lines.size(), 250000u);
@@ -555,7 +638,7 @@ TEST_F(AgentTest, PythonEntrypointRunsWorkerPythonWithTheLaunchContract) {
   config_.worker_python = "/bin/sh";
   config_.python_path = std::vector<std::string>{"/opt/det/python"};
   RunningAgent agent(config_, master, options_);
-  v1::AgentCommand cmd = Launch("5.0", 2, R"sh(
+  v1::AgentCommand cmd = Launch(master, "5.0", 2, R"sh(
 echo "rank=$RANK local=$LOCAL_RANK/$LOCAL_WORLD_SIZE group=$GROUP_RANK/$GROUP_WORLD_SIZE" \
      "master=$MASTER_ADDR:$MASTER_PORT run=$TORCHELASTIC_RUN_ID" \
      "restarts=$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS omp=$OMP_NUM_THREADS"

@@ -1,5 +1,6 @@
 #include "cli/api_client.h"
 
+#include "common/rpc/context_upload.h"
 #include "common/rpc/rpc.h"
 
 #include <grpcpp/create_channel.h>
@@ -122,19 +123,9 @@ std::string UnavailableHint(const std::string& detail) {
   return "";
 }
 
-// Calls `method` of the stub with a deadline `timeout` from now and turns a failure into
-// a Status for the user.
-template <typename Request, typename Response>
-absl::StatusOr<Response> Call(
-    v1::Api::Stub& stub,
-    grpc::Status (v1::Api::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    absl::string_view method_name, const Request& request, absl::Duration timeout,
-    const std::string& address) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  Response response;
-  grpc::Status status = (stub.*method)(&context, request, &response);
-  if (status.ok()) return response;
+// A failed call of `method_name` (deadline `timeout`) as a Status for the user.
+absl::Status UserStatus(const grpc::Status& status, absl::string_view method_name,
+                        absl::Duration timeout, const std::string& address) {
   const std::string& detail = status.error_message();
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
@@ -152,6 +143,22 @@ absl::StatusOr<Response> Call(
                                         static_cast<int>(status.error_code()))
                          : detail);
   }
+}
+
+// Calls `method` of the stub with a deadline `timeout` from now and turns a failure into
+// a Status for the user.
+template <typename Request, typename Response>
+absl::StatusOr<Response> Call(
+    v1::Api::Stub& stub,
+    grpc::Status (v1::Api::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    absl::string_view method_name, const Request& request, absl::Duration timeout,
+    const std::string& address) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Response response;
+  grpc::Status status = (stub.*method)(&context, request, &response);
+  if (status.ok()) return response;
+  return UserStatus(status, method_name, timeout, address);
 }
 
 }  // namespace
@@ -211,6 +218,26 @@ absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperiment(
     const v1::CreateExperimentRequest& request) {
   return Call(*rpc_->stub, &v1::Api::Stub::CreateExperiment, "CreateExperiment", request,
               options_.deadline, address_);
+}
+
+absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperimentStream(
+    const v1::CreateExperimentRequest& request) {
+  // Up to 64 MiB of context: minutes on a slow link.
+  const absl::Duration timeout = options_.deadline + absl::Minutes(10);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::CreateExperimentResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::CreateExperimentChunk>> writer =
+      rpc_->stub->CreateExperimentStream(&context, &response);
+  // A failed write means the master ended the call (a refusal): Finish says why.
+  if (rpc::SplitContext(request, [&](const v1::CreateExperimentChunk& chunk) {
+        return writer->Write(chunk);
+      })) {
+    writer->WritesDone();
+  }
+  grpc::Status status = writer->Finish();
+  if (status.ok()) return response;
+  return UserStatus(status, "CreateExperimentStream", timeout, address_);
 }
 
 absl::StatusOr<v1::ListExperimentsResponse> ApiClient::ListExperiments(

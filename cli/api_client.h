@@ -56,6 +56,10 @@ class ApiClient {
   absl::StatusOr<v1::GetMasterLogsResponse> GetMasterLogs(const v1::GetMasterLogsRequest& request);
   absl::StatusOr<v1::CreateExperimentResponse> CreateExperiment(
       const v1::CreateExperimentRequest& request);
+  // The same through CreateExperimentStream: the context goes in pieces of at most 1 MiB
+  // (the master receives no message larger than 4 MiB). Deadline: the call's plus 10 min.
+  absl::StatusOr<v1::CreateExperimentResponse> CreateExperimentStream(
+      const v1::CreateExperimentRequest& request);
   absl::StatusOr<v1::ListExperimentsResponse> ListExperiments(
       const v1::ListExperimentsRequest& request);
   absl::StatusOr<v1::GetExperimentResponse> GetExperiment(int64_t id);

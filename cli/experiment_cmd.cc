@@ -110,7 +110,7 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
     for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
   }
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
-  ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperiment(request));
+  ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperimentStream(request));
   if (ctx.json) return WriteJson(response, ctx.out);
   const int64_t id = response.experiment().id();
   ctx.out << "Created experiment " << id << '\n';

@@ -251,6 +251,27 @@ int UsableCpuCount() {
   return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+absl::Status WritePrivateFile(const std::string& path, absl::string_view data) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
+  bool ok = fchmod(fd, 0600) == 0;
+  for (size_t off = 0; ok && off < data.size();) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) off += static_cast<size_t>(n);
+  }
+  ok = ok && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = strerror(errno);
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", why));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteContext(const std::string& dir,
                           const google::protobuf::RepeatedPtrField<v1::ContextFile>& files) {
   if (auto st = MakeDirs(dir); !st.ok()) return st;

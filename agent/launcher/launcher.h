@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/process/subprocess.h"
 #include "proto/agent.pb.h"
 
@@ -99,6 +100,10 @@ int UsableCpuCount();
 // `dir`; anything else is InvalidArgument naming the path.
 absl::Status WriteContext(const std::string& dir,
                           const google::protobuf::RepeatedPtrField<v1::ContextFile>& files);
+
+// Writes `data` to `path` (not following a link there) mode 0600, through a temporary
+// file renamed over it: a reader sees the old file or the whole new one.
+absl::Status WritePrivateFile(const std::string& path, absl::string_view data);
 
 // Makes the agent's work_dir ready to hold allocations: `work_dir` (created) mode 0711, so
 // that a task user can reach its own allocation's directory by path but list nothing, and

@@ -48,6 +48,15 @@ class GrpcMasterClient : public MasterClient {
     v1::ShipLogsResponse resp;
     return Call(kCallTimeout, [&](grpc::ClientContext* ctx) { return stub_->ShipLogs(ctx, req, &resp); });
   }
+  absl::StatusOr<v1::GetModelContextResponse> GetModelContext(
+      const v1::GetModelContextRequest& req) override {
+    v1::GetModelContextResponse resp;
+    absl::Status st = Call(absl::Minutes(2), [&](grpc::ClientContext* ctx) {
+      return stub_->GetModelContext(ctx, req, &resp);
+    });
+    if (!st.ok()) return st;
+    return resp;
+  }
   void Shutdown() override {
     absl::MutexLock l(&mu_);
     shutdown_ = true;

@@ -22,6 +22,9 @@ class MasterClient {
   virtual absl::Status ReportLaunched(const v1::ReportLaunchedRequest& request) = 0;
   virtual absl::Status ReportExit(const v1::ReportExitRequest& request) = 0;
   virtual absl::Status ShipLogs(const v1::ShipLogsRequest& request) = 0;
+  // Up to 64 MiB; its deadline allows for that (2 min).
+  virtual absl::StatusOr<v1::GetModelContextResponse> GetModelContext(
+      const v1::GetModelContextRequest& request) = 0;
   // Cancels the calls in flight (a long poll included); later calls fail with Cancelled.
   virtual void Shutdown() = 0;
 };

@@ -27,8 +27,7 @@ absl::Status WriteAllocationRecord(const std::string& run_dir, const AllocationR
   std::string launch_json;
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
-  v1::LaunchCommand launch = record.launch;
-  launch.clear_context();
+  const v1::LaunchCommand& launch = record.launch;
   if (auto st = google::protobuf::util::MessageToJsonString(launch, &launch_json, opts); !st.ok()) {
     return absl::InternalError(
         absl::StrCat("cannot encode the launch of ", launch.allocation_id()));

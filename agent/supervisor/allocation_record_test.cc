@@ -28,7 +28,8 @@ TEST(AllocationRecord, RoundTrip) {
   r.launch.add_argv("./train.sh");
   (*r.launch.mutable_env())["DET_TRIAL_ID"] = "7";
   r.launch.add_ranks()->set_rank(3);
-  r.launch.add_context()->set_path("big.bin");  // Never written: it is on disk already.
+  r.launch.mutable_model_context()->set_experiment_id(2);
+  r.launch.mutable_model_context()->set_sha256("ab12");
   r.launched_reported = true;
   r.killing = true;
   r.kill_deadline_ms = 1700000000123;
@@ -47,7 +48,8 @@ TEST(AllocationRecord, RoundTrip) {
   EXPECT_EQ(back->launch.argv(0), "./train.sh");
   EXPECT_EQ(back->launch.env().at("DET_TRIAL_ID"), "7");
   EXPECT_EQ(back->launch.ranks(0).rank(), 3);
-  EXPECT_EQ(back->launch.context_size(), 0);
+  EXPECT_EQ(back->launch.model_context().experiment_id(), 2);
+  EXPECT_EQ(back->launch.model_context().sha256(), "ab12");
   EXPECT_TRUE(back->launched_reported);
   EXPECT_TRUE(back->killing);
   EXPECT_EQ(back->kill_deadline_ms, 1700000000123);

@@ -148,9 +148,9 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   chief_ports_.Hold(agents.at(0).agent_id, chief_port, a.id());
   counters_.set_allocations_started_total(counters_.allocations_started_total() + 1);
 
-  v1::ModelContext context;
-  auto blob = store_.GetExperimentContext(es.experiment.id());
-  if (blob.ok()) context.ParseFromString(*blob);
+  // The context's hash only (agents fetch the context off the loop); "" when unreadable:
+  // the agents then fetch without caching.
+  absl::StatusOr<std::string> context_sha256 = store_.GetExperimentContextSha256(es.experiment.id());
   LaunchInputs in;
   in.experiment_id = es.experiment.id();
   in.trial = t.trial;
@@ -164,7 +164,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
                         es.config.environment_variables.end());
   in.max_restarts = es.config.max_restarts;
   in.token = t.token;
-  in.context = &context;
+  if (context_sha256.ok()) in.context_sha256 = *std::move(context_sha256);
   in.chief_address = chief_address;
   in.chief_port = chief_port;
   in.task_user = *std::move(task_user);

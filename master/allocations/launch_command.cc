@@ -58,7 +58,8 @@ std::vector<std::pair<std::string, v1::LaunchCommand>> BuildLaunchCommands(
     l.set_world_size(allocation.ranks_size());
     l.set_num_agents(static_cast<int32_t>(agents.size()));
     l.set_agent_rank(agent_rank++);
-    if (in.context != nullptr) *l.mutable_context() = in.context->files();
+    l.mutable_model_context()->set_experiment_id(in.experiment_id);
+    l.mutable_model_context()->set_sha256(in.context_sha256);
     l.set_chief_address(in.chief_address);
     l.set_chief_port(in.chief_port);
     l.set_restart_count(t.restarts());

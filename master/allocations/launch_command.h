@@ -39,8 +39,9 @@ struct LaunchInputs {
   int max_restarts = 0;
   // The worker token of this run.
   std::string token;
-  // The model context (not owned; null: none).
-  const v1::ModelContext* context = nullptr;
+  // ContextSha256 of the experiment's stored model context ("": unknown). Agents fetch the
+  // context itself (GetModelContext) by LaunchCommand.model_context.
+  std::string context_sha256;
   // MASTER_ADDR / MASTER_PORT: rank 0's agent and the port reserved for this allocation.
   std::string chief_address;
   int chief_port = 0;

@@ -135,18 +135,16 @@ TEST(LaunchCommandTest, TheOwnersLinkedUserGoesToEveryAgent) {
   }
 }
 
-TEST(LaunchCommandTest, ContextIsCopiedToEveryAgent) {
-  v1::ModelContext ctx;
-  ctx.add_files()->set_path("train.py");
+TEST(LaunchCommandTest, EveryAgentIsToldWhichContextToFetchNotTheContextItself) {
   LaunchInputs in = Inputs();
-  in.context = &ctx;
+  in.context_sha256 = std::string(64, 'a');
   v1::Allocation a;
   a.set_id("7.2");
   std::vector<AgentShare> agents = {{"a", {"0"}}, {"b", {"0"}}};
   for (auto& r : PlaceRanks(agents)) *a.add_ranks() = r;
   for (const auto& [agent, l] : BuildLaunchCommands(in, a, agents)) {
-    ASSERT_EQ(l.context_size(), 1) << agent;
-    EXPECT_EQ(l.context(0).path(), "train.py");
+    EXPECT_EQ(l.model_context().experiment_id(), in.experiment_id) << agent;
+    EXPECT_EQ(l.model_context().sha256(), in.context_sha256) << agent;
   }
 }
 

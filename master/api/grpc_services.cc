@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "common/rpc/context_upload.h"
+
 namespace det::master {
 namespace {
 
@@ -55,6 +57,53 @@ grpc::ServerUnaryReactor* AsCaller(grpc::CallbackServerContext* ctx, UserHandler
   return reactor;
 }
 
+// CreateExperimentStream: authenticates the call first, then reads the pieces as they
+// arrive (on gRPC's threads, never the master's loop), refusing at the first one past a
+// limit (ContextAssembler), and hands the whole request to ApiHandler::CreateExperiment.
+class CreateExperimentReader final : public grpc::ServerReadReactor<v1::CreateExperimentChunk> {
+ public:
+  CreateExperimentReader(grpc::CallbackServerContext* ctx, ApiHandler& api, UserHandler* users,
+                         v1::CreateExperimentResponse* response)
+      : ctx_(ctx), api_(api), response_(response) {
+    if (users == nullptr) {
+      StartRead(&chunk_);
+      return;
+    }
+    users->Authenticate(BearerToken(ctx), &caller_, [this](absl::Status st) {
+      if (!st.ok()) return Finish(ToGrpcStatus(st));
+      StartRead(&chunk_);
+    });
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      absl::Status st = assembler_.Add(std::move(chunk_));
+      if (!st.ok()) return Finish(ToGrpcStatus(st));
+      chunk_.Clear();
+      return StartRead(&chunk_);
+    }
+    if (ctx_->IsCancelled()) {
+      return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the upload was cancelled"));
+    }
+    absl::StatusOr<v1::CreateExperimentRequest> request = assembler_.Finish();
+    if (!request.ok()) return Finish(ToGrpcStatus(request.status()));
+    request_ = *std::move(request);
+    api_.CreateExperiment(caller_, request_, response_,
+                          [this](absl::Status st) { Finish(ToGrpcStatus(st)); });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  ApiHandler& api_;
+  v1::CreateExperimentResponse* const response_;
+  Caller caller_;
+  v1::CreateExperimentChunk chunk_;
+  rpc::ContextAssembler assembler_;
+  v1::CreateExperimentRequest request_;
+};
+
 // A user API call served by `handler` as its caller (see ApiService::ServeAs).
 #define DET_SERVE_AS(Handler, handler, Name)                                               \
   grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* ctx, const v1::Name##Request* req, \
@@ -88,6 +137,10 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(GetMasterConfig)
   DET_SERVE_API(GetMasterLogs)
   DET_SERVE_API(CreateExperiment)
+  grpc::ServerReadReactor<v1::CreateExperimentChunk>* CreateExperimentStream(
+      grpc::CallbackServerContext* ctx, v1::CreateExperimentResponse* resp) override {
+    return new CreateExperimentReader(ctx, h_, users_, resp);
+  }
   DET_SERVE_API(ListExperiments)
   DET_SERVE_API(GetExperiment)
   DET_SERVE_API(KillExperiment)
@@ -153,6 +206,7 @@ class AgentService final : public v1::AgentService::CallbackService {
   DET_SERVE(AgentHandler, ReportLaunched)
   DET_SERVE(AgentHandler, ReportExit)
   DET_SERVE(AgentHandler, ShipLogs)
+  DET_SERVE(AgentHandler, GetModelContext)
 
  private:
   AgentHandler& h_;

@@ -90,6 +90,7 @@ class AgentHandler {
   virtual void ReportLaunched(const v1::ReportLaunchedRequest& request, v1::ReportLaunchedResponse* response, Done done) = 0;
   virtual void ReportExit(const v1::ReportExitRequest& request, v1::ReportExitResponse* response, Done done) = 0;
   virtual void ShipLogs(const v1::ShipLogsRequest& request, v1::ShipLogsResponse* response, Done done) = 0;
+  virtual void GetModelContext(const v1::GetModelContextRequest& request, v1::GetModelContextResponse* response, Done done) = 0;
 };
 
 class WorkerHandler {

@@ -16,6 +16,7 @@
 #include "common/config/daemon_config.h"
 #include "master/allocations/allocation_manager.h"
 #include "master/api/handlers.h"
+#include "master/api/model_contexts.h"
 #include "master/auth/user_service.h"
 #include "master/checkpoints/checkpoint_manager.h"
 #include "master/cluster/agent_liveness.h"
@@ -45,6 +46,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
     AllocationManager& allocations;
     CheckpointManager& checkpoints;
     MetricsManager& metrics;
+    ModelContexts& contexts;
   };
   MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns, Managers managers);
 
@@ -123,6 +125,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                       Done) override;
   void ReportExit(const v1::ReportExitRequest&, v1::ReportExitResponse*, Done) override;
   void ShipLogs(const v1::ShipLogsRequest&, v1::ShipLogsResponse*, Done) override;
+  void GetModelContext(const v1::GetModelContextRequest&, v1::GetModelContextResponse*,
+                       Done) override;
 
   // WorkerHandler.
   void ReportMetrics(const v1::ReportMetricsRequest&, v1::ReportMetricsResponse*, Done) override;
@@ -135,6 +139,11 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   // OK when `caller` may change experiment `experiment_id` (permissions.h) or the
   // experiment does not exist (the manager then answers NotFound). On the loop.
   absl::Status MayChange(const Caller& caller, int64_t experiment_id, absl::string_view action);
+  // The experiment of open allocation `allocation_id` when a rank of it is placed on
+  // `agent_id`; PERMISSION_DENIED naming the rule otherwise, NOT_FOUND when it is not open.
+  // On the loop.
+  absl::StatusOr<int64_t> ContextExperiment(const std::string& agent_id,
+                                            const std::string& allocation_id);
 
   const config::MasterConfig& config_;
   Clock& clock_;

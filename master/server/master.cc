@@ -1,5 +1,7 @@
 #include "master/server/master.h"
 
+#include <malloc.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,7 +24,14 @@
 namespace det::master {
 namespace {
 
-constexpr int kMaxMessageBytes = 256 << 20;
+// What the master receives in one message (gRPC refuses larger ones with
+// RESOURCE_EXHAUSTED before they are parsed): configs are at most 1 MiB, model contexts
+// come in pieces of at most 1 MiB (CreateExperimentStream). What it sends is larger: a
+// model context (up to 64 MiB) to an agent in one GetModelContextResponse.
+constexpr int kMaxReceiveBytes = 4 << 20;
+constexpr int kMaxSendBytes = 256 << 20;
+// How often the master gives the memory malloc keeps free back to the system.
+constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
 
 absl::Status MakeDirs(const std::string& path) {
   std::string partial;
@@ -100,9 +109,11 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
       scheduling_(config_, turns_, agents_, logs_, registry_, allocations_, checkpoints_),
       metrics_(clock, turns_, *store_, registry_, experiments_),
       liveness_(config_, clock, turns_, *store_, agents_, registry_, allocations_, checkpoints_),
+      contexts_(clock, *store_),
       service_(config_, clock, turns_,
                MasterService::Managers{agents_, liveness_, templates_, users_, logs_, registry_,
-                                       experiments_, allocations_, checkpoints_, metrics_}) {
+                                       experiments_, allocations_, checkpoints_, metrics_,
+                                       contexts_}) {
   turns_.SetSchedulePass([this] { scheduling_.SchedulePass(); });
   turns_.SetTurnEnd([this] {
     if (logs_.HasPendingEvents()) logs_.FlushEvents();
@@ -132,6 +143,13 @@ absl::Status Master::Restore() {
   return absl::OkStatus();
 }
 
+void Master::ScheduleMemoryTrim() {
+  loop_.PostAfter(kMemoryTrimPeriod, [this] {
+    malloc_trim(0);
+    ScheduleMemoryTrim();
+  });
+}
+
 absl::Status Master::Serve() {
   grpc::ServerBuilder builder;
   int port = 0;
@@ -151,9 +169,10 @@ absl::Status Master::Serve() {
     credentials = grpc::SslServerCredentials(options);
   }
   builder.AddListeningPort(config_.grpc_listen, credentials, &port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  builder.SetMaxSendMessageSize(kMaxSendBytes);
   services_ = MakeGrpcServices(service_, service_, service_, &users_);
+  ScheduleMemoryTrim();
   for (auto& s : services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {

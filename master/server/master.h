@@ -64,6 +64,8 @@ class Master {
   // Rebuilds every manager's state from the store (on the loop).
   absl::Status Restore();
   absl::Status Serve();
+  // Every kMemoryTrimPeriod, on the loop: malloc_trim.
+  void ScheduleMemoryTrim();
 
   // In dependency order: each member uses only those declared before it.
   const config::MasterConfig config_;
@@ -84,6 +86,7 @@ class Master {
   SchedulingService scheduling_;
   MetricsManager metrics_;
   AgentLiveness liveness_;
+  ModelContexts contexts_;
   MasterService service_;
 
   std::string cluster_id_;

@@ -95,6 +95,11 @@ absl::StatusOr<std::string> FaultInjectingStore::GetExperimentContext(int64_t ex
   return store_.GetExperimentContext(experiment_id);
 }
 
+absl::StatusOr<std::string> FaultInjectingStore::GetExperimentContextSha256(int64_t experiment_id) {
+  RETURN_IF_ERROR(BeforeRead("GetExperimentContextSha256"));
+  return store_.GetExperimentContextSha256(experiment_id);
+}
+
 absl::StatusOr<int64_t> FaultInjectingStore::InsertTrial(const v1::Trial& trial) {
   RETURN_IF_ERROR(BeforeWrite("InsertTrial"));
   return store_.InsertTrial(trial);
@@ -136,6 +141,10 @@ class FaultInjectingStore::Reader : public MetricsReader {
                                                       const std::string& group) override {
     RETURN_IF_ERROR(faults_.BeforeRead("GetMetrics"));
     return reader_->GetMetrics(trial_id, group);
+  }
+  absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetExperimentContext"));
+    return reader_->GetExperimentContext(experiment_id);
   }
 
  private:

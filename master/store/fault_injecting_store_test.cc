@@ -119,6 +119,8 @@ std::vector<Call> Reads() {
   return {
       {"Load", [](Store& s) { return s.Load().status(); }},
       {"GetExperimentContext", [](Store& s) { return s.GetExperimentContext(1).status(); }},
+      {"GetExperimentContextSha256",
+       [](Store& s) { return s.GetExperimentContextSha256(1).status(); }},
       {"GetMetrics", [](Store& s) { return s.GetMetrics(1, "").status(); }},
       {"GetLogs", [](Store& s) { return s.GetLogs(1, 0, 10, std::nullopt).status(); }},
       {"GetCheckpoints", [](Store& s) { return s.GetCheckpoints(1).status(); }},

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/context_sha256.h"
 #include "master/store/metric_summary.h"
 
 namespace det::master {
@@ -79,6 +80,7 @@ absl::StatusOr<int64_t> InMemoryStore::InsertExperiment(const v1::Experiment& ex
   row.experiment = experiment;
   row.experiment.set_id(id);
   row.context = context;
+  row.context_sha256 = rpc::ContextSha256(context);
   for (v1::Trial& t : *trials) {
     t.set_experiment_id(id);
     t.set_id(InsertTrialRow(t));
@@ -97,13 +99,22 @@ absl::Status InMemoryStore::UpdateExperiment(const v1::Experiment& experiment) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> InMemoryStore::GetExperimentContext(int64_t experiment_id) {
+absl::StatusOr<std::string> InMemoryStore::ExperimentField(
+    int64_t experiment_id, std::string ExperimentRow::*field) {
   absl::MutexLock lock(&mu_);
   auto it = experiments_.find(experiment_id);
   if (it == experiments_.end()) {
     return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not found"));
   }
-  return it->second.context;
+  return it->second.*field;
+}
+
+absl::StatusOr<std::string> InMemoryStore::GetExperimentContext(int64_t experiment_id) {
+  return ExperimentField(experiment_id, &ExperimentRow::context);
+}
+
+absl::StatusOr<std::string> InMemoryStore::GetExperimentContextSha256(int64_t experiment_id) {
+  return ExperimentField(experiment_id, &ExperimentRow::context_sha256);
 }
 
 absl::Status InMemoryStore::CheckTrialStored(int64_t trial_id) const {
@@ -202,6 +213,9 @@ class InMemoryMetricsReader : public MetricsReader {
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override {
     return store_.GetMetrics(trial_id, group);
+  }
+  absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
+    return store_.GetExperimentContext(experiment_id);
   }
 
  private:

@@ -41,6 +41,7 @@ class InMemoryStore : public Store {
                                            std::vector<v1::Trial>* trials) override;
   absl::Status UpdateExperiment(const v1::Experiment& experiment) override;
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override;
+  absl::StatusOr<std::string> GetExperimentContextSha256(int64_t experiment_id) override;
   absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) override;
   absl::Status UpdateTrial(const v1::Trial& trial) override;
   absl::Status UpsertAllocation(const v1::Allocation& allocation,
@@ -85,6 +86,7 @@ class InMemoryStore : public Store {
   struct ExperimentRow {
     v1::Experiment experiment;
     std::string context;
+    std::string context_sha256;
   };
   struct AllocationRow {
     int64_t seq = 0;  // Order of first insertion (SqliteStore's rowid).
@@ -102,6 +104,9 @@ class InMemoryStore : public Store {
 
   // NotFound "trial N not in the database" unless stored.
   absl::Status CheckTrialStored(int64_t trial_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `field` of experiment `experiment_id`'s row; NotFound "experiment N not found".
+  absl::StatusOr<std::string> ExperimentField(int64_t experiment_id,
+                                              std::string ExperimentRow::*field);
   // Stores `trial` (a stored trial's row replaced) without its allocation.
   void WriteTrial(const v1::Trial& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts `trial` under a new id and returns it. REQUIRES: its experiment is stored.

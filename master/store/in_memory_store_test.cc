@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "common/rpc/context_sha256.h"
 #include "gtest/gtest.h"
 #include "master/store/sqlite_store.h"
 
@@ -157,6 +158,17 @@ TEST_P(StoreConformanceTest, ExperimentsAndTrialsGetIdsFromOneAndLoadInIdOrder) 
   EXPECT_EQ(snap->trials[2].experiment_id(), 2);
   EXPECT_EQ(*store_->GetExperimentContext(1), "context-bytes");
   EXPECT_EQ(*store_->GetExperimentContext(2), "");
+  // The context's hash, kept at insert (what agents cache it by), and the context itself
+  // through a reader (off the master's loop).
+  EXPECT_EQ(*store_->GetExperimentContextSha256(1), rpc::ContextSha256("context-bytes"));
+  EXPECT_EQ(*store_->GetExperimentContextSha256(2), rpc::ContextSha256(""));
+  EXPECT_THAT(store_->GetExperimentContextSha256(3).status(),
+              StatusIs(absl::StatusCode::kNotFound, "experiment 3 not found"));
+  auto reader = store_->OpenReader();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(*(*reader)->GetExperimentContext(1), "context-bytes");
+  EXPECT_THAT((*reader)->GetExperimentContext(3).status(),
+              StatusIs(absl::StatusCode::kNotFound, "experiment 3 not found"));
 }
 
 TEST_P(StoreConformanceTest, UpdatesReplaceRowsAndMissingRowsAreNotFound) {

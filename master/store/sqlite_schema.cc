@@ -128,6 +128,11 @@ ALTER TABLE users ADD COLUMN agent_uid INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE users ADD COLUMN agent_group TEXT NOT NULL DEFAULT '';
 ALTER TABLE users ADD COLUMN agent_gid INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 8: the SHA-256 of an experiment's model context, which agents cache contexts by; ''
+    // for experiments stored before (unknown: agents fetch without caching).
+    R"sql(
+ALTER TABLE experiments ADD COLUMN context_sha256 TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

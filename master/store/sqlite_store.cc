@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
+#include "common/rpc/context_sha256.h"
 #include "master/store/sqlite_internal.h"
 #include "master/store/metric_summary.h"
 #include "nlohmann/json.hpp"
@@ -159,10 +160,10 @@ absl::StatusOr<int64_t> SqliteStore::InsertExperiment(const v1::Experiment& expe
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
   Stmt s(db_,
-         "INSERT INTO experiments (name, state, start_ms, config_yaml, context, data) "
-         "VALUES (?, ?, ?, ?, ?, '')");
+         "INSERT INTO experiments (name, state, start_ms, config_yaml, context, context_sha256, "
+         "data) VALUES (?, ?, ?, ?, ?, ?, '')");
   s.Bind(1, experiment.name()).Bind(2, experiment.state()).Bind(3, experiment.start_time_ms());
-  s.Bind(4, experiment.config_yaml()).BindBlob(5, context);
+  s.Bind(4, experiment.config_yaml()).BindBlob(5, context).Bind(6, rpc::ContextSha256(context));
   RETURN_IF_ERROR(s.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
   v1::Experiment stored = experiment;
@@ -189,14 +190,29 @@ absl::Status SqliteStore::UpdateExperiment(const v1::Experiment& experiment) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> SqliteStore::GetExperimentContext(int64_t experiment_id) {
-  Stmt s(db_, "SELECT context FROM experiments WHERE id = ?");
+namespace {
+
+// One column of experiment `experiment_id`'s row.
+absl::StatusOr<std::string> ReadExperimentColumn(sqlite3* db, const char* column,
+                                                 int64_t experiment_id) {
+  const std::string sql = absl::StrCat("SELECT ", column, " FROM experiments WHERE id = ?");
+  Stmt s(db, sql.c_str());
   s.Bind(1, experiment_id);
   if (!s.Step()) {
     RETURN_IF_ERROR(s.status());
     return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not found"));
   }
   return s.Text(0);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SqliteStore::GetExperimentContext(int64_t experiment_id) {
+  return ReadExperimentColumn(db_, "context", experiment_id);
+}
+
+absl::StatusOr<std::string> SqliteStore::GetExperimentContextSha256(int64_t experiment_id) {
+  return ReadExperimentColumn(db_, "context_sha256", experiment_id);
 }
 
 absl::StatusOr<int64_t> SqliteStore::InsertTrialRow(const v1::Trial& trial) {
@@ -307,6 +323,10 @@ class SqliteMetricsReader : public MetricsReader {
                                                       const std::string& group) override {
     absl::MutexLock l(&mu_);
     return ReadMetrics(db_, trial_id, group);
+  }
+  absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
+    absl::MutexLock l(&mu_);
+    return ReadExperimentColumn(db_, "context", experiment_id);
   }
 
  private:

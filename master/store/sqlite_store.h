@@ -33,6 +33,7 @@ class SqliteStore : public Store {
                                            std::vector<v1::Trial>* trials) override;
   absl::Status UpdateExperiment(const v1::Experiment& experiment) override;
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override;
+  absl::StatusOr<std::string> GetExperimentContextSha256(int64_t experiment_id) override;
   absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) override;
   absl::Status UpdateTrial(const v1::Trial& trial) override;
   absl::Status UpsertAllocation(const v1::Allocation& allocation,

@@ -47,7 +47,8 @@ struct SessionRow {
   int64_t expires_ms = 0;
 };
 
-// The one read that leaves the master's loop (GetTrialMetrics): a trial's metric rows.
+// The reads that leave the master's loop: a trial's metric rows (GetTrialMetrics) and an
+// experiment's model context (GetModelContext).
 // Thread-safe: may be called from any thread while the loop writes through the Store. A
 // call sees committed writes only, and every write the Store had returned OK for before the
 // call began.
@@ -57,6 +58,10 @@ class MetricsReader {
   // As Store::GetMetrics.
   virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                               const std::string& group) = 0;
+  // As Store::GetExperimentContext (the model context an agent fetches, up to 64 MiB).
+  virtual absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) {
+    return absl::UnimplementedError("this reader reads no model contexts");
+  }
 };
 
 // Not thread-safe: the master calls it from its loop thread only (a MetricsReader it opened
@@ -75,6 +80,9 @@ class Store {
                                                    std::vector<v1::Trial>* trials) = 0;
   virtual absl::Status UpdateExperiment(const v1::Experiment& experiment) = 0;
   virtual absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) = 0;
+  // ContextSha256 of the experiment's stored context, computed when it was inserted; ""
+  // for an experiment stored before the master kept it (unknown).
+  virtual absl::StatusOr<std::string> GetExperimentContextSha256(int64_t experiment_id) = 0;
 
   // Assigns and returns the trial id.
   virtual absl::StatusOr<int64_t> InsertTrial(const v1::Trial& trial) = 0;
