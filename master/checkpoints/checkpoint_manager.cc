@@ -69,8 +69,7 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   c.set_experiment_id(t->trial.experiment_id());
   c.set_state(v1::STATE_COMPLETED);
   if (c.report_time_ms() == 0) c.set_report_time_ms(clock_.NowMs());
-  // A retry of a report whose checkpoint row was stored but whose trial update was
-  // refused registers nothing twice.
+  // A worker retrying a report that was stored (its answer lost) registers nothing twice.
   ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> stored, store_.GetCheckpoints(t->trial.id()));
   const bool retry = std::any_of(stored.begin(), stored.end(), [&](const v1::Checkpoint& s) {
     return s.uuid() == c.uuid() && s.storage_path() == c.storage_path();
