@@ -237,6 +237,8 @@ absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperimentStream(
   }
   grpc::Status status = writer->Finish();
   if (status.ok()) return response;
+  // A master older than the stream: the unary call, which takes small requests.
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return CreateExperiment(request);
   return UserStatus(status, "CreateExperimentStream", timeout, address_);
 }
 

@@ -58,6 +58,7 @@ class ApiClient {
       const v1::CreateExperimentRequest& request);
   // The same through CreateExperimentStream: the context goes in pieces of at most 1 MiB
   // (the master receives no message larger than 4 MiB). Deadline: the call's plus 10 min.
+  // A master without the stream (UNIMPLEMENTED) gets CreateExperiment.
   absl::StatusOr<v1::CreateExperimentResponse> CreateExperimentStream(
       const v1::CreateExperimentRequest& request);
   absl::StatusOr<v1::ListExperimentsResponse> ListExperiments(

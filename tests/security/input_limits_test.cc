@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/rpc/context_upload.h"
 #include "common/rpc/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,6 +78,21 @@ class InputLimitsTest : public SecurityCluster {
     auto ctx = rpc::Context(absl::Seconds(60));
     ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
     return stub_->CreateExperiment(ctx.get(), req, &resp);
+  }
+
+  // CreateExperimentStream as the admin (the context in pieces, as det experiment create
+  // sends it), with force.
+  grpc::Status CreateStream(v1::CreateExperimentRequest req) {
+    req.set_force(true);
+    if (req.config_path().empty()) req.set_config_path("attack.yaml");
+    v1::CreateExperimentResponse resp;
+    auto ctx = rpc::Context(absl::Seconds(60));
+    ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
+    auto writer = stub_->CreateExperimentStream(ctx.get(), &resp);
+    if (rpc::SplitContext(req, [&](const v1::CreateExperimentChunk& c) { return writer->Write(c); })) {
+      writer->WritesDone();
+    }
+    return writer->Finish();
   }
 
   size_t StoredExperiments() {
@@ -148,6 +164,32 @@ TEST_F(InputLimitsTest, ContextsOfTooManyFilesAreRefusedNamingTheLimit) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_THAT(st.error_message(),
               HasSubstr("model context: 100001 files; at most 10000 are accepted"));
+  // Through the stream: refused at its first message, before any file is sent.
+  st = CreateStream(req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("model context: 100001 files; at most 10000 are accepted"));
+  EXPECT_EQ(StoredExperiments(), 0u);
+}
+
+// A context over 64 MiB: through the stream it is refused at the first message (its
+// declared size); sent whole in one message, gRPC refuses it (over the 4 MiB the master
+// receives).
+TEST_F(InputLimitsTest, AContextOverSixtyFourMebibytesIsRefusedNamingTheLimit) {
+  v1::CreateExperimentRequest req;
+  req.set_config_yaml(kConfig);
+  for (int i = 0; i < 3; ++i) {
+    v1::ContextFile* f = req.add_context();
+    f->set_path(absl::StrCat("chunk", i));
+    f->set_content(std::string(22 << 20, 'x'));
+  }
+  grpc::Status st = CreateStream(req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("model context: 69206016 bytes; at most 64 MiB are accepted"));
+  st = Create(req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("vs. 4194304"));
   EXPECT_EQ(StoredExperiments(), 0u);
 }
 
