@@ -69,25 +69,29 @@ class InputLimitsTest : public SecurityCluster {
     stub_ = v1::Api::NewStub(rpc::MakeChannel(cluster_.address()));
   }
 
+  // Sets force (so that no agent is needed) and a config path on `req`; a call context as
+  // the admin.
+  std::unique_ptr<grpc::ClientContext> AsAdmin(v1::CreateExperimentRequest* req) {
+    req->set_force(true);
+    if (req->config_path().empty()) req->set_config_path("attack.yaml");
+    auto ctx = rpc::Context(absl::Seconds(60));
+    ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
+    return ctx;
+  }
+
   // CreateExperiment as the admin, straight to the master (no CLI), with force so that no
   // agent is needed.
   grpc::Status Create(v1::CreateExperimentRequest req) {
-    req.set_force(true);
-    if (req.config_path().empty()) req.set_config_path("attack.yaml");
     v1::CreateExperimentResponse resp;
-    auto ctx = rpc::Context(absl::Seconds(60));
-    ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
+    auto ctx = AsAdmin(&req);
     return stub_->CreateExperiment(ctx.get(), req, &resp);
   }
 
   // CreateExperimentStream as the admin (the context in pieces, as det experiment create
   // sends it), with force.
   grpc::Status CreateStream(v1::CreateExperimentRequest req) {
-    req.set_force(true);
-    if (req.config_path().empty()) req.set_config_path("attack.yaml");
     v1::CreateExperimentResponse resp;
-    auto ctx = rpc::Context(absl::Seconds(60));
-    ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
+    auto ctx = AsAdmin(&req);
     auto writer = stub_->CreateExperimentStream(ctx.get(), &resp);
     if (rpc::SplitContext(req, [&](const v1::CreateExperimentChunk& c) { return writer->Write(c); })) {
       writer->WritesDone();
