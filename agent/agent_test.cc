@@ -74,7 +74,13 @@ class FakeMasterClient : public MasterClient {
     if (!reports_error_.ok()) return reports_error_;
     for (const auto& line : req.lines()) lines_.push_back(line);
     dropped_ = std::max(dropped_, req.dropped());
+    largest_ship_ = std::max(largest_ship_, req.ByteSizeLong());
     return absl::OkStatus();
+  }
+  // The largest ShipLogsRequest so far, in bytes.
+  size_t largest_ship() {
+    absl::MutexLock l(&mu_);
+    return largest_ship_;
   }
   absl::StatusOr<v1::GetModelContextResponse> GetModelContext(
       const v1::GetModelContextRequest& req) override {
@@ -184,6 +190,7 @@ class FakeMasterClient : public MasterClient {
   std::map<std::string, v1::ModelContext> contexts_ ABSL_GUARDED_BY(mu_);
   absl::Status context_error_ ABSL_GUARDED_BY(mu_);
   int context_fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t largest_ship_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> kill_on_register_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AgentCommand> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RegisterRequest> registers_ ABSL_GUARDED_BY(mu_);
@@ -556,6 +563,21 @@ TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
   EXPECT_EQ(second.exits()[0].signal(), SIGTERM);
   EXPECT_NE(kill(pid, 0), 0);
   EXPECT_TRUE(second.WaitFor([&] { return !Exists(dir_ + "/work/run/6.0"); }, absl::Seconds(5)));
+}
+
+// Long lines (cut at 64 KiB) go in batches of about 1 MiB at most, far below the 4 MiB the
+// master receives in one message.
+TEST_F(AgentTest, LongLinesAreShippedInBatchesOfAtMostAboutOneMebibyte) {
+  FakeMasterClient master;
+  RunningAgent agent(config_, master, options_);
+  master.Send(Launch(master, "7.1", 1,
+                     "i=0; while [ $i -lt 40 ]; do head -c 60000 /dev/zero | tr '\\0' x; "
+                     "echo; i=$((i+1)); done\n"));
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  ASSERT_TRUE(master.WaitFor([&] { return master.Lines(0, "stdout").size() == 40; }));
+  for (const std::string& line : master.Lines(0, "stdout")) EXPECT_EQ(line.size(), 60000u);
+  EXPECT_LE(master.largest_ship(), (1u << 20) + (64u << 10));
+  EXPECT_GT(master.largest_ship(), 512u << 10);  // Batched, not one line at a time.
 }
 
 TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
