@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
   if (absl::Status st = rpc::CheckMasterCertFile(); !st.ok()) return st;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  args.SetMaxSendMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(std::min(options.max_message_bytes, rpc::kMaxMasterReceiveBytes));
   if (options.max_reconnect_backoff > absl::ZeroDuration()) {
     const int backoff_ms =
         static_cast<int>(absl::ToInt64Milliseconds(options.max_reconnect_backoff));

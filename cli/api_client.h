@@ -22,7 +22,8 @@ absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master);
 struct ApiClientOptions {
   // Deadline of each call; long polls get their wait on top of it. Default: 30 s.
   absl::Duration deadline = absl::Seconds(30);
-  // Largest message sent or received. Default: 128 MiB.
+  // Largest message received. Default: 128 MiB. (None larger than the master receives,
+  // rpc::kMaxMasterReceiveBytes, is sent.)
   int max_message_bytes = 128 << 20;
   // Longest pause between attempts to connect after a failed one (for polling a master
   // that is starting). Default: zero = gRPC's own (up to 120 s).

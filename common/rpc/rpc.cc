@@ -46,7 +46,7 @@ std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials() {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(kMaxMasterReceiveBytes);
   // Reconnect quickly after a master restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);

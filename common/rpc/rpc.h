@@ -15,6 +15,10 @@ namespace det::rpc {
 // certificate. Set: clients speak TLS and verify the master against it. Unset: plaintext.
 inline constexpr char kMasterCertFileEnv[] = "DET_MASTER_CERT_FILE";
 
+// The largest message the master receives (gRPC refuses a larger one with
+// RESOURCE_EXHAUSTED): 4 MiB. Model contexts go in pieces (CreateExperimentStream).
+inline constexpr int kMaxMasterReceiveBytes = 4 << 20;
+
 // Checks that DET_MASTER_CERT_FILE, when set, names a readable file; the error names it.
 absl::Status CheckMasterCertFile();
 
@@ -23,8 +27,9 @@ absl::Status CheckMasterCertFile();
 // plaintext.
 std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials();
 
-// A channel to `address` (host:port) with det's message size limits and
-// MasterChannelCredentials().
+// A channel to `address` (host:port) with MasterChannelCredentials(), sending messages of
+// at most kMaxMasterReceiveBytes (a larger one fails here, unsent) and receiving up to
+// 256 MiB (a model context of 64 MiB in one GetModelContextResponse).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // grpc::Status -> absl::Status with the same code and message, except UNAVAILABLE, which

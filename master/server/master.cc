@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
+#include "common/rpc/rpc.h"
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "master/api/grpc_services.h"
@@ -24,11 +25,10 @@
 namespace det::master {
 namespace {
 
-// What the master receives in one message (gRPC refuses larger ones with
-// RESOURCE_EXHAUSTED before they are parsed): configs are at most 1 MiB, model contexts
-// come in pieces of at most 1 MiB (CreateExperimentStream). What it sends is larger: a
-// model context (up to 64 MiB) to an agent in one GetModelContextResponse.
-constexpr int kMaxReceiveBytes = 4 << 20;
+// The master receives at most rpc::kMaxMasterReceiveBytes in one message (gRPC refuses
+// larger ones with RESOURCE_EXHAUSTED before they are parsed): configs are at most 1 MiB,
+// model contexts come in pieces of at most 1 MiB (CreateExperimentStream). What it sends
+// is larger: a model context (up to 64 MiB) to an agent in one GetModelContextResponse.
 constexpr int kMaxSendBytes = 256 << 20;
 // How often the master gives the memory malloc keeps free back to the system.
 constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
@@ -169,7 +169,7 @@ absl::Status Master::Serve() {
     credentials = grpc::SslServerCredentials(options);
   }
   builder.AddListeningPort(config_.grpc_listen, credentials, &port);
-  builder.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  builder.SetMaxReceiveMessageSize(rpc::kMaxMasterReceiveBytes);
   builder.SetMaxSendMessageSize(kMaxSendBytes);
   services_ = MakeGrpcServices(service_, service_, service_, &users_);
   ScheduleMemoryTrim();

@@ -66,7 +66,12 @@ class InputLimitsTest : public SecurityCluster {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
-    stub_ = v1::Api::NewStub(rpc::MakeChannel(cluster_.address()));
+    // An attacker's client: it sends what det's own clients refuse to (messages over
+    // rpc::kMaxMasterReceiveBytes), so that the master's own limit is what holds.
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(256 << 20);
+    stub_ = v1::Api::NewStub(
+        grpc::CreateCustomChannel(cluster_.address(), rpc::MasterChannelCredentials(), args));
   }
 
   // Sets force (so that no agent is needed) and a config path on `req`; a call context as
