@@ -30,8 +30,25 @@ namespace {
 // model contexts come in pieces of at most 1 MiB (CreateExperimentStream). What it sends
 // is larger: a model context (up to 64 MiB) to an agent in one GetModelContextResponse.
 constexpr int kMaxSendBytes = 256 << 20;
-// How often the master gives the memory malloc keeps free back to the system.
-constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
+// gRPC reads a refused oversized message whole first, and malloc would keep those tens of
+// MB. So the master looks at its resident memory every kMemoryTrimPeriod and calls
+// malloc_trim when it has stayed kMemoryTrimGrowthBytes over what it was after the last
+// trim for two looks in a row (a message still being received is not freed yet), and
+// every kMemoryTrimEveryLooks looks whatever the growth (a trim during a burst does not
+// keep what followed). A trim walks every free chunk: up to tens of ms on a fragmented
+// heap, hence not at every look.
+constexpr absl::Duration kMemoryTrimPeriod = absl::Milliseconds(250);
+constexpr int64_t kMemoryTrimGrowthBytes = int64_t{4} << 20;
+constexpr int kMemoryTrimEveryLooks = 240;
+
+// This process's resident set in bytes (/proc/self/statm); 0 when unknown.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0;
+  int64_t resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * sysconf(_SC_PAGESIZE);
+}
 
 absl::Status MakeDirs(const std::string& path) {
   std::string partial;
@@ -145,7 +162,14 @@ absl::Status Master::Restore() {
 
 void Master::ScheduleMemoryTrim() {
   loop_.PostAfter(kMemoryTrimPeriod, [this] {
-    malloc_trim(0);
+    bool grown = ResidentBytes() > trimmed_rss_ + kMemoryTrimGrowthBytes;
+    if ((grown && grown_at_last_look_) || ++looks_since_trim_ >= kMemoryTrimEveryLooks) {
+      malloc_trim(0);
+      trimmed_rss_ = ResidentBytes();
+      looks_since_trim_ = 0;
+      grown = false;
+    }
+    grown_at_last_look_ = grown;
     ScheduleMemoryTrim();
   });
 }

@@ -64,7 +64,8 @@ class Master {
   // Rebuilds every manager's state from the store (on the loop).
   absl::Status Restore();
   absl::Status Serve();
-  // Every kMemoryTrimPeriod, on the loop: malloc_trim.
+  // Every kMemoryTrimPeriod, on the loop: malloc_trim when the resident memory stayed
+  // kMemoryTrimGrowthBytes over what it was after the last trim (see master.cc).
   void ScheduleMemoryTrim();
 
   // In dependency order: each member uses only those declared before it.
@@ -89,6 +90,11 @@ class Master {
   ModelContexts contexts_;
   MasterService service_;
 
+  // ScheduleMemoryTrim's state (loop thread only): resident bytes after the last trim,
+  // whether the last look saw them grown, looks since the last trim.
+  int64_t trimmed_rss_ = 0;
+  bool grown_at_last_look_ = false;
+  int looks_since_trim_ = 0;
   std::string cluster_id_;
   std::string address_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
