@@ -367,28 +367,5 @@ TEST_F(AgentDaemon, ContextDirectoryWithScriptEntrypoint) {
                 absl::Seconds(10)));
 }
 
-// The master enforces its own context size limit, whatever the client checked.
-TEST_F(AgentDaemon, MasterRefusesAnOversizedContext) {
-  ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
-  auto stub = v1::Api::NewStub(rpc::MakeChannel(cluster_.address()));
-  v1::CreateExperimentRequest req;
-  req.set_config_yaml(
-      "name: big\nentrypoint: [\"./train.sh\"]\nsearcher:\n  name: single\n  metric: loss\n"
-      "  max_length:\n    batches: 1\n");
-  for (int i = 0; i < 3; ++i) {
-    v1::ContextFile* f = req.add_context();
-    f->set_path(absl::StrCat("chunk", i));
-    f->set_content(std::string(22 << 20, 'x'));
-  }
-  v1::CreateExperimentResponse resp;
-  auto ctx = rpc::Context(absl::Seconds(60));
-  if (!cluster_.token().empty()) ctx->AddMetadata("authorization", "Bearer " + cluster_.token());
-  grpc::Status st = stub->CreateExperiment(ctx.get(), req, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_THAT(st.error_message(), HasSubstr("model context: more than 64 MiB in all"));
-  nlohmann::json list = cluster_.DetJson({"experiment", "list"});
-  EXPECT_EQ(list.value("experiments", nlohmann::json::array()).size(), 0u);
-}
-
 }  // namespace
 }  // namespace det::testing
