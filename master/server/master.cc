@@ -31,7 +31,7 @@ namespace {
 // is larger: a model context (up to 64 MiB) to an agent in one GetModelContextResponse.
 constexpr int kMaxSendBytes = 256 << 20;
 // gRPC reads a refused oversized message whole first, and malloc would keep those tens of
-// MB. So the master looks at its resident memory every kMemoryTrimPeriod and calls
+// MB. So a thread of the master looks at its resident memory every kMemoryTrimPeriod and calls
 // malloc_trim when it has stayed kMemoryTrimGrowthBytes over what it was after the last
 // trim for two looks in a row (a message still being received is not freed yet), and
 // every kMemoryTrimEveryLooks looks whatever the growth (a trim during a burst does not
@@ -160,18 +160,26 @@ absl::Status Master::Restore() {
   return absl::OkStatus();
 }
 
-void Master::ScheduleMemoryTrim() {
-  loop_.PostAfter(kMemoryTrimPeriod, [this] {
-    bool grown = ResidentBytes() > trimmed_rss_ + kMemoryTrimGrowthBytes;
-    if ((grown && grown_at_last_look_) || ++looks_since_trim_ >= kMemoryTrimEveryLooks) {
+void Master::TrimMemoryUntilStopped() {
+  // Resident bytes after the last trim, whether the last look saw them grown, looks since
+  // the last trim.
+  int64_t trimmed_rss = ResidentBytes();
+  bool grown_at_last_look = false;
+  int looks_since_trim = 0;
+  while (true) {
+    {
+      absl::MutexLock lock(&trim_mu_);
+      if (trim_mu_.AwaitWithTimeout(absl::Condition(&trim_stop_), kMemoryTrimPeriod)) return;
+    }
+    bool grown = ResidentBytes() > trimmed_rss + kMemoryTrimGrowthBytes;
+    if ((grown && grown_at_last_look) || ++looks_since_trim >= kMemoryTrimEveryLooks) {
       malloc_trim(0);
-      trimmed_rss_ = ResidentBytes();
-      looks_since_trim_ = 0;
+      trimmed_rss = ResidentBytes();
+      looks_since_trim = 0;
       grown = false;
     }
-    grown_at_last_look_ = grown;
-    ScheduleMemoryTrim();
-  });
+    grown_at_last_look = grown;
+  }
 }
 
 absl::Status Master::Serve() {
@@ -196,7 +204,7 @@ absl::Status Master::Serve() {
   builder.SetMaxReceiveMessageSize(rpc::kMaxMasterReceiveBytes);
   builder.SetMaxSendMessageSize(kMaxSendBytes);
   services_ = MakeGrpcServices(service_, service_, service_, &users_);
-  ScheduleMemoryTrim();
+  trimmer_ = std::thread([this] { TrimMemoryUntilStopped(); });
   for (auto& s : services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
@@ -236,6 +244,13 @@ absl::Status Master::Serve() {
   return absl::OkStatus();
 }
 void Master::Shutdown() {
+  if (trimmer_.joinable()) {
+    {
+      absl::MutexLock lock(&trim_mu_);
+      trim_stop_ = true;
+    }
+    trimmer_.join();
+  }
   if (!server_) return;
   loop_.RunSync([this] {
     registry_.shutting_down = true;

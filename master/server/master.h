@@ -8,9 +8,12 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
 #include "common/event_loop/event_loop.h"
@@ -64,9 +67,10 @@ class Master {
   // Rebuilds every manager's state from the store (on the loop).
   absl::Status Restore();
   absl::Status Serve();
-  // Every kMemoryTrimPeriod, on the loop: malloc_trim when the resident memory stayed
-  // kMemoryTrimGrowthBytes over what it was after the last trim (see master.cc).
-  void ScheduleMemoryTrim();
+  // The trimmer thread's body until Shutdown: every kMemoryTrimPeriod, malloc_trim when
+  // the resident memory stayed kMemoryTrimGrowthBytes over what it was after the last
+  // trim (see master.cc). Off the loop: a trim can take tens of ms.
+  void TrimMemoryUntilStopped();
 
   // In dependency order: each member uses only those declared before it.
   const config::MasterConfig config_;
@@ -90,11 +94,9 @@ class Master {
   ModelContexts contexts_;
   MasterService service_;
 
-  // ScheduleMemoryTrim's state (loop thread only): resident bytes after the last trim,
-  // whether the last look saw them grown, looks since the last trim.
-  int64_t trimmed_rss_ = 0;
-  bool grown_at_last_look_ = false;
-  int looks_since_trim_ = 0;
+  absl::Mutex trim_mu_;
+  bool trim_stop_ ABSL_GUARDED_BY(trim_mu_) = false;
+  std::thread trimmer_;
   std::string cluster_id_;
   std::string address_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
