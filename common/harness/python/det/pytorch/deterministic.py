@@ -134,11 +134,13 @@ class DeterministicDDP(torch.nn.Module):
         # float64 (every partial sum stays within 2^53, see fixed_point_bound), summed
         # across ranks by one float64 all_reduce. Each group of parameters of one dtype has
         # a flat gradient buffer whose views are their .grad between steps. For each
-        # micro-batch backward() leaves .grad unset, so autograd stores each parameter's
-        # gradient as it is computed (no zeroing, no accumulation pass), writes it scaled
-        # by 2^32 into the flat buffer (one operation per parameter), rounds and clamps the
-        # buffer and adds it, widened to float64, to the sum (whole-buffer operations, none
-        # of which allocates). At the end the buffer receives the mean gradient.
+        # micro-batch backward() leaves .grad unset and back-propagates the loss times 2^32,
+        # so autograd stores each parameter's gradient, already in fixed-point units, as it
+        # is computed (no zeroing, no accumulation pass, no scaling pass); it is clamped
+        # into the flat buffer (one operation per parameter: the clamp and the gather in one
+        # pass), the buffer is rounded and added, widened to float64, to the sum
+        # (whole-buffer operations, none of which allocates). At the end the buffer
+        # receives the mean gradient.
         # Preallocated: fresh large tensors cost page faults every time.
         self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
         # (params, flat grad buffer, its .grad views, float64 scratch or None, slice of
@@ -190,25 +192,33 @@ class DeterministicDDP(torch.nn.Module):
             if self.rng_seed is not None and step is not None:
                 _seed_generators(_micro_batch_seed(self.rng_seed, step, first_micro + k))
             # With no .grad, autograd stores each parameter's fresh gradient as its .grad
-            # (no zeroing, no accumulation pass); it is scaled into the flat buffer at once.
+            # (no zeroing, no accumulation pass); it is clamped into the flat buffer at once.
             for params, *_ in self._groups:
                 for p in params:
                     p.grad = None
             loss = loss_fn(*(t[lo:lo + m] for t in tensors))
-            loss.backward()
+            # Back-propagating loss x 2^32 gives the gradients x 2^32, bit for bit: a backward
+            # pass is linear in the incoming gradient, and a power-of-two factor passes
+            # exactly through floating-point sums, products and quotients (short of float32's
+            # overflow near 3.4e38 / 2^32 = 7.9e28, which the clamp saturates anyway, and of
+            # its subnormals, far below the fixed-point resolution). The scaling pass over the
+            # gradients is gone; tensor hooks inside the model see the scaled gradients (as
+            # under AMP's GradScaler).
+            (loss * FIXED_POINT_SCALE).backward()
             for group in self._groups:
-                # Exact: scaling by a power of two and rounding to an integer (in the
-                # parameters' dtype), widening to float64, and the float64 sum of integers
-                # whose partial sums stay within 2^53, in any order.
+                # Exact: the clamp to an integer bound and the rounding to an integer (in the
+                # parameters' dtype; clamping first gives the same integers), widening to
+                # float64, and the float64 sum of integers whose partial sums stay within
+                # 2^53, in any order.
                 params, flat, views = group[0], group[1], group[2]
                 for p, v in zip(params, views):
                     g = p.grad
                     if g is None:  # Not used by this micro-batch's loss.
                         v.zero_()
                     else:
-                        torch.mul(g.to_dense() if g.is_sparse else g, FIXED_POINT_SCALE, out=v)
+                        torch.clamp(g.to_dense() if g.is_sparse else g, -bound, bound, out=v)
                         p.grad = None
-                flat.round_().clamp_(-bound, bound)
+                flat.round_()
                 _accumulate(group, first=k == 0)
             loss_sum += _to_fixed(float(loss), bound)
         total[self._numel] = float(loss_sum)
