@@ -23,6 +23,7 @@ Rank 0 prints two lines:
 """
 
 import argparse
+import gc
 import gzip
 import os
 import resource
@@ -204,6 +205,13 @@ def main():
         print(f"BENCH steps={args.steps} samples={samples} seconds={seconds:.3f} "
               f"samples_per_s={samples / seconds:.1f} worker_cpu_s={float(cpu):.3f}",
               flush=True)
+    # DDP (its reducer) goes before the group, with no collective in flight: torch 1.13
+    # deadlocks at exit when DDP's last reference destroys a Gloo group (holding the GIL)
+    # while a Gloo worker still releases a collective's Python-owned tensor (waiting for the
+    # GIL). Seen here: 2 of 2 torchrun 2-rank CNN runs hung at exit on 2026-11-26.
+    net = opt = loss = None
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -14,6 +14,7 @@ Prints, per rank: its place in the job, then its final loss and a hash of the fi
 parameters (DDP keeps them identical on every rank, so every rank prints the same hash).
 """
 import argparse
+import gc
 import gzip
 import hashlib
 import os
@@ -146,6 +147,11 @@ def main():
           "params_sha256=%s seconds=%.1f" %
           (rank, step, loss.item(), mean_loss.item() / world, counts[0] / counts[1],
            params_sha256(model), time.time() - start), flush=True)
+    # DDP (its reducer) goes before the process group, with no collective in flight: torch
+    # 1.13 can deadlock at exit when DDP's last reference destroys a Gloo group while a Gloo
+    # worker thread still releases a collective's tensors.
+    ddp = optimizer = None
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
