@@ -155,13 +155,8 @@ absl::StatusOr<v1::CreateExperimentRequest> ContextAssembler::Finish() {
         "model context: the upload stopped after ", request_.context_size(), " of ",
         declared_files_, " files (", received_bytes_, " of ", declared_bytes_, " bytes)"));
   }
-  // What only the whole list shows ("a" a file and also the directory of "a/b").
-  std::vector<config::ContextEntry> entries;
-  entries.reserve(request_.context_size());
-  for (const v1::ContextFile& f : request_.context()) {
-    entries.push_back({f.path(), static_cast<int64_t>(f.content().size())});
-  }
-  if (absl::Status st = config::CheckContext(entries); !st.ok()) return st;
+  // What only the whole list shows ("a" a file and also the directory of "a/b") is the
+  // experiment manager's check of every context, as for the unary call.
   return std::move(request_);
 }
 

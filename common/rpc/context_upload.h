@@ -31,7 +31,9 @@ bool SplitContext(const v1::CreateExperimentRequest& request,
 // then Finish. Add refuses (InvalidArgument naming the limit and the path) as soon as a
 // message passes a limit of common/config/limits.h: the declared or received count of
 // files or bytes, a piece larger than kMaxContextChunkBytes, a path that breaks a rule, a
-// piece out of order. After an error the assembler must not be used again.
+// piece out of order. (A path that is both a file and a directory of another shows only
+// in the whole list: the experiment manager checks that, for every context.) After an
+// error the assembler must not be used again.
 //
 // Not thread-safe (one stream, read by one thread at a time).
 class ContextAssembler {

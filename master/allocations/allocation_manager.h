@@ -65,6 +65,11 @@ class AllocationManager {
   // it); OK for other ids (checkpoint GC tasks, runs the master does not know).
   absl::Status CheckAgentReport(const std::string& agent_id, const std::string& allocation_id,
                                 int rank) const;
+  // The experiment of open allocation `allocation_id`, whose model context `agent_id` may
+  // fetch when a rank of it is placed there; PERMISSION_DENIED naming the rule otherwise,
+  // NOT_FOUND when it is not open.
+  absl::StatusOr<int64_t> ContextExperiment(const std::string& agent_id,
+                                            const std::string& allocation_id) const;
   // Refused (PERMISSION_DENIED) unless every rank of req.ranks is placed on the agent.
   absl::Status ReportLaunched(const v1::ReportLaunchedRequest& req);
   // A rank of a trial's run exited (`how`; `abnormal`: signal or non-zero code). A report

@@ -64,6 +64,22 @@ absl::Status AllocationManager::CheckAgentReport(const std::string& agent_id,
       allocation_id, " has no rank ", rank));
 }
 
+absl::StatusOr<int64_t> AllocationManager::ContextExperiment(
+    const std::string& agent_id, const std::string& allocation_id) const {
+  DET_CHECK_ON_LOOP(loop_);
+  auto at = allocation_trial_.find(allocation_id);
+  if (at == allocation_trial_.end()) {
+    return absl::NotFoundError(absl::StrCat("allocation ", allocation_id, " is not running"));
+  }
+  const v1::Trial& trial = trials_.at(at->second).trial;
+  for (const auto& r : trial.allocation().ranks()) {
+    if (r.agent_id() == agent_id) return trial.experiment_id();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "agent ", agent_id, " may fetch the model context only of allocations placed on it: "
+      "allocation ", allocation_id, " has no rank on it"));
+}
+
 absl::Status AllocationManager::CheckShippedLine(const v1::LogLine& line) const {
   const std::string& id = line.allocation_id();
   // Checkpoint GC tasks' lines: routed (and their trial set) by the checkpoint manager.

@@ -408,26 +408,11 @@ void MasterService::GetModelContext(const v1::GetModelContextRequest& req,
   turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
     absl::StatusOr<int64_t> experiment = [&]() -> absl::StatusOr<int64_t> {
       RETURN_IF_ERROR(m_.agents.Touch(req.agent_id(), req.session_id()));
-      return ContextExperiment(req.agent_id(), req.allocation_id());
+      return m_.allocations.ContextExperiment(req.agent_id(), req.allocation_id());
     }();
     if (!experiment.ok()) return done(experiment.status());
     m_.contexts.Read(*experiment, resp, std::move(done));
   });
-}
-
-absl::StatusOr<int64_t> MasterService::ContextExperiment(const std::string& agent_id,
-                                                         const std::string& allocation_id) {
-  auto at = m_.registry.allocation_trial.find(allocation_id);
-  if (at == m_.registry.allocation_trial.end()) {
-    return absl::NotFoundError(absl::StrCat("allocation ", allocation_id, " is not running"));
-  }
-  const v1::Trial& trial = m_.registry.trials.at(at->second).trial;
-  for (const auto& r : trial.allocation().ranks()) {
-    if (r.agent_id() == agent_id) return trial.experiment_id();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "agent ", agent_id, " may fetch the model context only of allocations placed on it: "
-      "allocation ", allocation_id, " has no rank on it"));
 }
 
 void MasterService::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsResponse*, Done done) {

@@ -139,11 +139,6 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   // OK when `caller` may change experiment `experiment_id` (permissions.h) or the
   // experiment does not exist (the manager then answers NotFound). On the loop.
   absl::Status MayChange(const Caller& caller, int64_t experiment_id, absl::string_view action);
-  // The experiment of open allocation `allocation_id` when a rank of it is placed on
-  // `agent_id`; PERMISSION_DENIED naming the rule otherwise, NOT_FOUND when it is not open.
-  // On the loop.
-  absl::StatusOr<int64_t> ContextExperiment(const std::string& agent_id,
-                                            const std::string& allocation_id);
 
   const config::MasterConfig& config_;
   Clock& clock_;

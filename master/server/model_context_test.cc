@@ -206,6 +206,16 @@ TEST_F(ModelContextTest, AStreamIsRefusedAtThePieceThatBreaksALimit) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(),
               HasSubstr("file '../escape.sh': a '..' component; paths stay inside the context"));
+  // A file that is also a directory of another: the whole list's check, as for the unary
+  // call.
+  bad = Request();
+  v1::ContextFile* under = bad.add_context();
+  under->set_path("train.sh/x");
+  under->set_content("x");
+  st = Stream(Split(bad), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("'train.sh' is a file and also the directory of 'train.sh/x'"));
 
   // More than 64 MiB, refused at the first message, before any byte of it is sent.
   chunks = Split(Request());
