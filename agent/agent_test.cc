@@ -59,23 +59,28 @@ class FakeMasterClient : public MasterClient {
   }
   absl::Status ReportLaunched(const v1::ReportLaunchedRequest& req) override {
     absl::MutexLock l(&mu_);
-    if (!reports_error_.ok()) return reports_error_;
+    if (!reports_error_.ok()) return Refused();
     launched_.push_back(req);
     return absl::OkStatus();
   }
   absl::Status ReportExit(const v1::ReportExitRequest& req) override {
     absl::MutexLock l(&mu_);
-    if (!reports_error_.ok()) return reports_error_;
+    if (!reports_error_.ok()) return Refused();
     exits_.push_back(req);
     return absl::OkStatus();
   }
   absl::Status ShipLogs(const v1::ShipLogsRequest& req) override {
     absl::MutexLock l(&mu_);
-    if (!reports_error_.ok()) return reports_error_;
+    if (!reports_error_.ok()) return Refused();
     for (const auto& line : req.lines()) lines_.push_back(line);
     dropped_ = std::max(dropped_, req.dropped());
     largest_ship_ = std::max(largest_ship_, req.ByteSizeLong());
     return absl::OkStatus();
+  }
+  // ReportLaunched, ReportExit and ShipLogs calls refused by FailReports.
+  int refused_reports() {
+    absl::MutexLock l(&mu_);
+    return refused_reports_;
   }
   // The largest ShipLogsRequest so far, in bytes.
   size_t largest_ship() {
@@ -191,6 +196,12 @@ class FakeMasterClient : public MasterClient {
   absl::Status context_error_ ABSL_GUARDED_BY(mu_);
   int context_fetches_ ABSL_GUARDED_BY(mu_) = 0;
   size_t largest_ship_ ABSL_GUARDED_BY(mu_) = 0;
+  int refused_reports_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Status Refused() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++refused_reports_;
+    return reports_error_;
+  }
   std::vector<std::string> kill_on_register_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AgentCommand> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RegisterRequest> registers_ ABSL_GUARDED_BY(mu_);
@@ -585,7 +596,9 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
   master.FailReports(absl::UnavailableError("master down"));
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "7.0", 1, "for i in 1 2 3; do echo line $i; done\n"));
-  absl::SleepFor(absl::Milliseconds(500));  // Let the agent try (and fail) to deliver.
+  // The agent tried to report (the launch first; lines and the exit wait behind it) and
+  // was refused.
+  ASSERT_TRUE(master.WaitFor([&] { return master.refused_reports() > 0; }));
   EXPECT_TRUE(master.exits().empty());
   master.FailReports(absl::OkStatus());
   ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
