@@ -66,6 +66,11 @@ RUN_TIMEOUT_S = 300
 # step, depending on the heap's layout, which made runs of the same command differ 2-4x).
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "268435456",
               "MALLOC_MMAP_THRESHOLD_": "67108864"}
+# The det package under torchrun: the built bundle (with deterministic mode's native
+# fixed-point library, as det's agents give workers), else the source tree (the torch/numpy
+# fallback: the same bits, slower; the cost table says which).
+BUNDLE = os.path.join(ROOT, "bazel-bin", "deploy", "python")
+SOURCE_PACKAGE = os.path.join(ROOT, "common", "harness", "python")
 
 FIRST = re.compile(r"BENCH first_step_unix=([0-9.]+)")
 DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)"
@@ -109,9 +114,16 @@ def retried(what, attempt):
     raise RuntimeError(f"{what}: failed {1 + RETRIES} times in a row")
 
 
+def det_package():
+    """Where torchrun's ranks import det from (see BUNDLE)."""
+    if os.path.exists(os.path.join(BUNDLE, "det", "pytorch", "_fixed_point.so")):
+        return BUNDLE
+    return SOURCE_PACKAGE
+
+
 def torchrun(ranks, steps, mode="ddp", micro=16, model="mlp", extra=()):
     env = dict(os.environ, **WORKER_ENV,
-               PYTHONPATH=os.path.join(ROOT, "common", "harness", "python"))
+               PYTHONPATH=det_package())
 
     def attempt():
         # What --standalone does, on a free port instead of its fixed 29400 (another
@@ -408,8 +420,12 @@ MODELS = {"cnn": "the Core API example's CNN (Adam)", "mlp": "MLP 784-128-10 (SG
 def print_deterministic_cost(args, model, rows):
     print(f"## Deterministic mode vs plain DDP: {MODELS[model]} (under torchrun, micro-batch "
           f"{args.micro_batch})\n")
+    native = det_package() == BUNDLE
     print(f"{args.reps} runs each, alternating, {args.steps} steps of global batch 64, medians "
-          f"(min-max)\n")
+          f"(min-max); det package: "
+          + (f"{BUNDLE} (native fixed-point library)" if native else
+             f"{SOURCE_PACKAGE} (no native library: the torch/numpy fallback; build "
+             f"//deploy:python)") + "\n")
     print("| ranks | micro-batches per rank | DDP samples/s | deterministic samples/s "
           "| extra time per step | extra CPU per sample | DDP CPU share "
           "| deterministic CPU share | load after |")

@@ -8,7 +8,10 @@ each micro-batch's gradient and loss are scaled by 2^32, rounded to integers and
 exactly, locally and across ranks with one all_reduce (the integers are carried in float64:
 every partial sum stays within 2^53, where float64 addition is exact, so neither the order
 nor the grouping of the sum matters and the result is the int64 sum, bit for bit; an int64
-buffer would add two conversions per step), then divided once. Together with
+buffer would add two conversions per step), then divided once. The clamping, rounding and
+sum run in one pass over memory in a small C library built beside this module
+(fixed_point.cc, loaded with ctypes: no torch headers, any torch version); without it a
+torch/numpy fallback computes the same bits in several passes. Together with
 pin_determinism() (deterministic kernels, a fixed intra-op thread count) the training is
 bitwise identical on 1, 2, 4, ... ranks and across checkpoint, resize and resume.
 """
@@ -136,34 +139,22 @@ class DeterministicDDP(torch.nn.Module):
         # a flat gradient buffer whose views are their .grad between steps. For each
         # micro-batch backward() leaves .grad unset and back-propagates the loss times 2^32,
         # so autograd stores each parameter's gradient, already in fixed-point units, as it
-        # is computed (no zeroing, no accumulation pass, no scaling pass); it is clamped
-        # into the flat buffer (one operation per parameter: the clamp and the gather in one
-        # pass), the buffer is rounded and added, widened to float64, to the sum
-        # (whole-buffer operations, none of which allocates). At the end the buffer
-        # receives the mean gradient.
-        # Preallocated: fresh large tensors cost page faults every time.
+        # is computed (no zeroing, no accumulation pass, no scaling pass). With the native
+        # library (fixed_point.cc) the fresh gradients of up to _HELD_MICRO_BATCHES
+        # micro-batches are kept and clamped, rounded and added to the sum in one pass; the
+        # fallback clamps each micro-batch's gradients into the flat buffer, rounds it and
+        # adds it, widened to float64, to the sum (whole-buffer torch/numpy operations, none
+        # of which allocates). Both give the same bits. At the end the flat buffer receives
+        # the mean gradient. Preallocated: fresh large tensors cost page faults every time.
         self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
-        # (params, flat grad buffer, its .grad views, float64 scratch or None, slice of
-        # _sum, flat and the slice as numpy arrays or None): see _accumulate.
         self._groups = []
         offset = 0
         for dtype in (torch.float32, torch.float64):
             params = [p for p in self._params if p.dtype == dtype]
-            if not params:
-                continue
-            n = sum(p.numel() for p in params)
-            flat = torch.zeros(n, dtype=dtype)
-            views, at = [], 0
-            for p in params:
-                views.append(flat[at:at + p.numel()].view(p.shape))
-                at += p.numel()
-            acc = self._sum[offset:offset + n]
-            if _np is not None:
-                self._groups.append((params, flat, views, None, acc, flat.numpy(), acc.numpy()))
-            else:
-                wide = flat if dtype == torch.float64 else torch.zeros(n, dtype=torch.float64)
-                self._groups.append((params, flat, views, wide, acc, None, None))
-            offset += n
+            if params:
+                self._groups.append(_Group(params, dtype, self._sum[offset:offset + sum(
+                    p.numel() for p in params)]))
+                offset += self._groups[-1].numel
         if self.world_size > 1:
             with torch.no_grad():
                 for t in list(module.parameters()) + list(module.buffers()):
@@ -186,15 +177,17 @@ class DeterministicDDP(torch.nn.Module):
         m = self.micro_batch_size
         first_micro = self.rank * (self.per_rank_batch // m)
         bound = self._bound
-        total = self._sum  # Each group's slice is overwritten by its first micro-batch.
+        native = _native_for(self._groups)
+        held = 0  # Micro-batches whose gradients the groups hold (native path).
+        flushed = False  # Whether the sum has this step's first micro-batches yet.
         loss_sum = 0
         for k, lo in enumerate(range(0, self.per_rank_batch, m)):
             if self.rng_seed is not None and step is not None:
                 _seed_generators(_micro_batch_seed(self.rng_seed, step, first_micro + k))
             # With no .grad, autograd stores each parameter's fresh gradient as its .grad
-            # (no zeroing, no accumulation pass); it is clamped into the flat buffer at once.
-            for params, *_ in self._groups:
-                for p in params:
+            # (no zeroing, no accumulation pass).
+            for group in self._groups:
+                for p in group.params:
                     p.grad = None
             loss = loss_fn(*(t[lo:lo + m] for t in tensors))
             # Back-propagating loss x 2^32 gives the gradients x 2^32, bit for bit: a backward
@@ -205,33 +198,165 @@ class DeterministicDDP(torch.nn.Module):
             # gradients is gone; tensor hooks inside the model see the scaled gradients (as
             # under AMP's GradScaler).
             (loss * FIXED_POINT_SCALE).backward()
-            for group in self._groups:
-                # Exact: the clamp to an integer bound and the rounding to an integer (in the
-                # parameters' dtype; clamping first gives the same integers), widening to
-                # float64, and the float64 sum of integers whose partial sums stay within
-                # 2^53, in any order.
-                params, flat, views = group[0], group[1], group[2]
-                for p, v in zip(params, views):
-                    g = p.grad
-                    if g is None:  # Not used by this micro-batch's loss.
-                        v.zero_()
-                    else:
-                        torch.clamp(g.to_dense() if g.is_sparse else g, -bound, bound, out=v)
-                        p.grad = None
-                flat.round_()
-                _accumulate(group, first=k == 0)
+            if native is not None:
+                for group in self._groups:
+                    group.hold()
+                held += 1
+                if held == _HELD_MICRO_BATCHES:
+                    for group in self._groups:
+                        group.flush_native(native, bound, accumulate=flushed)
+                    held, flushed = 0, True
+            else:
+                for group in self._groups:
+                    group.add_fallback(bound, first=k == 0)
             loss_sum += _to_fixed(float(loss), bound)
-        total[self._numel] = float(loss_sum)
+        if native is not None and (held or not flushed):
+            for group in self._groups:
+                group.flush_native(native, bound, accumulate=flushed)
+        self._sum[self._numel] = float(loss_sum)
         if self.world_size > 1:
             # Exact like an int64 sum: the same integers, each partial sum within 2^53.
-            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.process_group)
+            dist.all_reduce(self._sum, op=dist.ReduceOp.SUM, group=self.process_group)
         # The mean over the global batch's micro-batches, rounded once (to float64, then to
         # the parameters' dtype); the .grad are the flat buffers' views again.
         for group in self._groups:
-            _mean_into_grad(group, self._micro_batches)
-            for p, v in zip(group[0], group[2]):
-                p.grad = v
-        return _mean(float(total[self._numel]), self._micro_batches)
+            group.mean_into_grad(self._micro_batches, native)
+        return _mean(float(self._sum[self._numel]), self._micro_batches)
+
+
+# Micro-batches whose gradients the native path keeps before adding them to the sum: each
+# pass over the sum then adds this many (fewer passes), at the cost of as many gradient
+# copies alive at once.
+_HELD_MICRO_BATCHES = 8
+
+
+class _Group:
+    """The parameters of one dtype: their flat gradient buffer (whose views are their .grad
+    between steps), their slice of the step's float64 sum, and the native path's held
+    gradients or the fallback's scratch."""
+
+    def __init__(self, params, dtype, acc):
+        self.params = params
+        self.dtype = dtype
+        self.numel = sum(p.numel() for p in params)
+        self.flat = torch.zeros(self.numel, dtype=dtype)
+        self.views, at = [], 0
+        for p in params:
+            self.views.append(self.flat[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+        self.acc = acc
+        self.held = [[] for _ in params]
+        # The fallback: numpy views (numpy widens inside its add), or a float64 scratch
+        # for torch's own widening copy when numpy is missing.
+        self.flat_np = self.acc_np = self.wide = None
+        if _np is not None:
+            self.flat_np, self.acc_np = self.flat.numpy(), acc.numpy()
+        elif dtype != torch.float64:
+            self.wide = torch.zeros(self.numel, dtype=torch.float64)
+        else:
+            self.wide = self.flat
+
+    def hold(self):
+        """Keeps each parameter's fresh gradient (contiguous, the group's dtype) for the
+        next flush_native and unsets .grad."""
+        for held, p in zip(self.held, self.params):
+            g = p.grad
+            if g is not None:
+                if g.is_sparse:
+                    g = g.to_dense()
+                if not g.is_contiguous():
+                    g = g.contiguous()
+                held.append(g)
+                p.grad = None
+
+    def flush_native(self, native, bound, accumulate):
+        """Adds the held gradients, clamped and rounded, to the group's slice of the sum
+        (or replaces it), in one call; a parameter with no held gradient adds nothing."""
+        count = max((len(h) for h in self.held), default=0)
+        pointers = (ctypes.c_void_p * (len(self.params) * max(count, 1)))()
+        sizes = (ctypes.c_int64 * len(self.params))()
+        for j, (held, p) in enumerate(zip(self.held, self.params)):
+            sizes[j] = p.numel()
+            for k, g in enumerate(held):
+                pointers[j * count + k] = g.data_ptr()
+        fn = native.det_fixed_sum_many_f32 if self.dtype == torch.float32 \
+            else native.det_fixed_sum_many_f64
+        fn(pointers, sizes, len(self.params), count, ctypes.c_double(bound),
+           ctypes.c_void_p(self.acc.data_ptr()), 1 if accumulate else 0)
+        for held in self.held:
+            held.clear()
+
+    def add_fallback(self, bound, first):
+        """One micro-batch's gradients clamped into the flat buffer, rounded, and added
+        widened to float64 to the sum (replacing it for the step's first micro-batch)."""
+        for p, v in zip(self.params, self.views):
+            g = p.grad
+            if g is None:  # Not used by this micro-batch's loss.
+                v.zero_()
+            else:
+                # Exact: the clamp to an integer bound and the rounding to an integer (in
+                # the parameters' dtype; clamping first gives the same integers).
+                torch.clamp(g.to_dense() if g.is_sparse else g, -bound, bound, out=v)
+                p.grad = None
+        self.flat.round_()
+        _accumulate(self, first)
+
+    def mean_into_grad(self, micro_batches, native):
+        """The flat buffer = the group's slice of the step's sum as the mean over the
+        micro-batches, computed in float64 and rounded once to the parameters' dtype; the
+        parameters' .grad are its views again."""
+        if native is not None:
+            divisor = FIXED_POINT_SCALE * micro_batches
+            fn = native.det_fixed_mean_f32 if self.dtype == torch.float32 \
+                else native.det_fixed_mean_f64
+            fn(ctypes.c_void_p(self.acc.data_ptr()), self.numel, ctypes.c_double(divisor),
+               1 if micro_batches & (micro_batches - 1) == 0 else 0,
+               ctypes.c_void_p(self.flat.data_ptr()))
+        else:
+            _mean_into_grad(self, micro_batches)
+        for p, v in zip(self.params, self.views):
+            p.grad = v
+
+
+def _load_native():
+    """The fixed-point library built beside this module (fixed_point.cc), or None: then
+    the torch/numpy fallback computes the same bits, more slowly. DET_FIXED_POINT_NATIVE=0
+    forces the fallback."""
+    if os.environ.get("DET_FIXED_POINT_NATIVE", "1") == "0":
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fixed_point.so")
+    try:
+        lib = ctypes.CDLL(path)
+        if lib.det_fixed_point_abi() != _NATIVE_ABI:
+            return None
+    except (OSError, AttributeError):
+        return None
+    pointers, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    for name in ("det_fixed_sum_many_f32", "det_fixed_sum_many_f64"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.POINTER(pointers), ctypes.POINTER(i64), i32, i32,
+                       ctypes.c_double, pointers, i32]
+        fn.restype = None
+    for name in ("det_fixed_mean_f32", "det_fixed_mean_f64"):
+        fn = getattr(lib, name)
+        fn.argtypes = [pointers, i64, ctypes.c_double, i32, pointers]
+        fn.restype = None
+    return lib
+
+
+_NATIVE_ABI = 1
+NATIVE = _load_native()
+
+
+def _native_for(groups):
+    """The native library when every parameter (so every gradient) is on the CPU."""
+    if NATIVE is None:
+        return None
+    for group in groups:
+        for p in group.params:
+            if p.device.type != "cpu":
+                return None
+    return NATIVE
 
 
 def _pin_openblas_threads(num_threads):
@@ -262,7 +387,7 @@ def _accumulate(group, first):
     within 2^53. With numpy, one pass over each buffer: numpy widens in cache-sized chunks
     inside the add, 2-3x faster here than torch's copy_ into a float64 scratch then add_
     (torch's mixed-dtype add_ is slower still)."""
-    _, flat, _, wide, acc, flat_np, acc_np = group
+    flat, wide, acc, flat_np, acc_np = group.flat, group.wide, group.acc, group.flat_np, group.acc_np
     if flat_np is not None:
         if first:
             _np.add(flat_np, _ZERO, out=acc_np)
@@ -288,7 +413,7 @@ def _mean(fixed_sum, micro_batches):
 def _mean_into_grad(group, micro_batches):
     """flat = the group's slice of the step's sum as the mean over the micro-batches,
     computed in float64 and rounded once to the parameters' dtype (one pass with numpy)."""
-    _, flat, _, _, total, flat_np, total_np = group
+    flat, total, flat_np, total_np = group.flat, group.acc, group.flat_np, group.acc_np
     divisor = FIXED_POINT_SCALE * micro_batches
     power_of_two = micro_batches & (micro_batches - 1) == 0
     if flat_np is not None:

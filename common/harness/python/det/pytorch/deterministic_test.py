@@ -73,41 +73,109 @@ class SingleProcessTest(unittest.TestCase):
             self.assertTrue(torch.allclose(g, p.grad, atol=1e-6, rtol=1e-5), (g, p.grad))
             self.assertFalse(torch.equal(g, torch.zeros_like(g)))
 
-    def test_torch_only_path_gives_the_numpy_paths_bits(self):
-        # Without numpy (a torch built without it) the widening adds and the mean are torch's
-        # own operations: the same bits. A float64 parameter (its own group), a parameter no
-        # micro-batch uses, and 6 micro-batches (not a power of two: the mean divides).
+    def test_native_numpy_and_torch_only_paths_give_the_same_bits(self):
+        # The native library (fixed_point.cc, built beside deterministic.py), the numpy
+        # fallback and the torch-only fallback (a torch built without numpy): the same
+        # losses and parameters, bit for bit. A float64 parameter (its own group), a
+        # parameter no micro-batch uses, 12 micro-batches (more than the native path holds
+        # at once, and not a power of two: the mean divides).
         torch, det = self.torch, self.det
+        self.assertIsNotNone(det.NATIVE, "the native library was not built beside "
+                                         "deterministic.py (//common/harness/python/det/"
+                                         "pytorch:_fixed_point.so)")
+        self.assertLess(det._HELD_MICRO_BATCHES, 12)
 
         def run():
             torch.manual_seed(5)
             model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
-                                        torch.nn.Linear(16, 3))
+                                        torch.nn.Dropout(0.2), torch.nn.Linear(16, 3))
             model.extra = torch.nn.Parameter(torch.randn(4, dtype=torch.float64))
             unused = torch.nn.Linear(3, 3)
             model.unused = unused
-            ddp = det.DeterministicDDP(model, 24, 4)
+            ddp = det.DeterministicDDP(model, 24, 2, rng_seed=11)
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
             x, y = torch.randn(24, 8), torch.randint(0, 3, (24,))
             losses = []
-            for _ in range(3):
+            for step in range(3):
                 losses.append(float.hex(ddp.backward(
                     (x, y), lambda a, b: torch.nn.functional.cross_entropy(
-                        model[2](model[1](model[0](a))) + model.extra.sum().float(), b))))
+                        model[3](model[2](model[1](model[0](a)))) + model.extra.sum().float(),
+                        b), step=step)))
                 self.assertTrue(torch.equal(unused.weight.grad, torch.zeros(3, 3)))
                 opt.step()
             return losses, [p.detach().clone() for p in model.parameters()]
 
-        with_numpy = run()
-        saved = det._np
-        det._np = None
+        native = run()
+        saved_native, saved_np = det.NATIVE, det._np
         try:
-            without = run()
+            det.NATIVE = None
+            with_numpy = run()
+            det._np = None
+            torch_only = run()
         finally:
-            det._np = saved
-        self.assertEqual(with_numpy[0], without[0])
-        for a, b in zip(with_numpy[1], without[1]):
-            self.assertTrue(torch.equal(a, b))
+            det.NATIVE, det._np = saved_native, saved_np
+        for other in (with_numpy, torch_only):
+            self.assertEqual(native[0], other[0])
+            for a, b in zip(native[1], other[1]):
+                self.assertTrue(torch.equal(a, b))
+
+    def test_native_sum_is_the_clamped_rounded_exact_sum_at_the_edges(self):
+        # Halves (rounded to even), -0.0, values at and past float32's and float64's integer
+        # limits, past the bound, infinities, in both dtypes, summed over 1 to 6 parts (the
+        # kernel's groups of four, two and one), replacing and accumulating: the integers
+        # torch.clamp + torch.round + a float64 sum give. Two parameters in one call: the
+        # second's slice follows the first's, and its missing parts (null) add nothing.
+        torch, det = self.torch, self.det
+        bound = det.fixed_point_bound(8)  # 2^50
+        edges = [0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 3.4999998,
+                 2.0 ** 22 + 0.5, 2.0 ** 23 - 0.5, 2.0 ** 23, 2.0 ** 23 + 1, 2.0 ** 24 + 2,
+                 -(2.0 ** 23 + 1), 2.0 ** 49 + 2.0 ** 27, 2.0 ** 50, 2.0 ** 51, -(2.0 ** 60),
+                 1e38, float("inf"), float("-inf"), 123456.5, -7.25]
+        for dtype in (torch.float32, torch.float64):
+            extra = [2.0 ** 49 + 0.5, 2.0 ** 48 - 0.5, -(2.0 ** 47 - 1.5)] \
+                if dtype == torch.float64 else []
+            values = torch.tensor(edges + extra, dtype=dtype)
+            n = len(values)
+            gen = torch.Generator().manual_seed(2)
+            for count in range(1, 7):
+                first = [values[torch.randperm(n, generator=gen)] * (1 if k % 2 else -1)
+                         for k in range(count)]
+                second = [torch.randn(n + 3, generator=gen, dtype=dtype) * 1e6]
+                for accumulate in (False, True):
+                    out = torch.full((2 * n + 3,), 5.0, dtype=torch.float64)
+                    want = out.clone() if accumulate else torch.zeros_like(out)
+                    for part in first:
+                        want[:n] += torch.round(torch.clamp(part, -bound, bound)).double()
+                    want[n:] += torch.round(torch.clamp(second[0], -bound, bound)).double()
+                    self._native_sum(dtype, [first, second], bound, out, accumulate)
+                    self.assertTrue(torch.equal(out, want), (dtype, count, out - want))
+                    # The first add is 0.0 + value: never a -0.0 sum.
+                    self.assertFalse(torch.signbit(out[out == 0]).any())
+        nan = torch.tensor([float("nan"), 1.0], dtype=torch.float32)
+        out = torch.zeros(2, dtype=torch.float64)
+        self._native_sum(torch.float32, [[nan]], bound, out, False)
+        self.assertTrue(torch.isnan(out[0]))
+        self.assertEqual(out[1].item(), 1.0)
+
+    def _native_sum(self, dtype, params_parts, bound, out, accumulate):
+        """det_fixed_sum_many over parameters whose parts are params_parts (a list of
+        tensors per parameter; a shorter list leaves null parts), into out (their slices
+        one after the other)."""
+        import ctypes
+        native = self.det.NATIVE
+        self.assertIsNotNone(native)
+        count = max(len(p) for p in params_parts)
+        pointers = (ctypes.c_void_p * (len(params_parts) * count))()
+        sizes = (ctypes.c_int64 * len(params_parts))()
+        for j, parts in enumerate(params_parts):
+            sizes[j] = parts[0].numel()
+            for k, t in enumerate(parts):
+                pointers[j * count + k] = t.data_ptr()
+        self.assertEqual(sum(sizes), out.numel())
+        fn = native.det_fixed_sum_many_f32 if dtype == self.torch.float32 \
+            else native.det_fixed_sum_many_f64
+        fn(pointers, sizes, len(params_parts), count, ctypes.c_double(bound),
+           ctypes.c_void_p(out.data_ptr()), 1 if accumulate else 0)
 
     def test_fixed_point_bound_keeps_sums_below_2_pow_53(self):
         for n in (1, 2, 3, 4, 16, 1000, 1024):
