@@ -74,7 +74,7 @@ SOURCE_PACKAGE = os.path.join(ROOT, "common", "harness", "python")
 
 FIRST = re.compile(r"BENCH first_step_unix=([0-9.]+)")
 DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)"
-                  r" worker_cpu_s=([0-9.]+)")
+                  r" worker_cpu_s=([0-9.]+) voluntary_switches=(\d+) involuntary_switches=(\d+)")
 # A run that fails is retried this many times (each failure is kept and printed at the end).
 RETRIES = 2
 
@@ -83,8 +83,12 @@ class Run:
     """One run's figures: launch to first step (s), samples/s, and the share of the
     machine's CPU time the ranks used between their first and last step."""
 
-    def __init__(self, launch, sps, cpu_share):
+    def __init__(self, launch, sps, cpu_share, switches_per_s=(float("nan"), float("nan"))):
         self.launch, self.sps, self.cpu_share = launch, sps, cpu_share
+        # All ranks' (voluntary, involuntary) context switches per second of training: a
+        # rank waiting in a collective switches voluntarily; one preempted by another
+        # runnable thread (a launcher's, a daemon's, another rank) involuntarily.
+        self.voluntary_per_s, self.involuntary_per_s = switches_per_s
         # Samples per CPU second of the ranks: what the ranks did with the CPU they got,
         # independent of how much other load on the machine left them.
         self.per_cpu_s = sps / (cpu_share * os.cpu_count()) if cpu_share > 0 else float("nan")
@@ -96,7 +100,8 @@ def parse(output, what, launch):
         raise RuntimeError(f"{what}: no BENCH lines in its output:\n{output[-3000:]}")
     seconds = float(done.group(1))
     return Run(float(first.group(1)) - launch, float(done.group(2)),
-               float(done.group(3)) / (seconds * os.cpu_count()))
+               float(done.group(3)) / (seconds * os.cpu_count()),
+               (int(done.group(4)) / seconds, int(done.group(5)) / seconds))
 
 
 FAILURES = []  # (what, output tail) of every failed attempt
@@ -373,11 +378,13 @@ def print_det_vs_torchrun(args, rows, det_error):
     print(f"{args.reps} runs each, alternating, {args.steps} steps of global batch 64, "
           f"medians (min-max). CPU share: the CPU seconds all ranks used from first to last "
           f"step over (those seconds x {os.cpu_count()} cores). det daemons: det-master's and "
-          f"det-agent's own CPU seconds per run (launch to exit).\n")
+          f"det-agent's own CPU seconds per run (launch to exit). Switches: all ranks' "
+          f"voluntary / involuntary context switches per second of training.\n")
     print("| ranks | torchrun launch->first step (s) | det launch->first step (s) "
           "| torchrun samples/s | det samples/s | det/torchrun samples/s "
-          "| torchrun CPU share | det CPU share | det daemons CPU (s) | load after |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| torchrun CPU share | det CPU share | torchrun switches/s | det switches/s "
+          "| det daemons CPU (s) | load after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for ranks, row in rows.items():
         t, d = row["torchrun"], row["det"]
         ratio = median([r.sps for r in d]) / median([r.sps for r in t]) if d else float("nan")
@@ -386,11 +393,20 @@ def print_det_vs_torchrun(args, rows, det_error):
               f"| {'n/a' if ratio != ratio else f'{100 * ratio:.1f}%'} "
               f"| {cell([r.cpu_share for r in t], 0, 100, '%')} "
               f"| {cell([r.cpu_share for r in d], 0, 100, '%')} "
+              f"| {switches(t)} | {switches(d)} "
               f"| {cell([r.daemon_cpu_s for r in d], 2)} | {row['load']:.1f} |")
     if det_error:
         print(f"\ndet: not measured: {det_error.strip().splitlines()[0]}")
         print("\n```\n" + det_error.strip()[-2000:] + "\n```")
     print()
+
+
+def switches(runs):
+    """Median voluntary / involuntary context switches per second of `runs`."""
+    if not runs:
+        return "n/a"
+    return (f"{median([r.voluntary_per_s for r in runs]):,.0f} / "
+            f"{median([r.involuntary_per_s for r in runs]):,.0f}")
 
 
 def deterministic_cost(args, model):

@@ -20,6 +20,7 @@ Rank 0 prints two lines:
   BENCH first_step_unix=<time.time() when every rank is ready to train>
   BENCH steps=<n> samples=<n> seconds=<first step to last step> samples_per_s=<x>
         worker_cpu_s=<CPU seconds (user + system) all ranks used between those moments>
+        voluntary_switches=<n> involuntary_switches=<n> (all ranks', the same window)
 """
 
 import argparse
@@ -119,6 +120,13 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
+def context_switches():
+    """(voluntary, involuntary) context switches of this process so far: a rank preempted
+    by other runnable threads (a launcher's, a daemon's) counts involuntary ones."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw, usage.ru_nivcsw
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("ddp", "deterministic"), default="ddp")
@@ -175,6 +183,7 @@ def main():
     dist.barrier()
     start = time.time()
     cpu_start = cpu_seconds()
+    switches_start = context_switches()
     if rank == 0:
         print(f"BENCH first_step_unix={start:.6f}", flush=True)
     step = 0
@@ -198,12 +207,15 @@ def main():
     seconds = time.time() - start
     # How much CPU the ranks got in the window (of seconds x cores): a launcher whose own
     # processes take CPU, or that places its workers worse, shows here.
-    cpu = torch.tensor([cpu_seconds() - cpu_start], dtype=torch.float64)
-    dist.all_reduce(cpu)
+    switches = context_switches()
+    totals = torch.tensor([cpu_seconds() - cpu_start, switches[0] - switches_start[0],
+                           switches[1] - switches_start[1]], dtype=torch.float64)
+    dist.all_reduce(totals)
     if rank == 0:
         samples = args.steps * args.global_batch
         print(f"BENCH steps={args.steps} samples={samples} seconds={seconds:.3f} "
-              f"samples_per_s={samples / seconds:.1f} worker_cpu_s={float(cpu):.3f}",
+              f"samples_per_s={samples / seconds:.1f} worker_cpu_s={float(totals[0]):.3f} "
+              f"voluntary_switches={int(totals[1])} involuntary_switches={int(totals[2])}",
               flush=True)
     # DDP (its reducer) goes before the group, with no collective in flight: torch 1.13
     # deadlocks at exit when DDP's last reference destroys a Gloo group (holding the GIL)

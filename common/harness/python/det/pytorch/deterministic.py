@@ -140,13 +140,14 @@ class DeterministicDDP(torch.nn.Module):
         # micro-batch backward() leaves .grad unset and back-propagates the loss times 2^32,
         # so autograd stores each parameter's gradient, already in fixed-point units, as it
         # is computed (no zeroing, no accumulation pass, no scaling pass). With the native
-        # library (fixed_point.cc) the fresh gradients of up to _HELD_MICRO_BATCHES
+        # library (fixed_point.cc) the fresh gradients of up to self._hold_limit
         # micro-batches are kept and clamped, rounded and added to the sum in one pass; the
         # fallback clamps each micro-batch's gradients into the flat buffer, rounds it and
         # adds it, widened to float64, to the sum (whole-buffer torch/numpy operations, none
         # of which allocates). Both give the same bits. At the end the flat buffer receives
         # the mean gradient. Preallocated: fresh large tensors cost page faults every time.
         self._sum = torch.zeros(self._numel + 1, dtype=torch.float64)
+        self._hold_limit = _hold_limit(self._params)
         self._groups = []
         offset = 0
         for dtype in (torch.float32, torch.float64):
@@ -202,7 +203,7 @@ class DeterministicDDP(torch.nn.Module):
                 for group in self._groups:
                     group.hold()
                 held += 1
-                if held == _HELD_MICRO_BATCHES:
+                if held == self._hold_limit:
                     for group in self._groups:
                         group.flush_native(native, bound, accumulate=flushed)
                     held, flushed = 0, True
@@ -226,8 +227,16 @@ class DeterministicDDP(torch.nn.Module):
 
 # Micro-batches whose gradients the native path keeps before adding them to the sum: each
 # pass over the sum then adds this many (fewer passes), at the cost of as many gradient
-# copies alive at once.
+# copies alive at once; never more than _HELD_BYTES of them (a large model adds each
+# micro-batch's gradients at once: still one pass, no copy kept).
 _HELD_MICRO_BATCHES = 8
+_HELD_BYTES = 256 << 20
+
+
+def _hold_limit(params):
+    """How many micro-batches' gradients the native path holds for `params`."""
+    per_micro_batch = sum(p.numel() * p.element_size() for p in params)
+    return max(1, min(_HELD_MICRO_BATCHES, _HELD_BYTES // max(per_micro_batch, 1)))
 
 
 class _Group:

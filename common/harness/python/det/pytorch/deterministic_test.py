@@ -84,8 +84,22 @@ class SingleProcessTest(unittest.TestCase):
                                          "deterministic.py (//common/harness/python/det/"
                                          "pytorch:_fixed_point.so)")
         self.assertLess(det._HELD_MICRO_BATCHES, 12)
+        # Held gradients stay under _HELD_BYTES (256 MiB): 2 micro-batches of 100 MiB, one
+        # of 300 MiB (sizes only: meta tensors have no storage).
+        self.assertEqual(det._hold_limit([torch.zeros(10)]), det._HELD_MICRO_BATCHES)
+        self.assertEqual(det._hold_limit([torch.empty(25 << 20, device="meta")]), 2)
+        self.assertEqual(det._hold_limit([torch.empty(75 << 20, device="meta")]), 1)
 
-        def run():
+        def run(held_bytes=None):
+            saved_bytes = det._HELD_BYTES
+            if held_bytes is not None:
+                det._HELD_BYTES = held_bytes
+            try:
+                return train()
+            finally:
+                det._HELD_BYTES = saved_bytes
+
+        def train():
             torch.manual_seed(5)
             model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
                                         torch.nn.Dropout(0.2), torch.nn.Linear(16, 3))
@@ -106,6 +120,8 @@ class SingleProcessTest(unittest.TestCase):
             return losses, [p.detach().clone() for p in model.parameters()]
 
         native = run()
+        # A model too large to hold two micro-batches' gradients: each added at once.
+        native_one_at_a_time = run(held_bytes=1)
         saved_native, saved_np = det.NATIVE, det._np
         try:
             det.NATIVE = None
@@ -114,7 +130,7 @@ class SingleProcessTest(unittest.TestCase):
             torch_only = run()
         finally:
             det.NATIVE, det._np = saved_native, saved_np
-        for other in (with_numpy, torch_only):
+        for other in (native_one_at_a_time, with_numpy, torch_only):
             self.assertEqual(native[0], other[0])
             for a, b in zip(native[1], other[1]):
                 self.assertTrue(torch.equal(a, b))
