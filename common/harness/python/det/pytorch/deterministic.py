@@ -179,6 +179,8 @@ class DeterministicDDP(torch.nn.Module):
         first_micro = self.rank * (self.per_rank_batch // m)
         bound = self._bound
         native = _native_for(self._groups)
+        for group in self._groups:
+            group.drop_held()  # What a step that raised (a NaN loss) left behind.
         held = 0  # Micro-batches whose gradients the groups hold (native path).
         flushed = False  # Whether the sum has this step's first micro-batches yet.
         loss_sum = 0
@@ -278,6 +280,10 @@ class _Group:
                 held.append(g)
                 p.grad = None
 
+    def drop_held(self):
+        for held in self.held:
+            held.clear()
+
     def flush_native(self, native, bound, accumulate):
         """Adds the held gradients, clamped and rounded, to the group's slice of the sum
         (or replaces it), in one call; a parameter with no held gradient adds nothing."""
@@ -292,8 +298,7 @@ class _Group:
             else native.det_fixed_sum_many_f64
         fn(pointers, sizes, len(self.params), count, ctypes.c_double(bound),
            ctypes.c_void_p(self.acc.data_ptr()), 1 if accumulate else 0)
-        for held in self.held:
-            held.clear()
+        self.drop_held()
 
     def add_fallback(self, bound, first):
         """One micro-batch's gradients clamped into the flat buffer, rounded, and added

@@ -193,6 +193,29 @@ class SingleProcessTest(unittest.TestCase):
         fn(pointers, sizes, len(params_parts), count, ctypes.c_double(bound),
            ctypes.c_void_p(out.data_ptr()), 1 if accumulate else 0)
 
+    def test_a_step_that_raised_leaves_nothing_in_the_next(self):
+        # A NaN loss raises after some micro-batches' gradients were computed (and, on the
+        # native path, held): the next step's gradient is what a fresh wrapper computes.
+        torch, det = self.torch, self.det
+        x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+        ddp = det.DeterministicDDP(self.model, 32, 4)
+        calls = []
+
+        def nan_on_third(a, b):
+            calls.append(1)
+            loss = torch.nn.functional.cross_entropy(ddp(a), b)
+            return loss * float("nan") if len(calls) == 3 else loss
+
+        with self.assertRaisesRegex(FloatingPointError, "NaN"):
+            ddp.backward((x, y), nan_on_third)
+        loss_fn = lambda a, b: torch.nn.functional.cross_entropy(ddp(a), b)
+        after = ddp.backward((x, y), loss_fn)
+        got = [p.grad.clone() for p in self.model.parameters()]
+        fresh = det.DeterministicDDP(self.model, 32, 4)
+        self.assertEqual(float.hex(after), float.hex(fresh.backward((x, y), loss_fn)))
+        for g, p in zip(got, self.model.parameters()):
+            self.assertTrue(torch.equal(g, p.grad))
+
     def test_fixed_point_bound_keeps_sums_below_2_pow_53(self):
         for n in (1, 2, 3, 4, 16, 1000, 1024):
             b = self.det.fixed_point_bound(n)
