@@ -130,6 +130,10 @@ class DeterministicDDP(torch.nn.Module):
             if p.requires_grad and p.dtype not in (torch.float32, torch.float64):
                 raise ValueError(f"DeterministicDDP: parameter {name} is {p.dtype}; the exact "
                                  f"fixed-point conversion needs float32 or float64")
+            if p.requires_grad and p.device.type != "cpu":
+                raise ValueError(f"DeterministicDDP: parameter {name} is on {p.device}; "
+                                 f"deterministic mode runs on the CPU only (its fixed-point "
+                                 f"sums are host memory; no GPU path is built or tested)")
         self._numel = sum(p.numel() for p in self._params)
         self._micro_batches = global_batch_size // micro_batch_size
         self._bound = fixed_point_bound(self._micro_batches)
@@ -178,7 +182,7 @@ class DeterministicDDP(torch.nn.Module):
         m = self.micro_batch_size
         first_micro = self.rank * (self.per_rank_batch // m)
         bound = self._bound
-        native = _native_for(self._groups)
+        native = NATIVE  # Parameters are on the CPU (checked at construction).
         for group in self._groups:
             group.drop_held()  # What a step that raised (a NaN loss) left behind.
         held = 0  # Micro-batches whose gradients the groups hold (native path).
@@ -362,15 +366,6 @@ _NATIVE_ABI = 1
 NATIVE = _load_native()
 
 
-def _native_for(groups):
-    """The native library when every parameter (so every gradient) is on the CPU."""
-    if NATIVE is None:
-        return None
-    for group in groups:
-        for p in group.params:
-            if p.device.type != "cpu":
-                return None
-    return NATIVE
 
 
 def _pin_openblas_threads(num_threads):

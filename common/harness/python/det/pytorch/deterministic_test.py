@@ -233,6 +233,10 @@ class SingleProcessTest(unittest.TestCase):
             DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)), 32, 4)
         with self.assertRaisesRegex(ValueError, "parameter 0.weight is torch.float16"):
             DDP(torch.nn.Sequential(torch.nn.Linear(8, 8).half()), 32, 4)
+        # Not the CPU (meta stands in for a GPU here): refused at construction, naming it.
+        with self.assertRaisesRegex(ValueError, "parameter 0.weight is on meta; "
+                                                "deterministic mode runs on the CPU only"):
+            DDP(torch.nn.Sequential(torch.nn.Linear(8, 8, device="meta")), 32, 4)
         ddp = DDP(self.model, 32, 4)
         with self.assertRaisesRegex(ValueError, "has 16 samples; this rank's slice of global batch 32 has 32"):
             ddp.backward(torch.randn(16, 8), lambda a: ddp(a).sum())
