@@ -355,6 +355,7 @@ def _load_native():
         fn.argtypes = [ctypes.POINTER(pointers), ctypes.POINTER(i64), i32, i32,
                        ctypes.c_double, pointers, i32]
         fn.restype = None
+    lib.det_fixed_point_isa.restype = ctypes.c_int
     for name in ("det_fixed_mean_f32", "det_fixed_mean_f64"):
         fn = getattr(lib, name)
         fn.argtypes = [pointers, i64, ctypes.c_double, i32, pointers]

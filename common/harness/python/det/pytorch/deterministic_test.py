@@ -173,6 +173,27 @@ class SingleProcessTest(unittest.TestCase):
         self.assertTrue(torch.isnan(out[0]))
         self.assertEqual(out[1].item(), 1.0)
 
+    def test_baseline_variant_gives_the_avx2_variants_bits(self):
+        # The library's baseline (SSE2) variant, forced by DET_FIXED_POINT_BASELINE=1 in
+        # processes of their own, is the one that runs there and passes the edge test and
+        # the same-bits test too.
+        import subprocess
+        if self.det.NATIVE.det_fixed_point_isa() != 2:
+            self.skipTest("this CPU has no AVX2: the other tests ran the baseline variant")
+        env = dict(os.environ, DET_FIXED_POINT_BASELINE="1")
+        isa = subprocess.run(
+            [sys.executable, "-c", "from det.pytorch import deterministic as d; "
+                                   "print(d.NATIVE.det_fixed_point_isa())"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertEqual(isa.stdout.strip(), "0", isa.stdout[-2000:])
+        tests = ["SingleProcessTest.test_native_sum_is_the_clamped_rounded_exact_sum_at_the_edges",
+                 "SingleProcessTest.test_native_numpy_and_torch_only_paths_give_the_same_bits"]
+        run = subprocess.run([sys.executable, os.path.abspath(__file__), *tests], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=120)
+        self.assertEqual(run.returncode, 0, run.stdout[-3000:])
+        self.assertIn("Ran 2 tests", run.stdout)
+
     def _native_sum(self, dtype, params_parts, bound, out, accumulate):
         """det_fixed_sum_many over parameters whose parts are params_parts (a list of
         tensors per parameter; a shorter list leaves null parts), into out (their slices

@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 namespace {
 
@@ -96,13 +98,23 @@ void FixedSumBaseline(const T* const* parts, int32_t count, int64_t n, T bound, 
   }
 }
 
+// Whether the AVX2 variant runs: the CPU has it and DET_FIXED_POINT_BASELINE is not 1
+// (which deterministic_test sets to check the baseline variant on an AVX2 machine).
+bool UseAvx2() {
+  static const bool avx2 = [] {
+    const char* force = std::getenv("DET_FIXED_POINT_BASELINE");
+    if (force != nullptr && std::string_view(force) == "1") return false;
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return avx2;
+}
+
 // The same arithmetic either way (IEEE operations, no contraction: no product is added):
 // AVX2 only widens the vectors.
 template <typename T>
 void FixedSum(const T* const* parts, int32_t count, int64_t n, double bound, double* out,
               bool accumulate) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
+  if (UseAvx2()) {
     FixedSumAvx2(parts, count, n, static_cast<T>(bound), out, accumulate);
   } else {
     FixedSumBaseline(parts, count, n, static_cast<T>(bound), out, accumulate);
@@ -148,6 +160,9 @@ extern "C" {
 
 // The ABI version deterministic.py expects; bump on any change of a signature below.
 int det_fixed_point_abi() { return 1; }
+
+// The variant the sums use: 2 for AVX2, 0 for the baseline (SSE2 on x86-64).
+int det_fixed_point_isa() { return UseAvx2() ? 2 : 0; }
 
 // For each of nparams parameters j, whose n = sizes[j] values follow the previous one's in
 // out: out[i] = (accumulate ? out[i] : 0.0) + the sum over k < count of
