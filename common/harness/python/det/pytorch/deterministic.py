@@ -21,7 +21,7 @@ import os
 
 import torch
 try:
-    import numpy as _np  # Widening adds (see _accumulate); torch's own ops otherwise.
+    import numpy as _np  # Widening adds (see _Group.add_fallback); torch's own ops otherwise.
 except ImportError:
     _np = None
 import torch.distributed as dist
@@ -317,21 +317,43 @@ class _Group:
                 torch.clamp(g.to_dense() if g.is_sparse else g, -bound, bound, out=v)
                 p.grad = None
         self.flat.round_()
-        _accumulate(self, first)
+        # Widened to float64 and added to the sum; the first micro-batch replaces it (as
+        # 0.0 + value: a -0.0 becomes 0.0). Exact: integers whose partial sums stay within
+        # 2^53. With numpy, one pass over each buffer: numpy widens in cache-sized chunks
+        # inside the add, 2-3x faster here than torch's copy_ into a float64 scratch then
+        # add_ (torch's mixed-dtype add_ is slower still).
+        if self.flat_np is not None:
+            _np.add(self.flat_np if first else self.acc_np,
+                    _ZERO if first else self.flat_np, out=self.acc_np)
+            return
+        if first:
+            self.acc.zero_()
+        if self.wide is not self.flat:
+            self.wide.copy_(self.flat)
+        self.acc.add_(self.wide)
 
     def mean_into_grad(self, micro_batches, native):
         """The flat buffer = the group's slice of the step's sum as the mean over the
-        micro-batches, computed in float64 and rounded once to the parameters' dtype; the
-        parameters' .grad are its views again."""
+        micro-batches, computed in float64 and rounded once to the parameters' dtype (one
+        pass, native or numpy); the parameters' .grad are its views again."""
+        divisor = FIXED_POINT_SCALE * micro_batches
+        power_of_two = micro_batches & (micro_batches - 1) == 0
         if native is not None:
-            divisor = FIXED_POINT_SCALE * micro_batches
             fn = native.det_fixed_mean_f32 if self.dtype == torch.float32 \
                 else native.det_fixed_mean_f64
             fn(ctypes.c_void_p(self.acc.data_ptr()), self.numel, ctypes.c_double(divisor),
-               1 if micro_batches & (micro_batches - 1) == 0 else 0,
-               ctypes.c_void_p(self.flat.data_ptr()))
+               1 if power_of_two else 0, ctypes.c_void_p(self.flat.data_ptr()))
+        elif self.flat_np is not None:
+            if power_of_two:
+                _np.multiply(self.acc_np, 1.0 / divisor, out=self.flat_np, casting="unsafe")
+            else:
+                _np.divide(self.acc_np, divisor, out=self.flat_np, casting="unsafe")
         else:
-            _mean_into_grad(self, micro_batches)
+            if power_of_two:
+                self.acc.mul_(1.0 / divisor)
+            else:
+                self.acc.div_(divisor)
+            self.flat.copy_(self.acc)
         for p, v in zip(self.params, self.views):
             p.grad = v
 
@@ -367,8 +389,6 @@ _NATIVE_ABI = 1
 NATIVE = _load_native()
 
 
-
-
 def _pin_openblas_threads(num_threads):
     """Debian's torch calls the system BLAS (libblas.so.3), which torch.set_num_threads does
     not reach; when it is OpenBLAS, set its thread count too."""
@@ -390,27 +410,6 @@ def deterministic_ddp(module, global_batch_size, micro_batch_size, process_group
 _ZERO = None if _np is None else _np.float64(0.0)
 
 
-def _accumulate(group, first):
-    """Adds a group's micro-batch gradient (integers in flat, in the parameters' dtype),
-    widened to float64, to its slice of the step's sum; the first micro-batch replaces the
-    slice (as 0.0 + value: a -0.0 becomes 0.0). Exact: integers whose partial sums stay
-    within 2^53. With numpy, one pass over each buffer: numpy widens in cache-sized chunks
-    inside the add, 2-3x faster here than torch's copy_ into a float64 scratch then add_
-    (torch's mixed-dtype add_ is slower still)."""
-    flat, wide, acc, flat_np, acc_np = group.flat, group.wide, group.acc, group.flat_np, group.acc_np
-    if flat_np is not None:
-        if first:
-            _np.add(flat_np, _ZERO, out=acc_np)
-        else:
-            _np.add(acc_np, flat_np, out=acc_np)
-        return
-    if first:
-        acc.zero_()
-    if wide is not flat:
-        wide.copy_(flat)
-    acc.add_(wide)
-
-
 def _mean(fixed_sum, micro_batches):
     """A fixed-point sum over a global batch's micro-batches as their mean (float64):
     dividing by a power of two is multiplying by its inverse, exactly."""
@@ -418,25 +417,6 @@ def _mean(fixed_sum, micro_batches):
     if micro_batches & (micro_batches - 1) == 0:
         return fixed_sum * (1.0 / divisor)
     return fixed_sum / divisor
-
-
-def _mean_into_grad(group, micro_batches):
-    """flat = the group's slice of the step's sum as the mean over the micro-batches,
-    computed in float64 and rounded once to the parameters' dtype (one pass with numpy)."""
-    flat, total, flat_np, total_np = group.flat, group.acc, group.flat_np, group.acc_np
-    divisor = FIXED_POINT_SCALE * micro_batches
-    power_of_two = micro_batches & (micro_batches - 1) == 0
-    if flat_np is not None:
-        if power_of_two:
-            _np.multiply(total_np, 1.0 / divisor, out=flat_np, casting="unsafe")
-        else:
-            _np.divide(total_np, divisor, out=flat_np, casting="unsafe")
-        return
-    if power_of_two:
-        total.mul_(1.0 / divisor)
-    else:
-        total.div_(divisor)
-    flat.copy_(total)
 
 
 def _seed_generators(seed):

@@ -40,8 +40,7 @@ inline T FixedUnits(T v, T bound) {
   return std::copysign(r, c);
 }
 
-// out[lo, hi) (+)= FixedUnits of each part, widened to float64. Inlined into the two
-// instruction-set variants below.
+// out[lo, hi) (+)= FixedUnits of each part, widened to float64.
 template <typename T>
 inline void __attribute__((always_inline))
 AddBlock(const T* const* parts, int32_t count, int64_t lo, int64_t hi, T bound, double* out,
@@ -81,21 +80,27 @@ AddBlock(const T* const* parts, int32_t count, int64_t lo, int64_t hi, T bound, 
   }
 }
 
+// Every block of the n values (inlined into the two instruction-set variants below).
 template <typename T>
-__attribute__((target("avx2"))) void FixedSumAvx2(const T* const* parts, int32_t count,
-                                                  int64_t n, T bound, double* out,
-                                                  bool accumulate) {
+inline void __attribute__((always_inline))
+AddBlocks(const T* const* parts, int32_t count, int64_t n, T bound, double* out,
+          bool accumulate) {
   for (int64_t lo = 0; lo < n; lo += kBlock) {
     AddBlock(parts, count, lo, lo + kBlock < n ? lo + kBlock : n, bound, out, accumulate);
   }
 }
 
 template <typename T>
+__attribute__((target("avx2"))) void FixedSumAvx2(const T* const* parts, int32_t count,
+                                                  int64_t n, T bound, double* out,
+                                                  bool accumulate) {
+  AddBlocks(parts, count, n, bound, out, accumulate);
+}
+
+template <typename T>
 void FixedSumBaseline(const T* const* parts, int32_t count, int64_t n, T bound, double* out,
                       bool accumulate) {
-  for (int64_t lo = 0; lo < n; lo += kBlock) {
-    AddBlock(parts, count, lo, lo + kBlock < n ? lo + kBlock : n, bound, out, accumulate);
-  }
+  AddBlocks(parts, count, n, bound, out, accumulate);
 }
 
 // Whether the AVX2 variant runs: the CPU has it and DET_FIXED_POINT_BASELINE is not 1
