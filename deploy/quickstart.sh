@@ -27,7 +27,7 @@ if [[ "${DET_EXAMPLE:-torch}" == cpp ]]; then
   MIN_ACCURACY=0.82
 else
   CONFIG=configs/examples/torch-fashion-mnist.yaml
-  CONTEXT=(common/harness/python/examples/fashion_mnist_cnn)
+  CONTEXT=(common/worker/python/examples/fashion_mnist_cnn)
   MIN_ACCURACY=0.89
 fi
 echo "== training ${CONFIG}"

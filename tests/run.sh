@@ -5,6 +5,7 @@
 # whose cases were all skipped (GPU tests on a machine without a GPU) counts as skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 
 ./deploy/setup.sh || { echo "tests: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
@@ -15,20 +16,34 @@ if ! bazel build //... ; then
   exit 1
 fi
 
-echo "== testing"
 summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
+extra=$(mktemp)
+trap 'rm -f "$summary" "$extra"' EXIT
+
+# The build must not depend on the caller's shell: the same build from the README's PATH
+# and from an unrelated one runs nothing (tests/build/cache_check.sh; one case each).
+echo "== build cache across shells"
+tests/build/cache_check.sh //... | tee "$extra"
+
+echo "== testing"
 bazel test //... --test_output=errors "$@" 2>&1 | tee "$summary"
 bazel_rc=${PIPESTATUS[0]}
 
 # Count test cases: for every target in Bazel's summary, the cases in its JUnit XML; a
 # target that did not build or run, or left no results, counts as one failure.
-python3 - "$bazel_rc" "$summary" <<'PY'
+python3 - "$bazel_rc" "$summary" "$extra" "$started" <<'PY'
 import os, re, sys
 import xml.etree.ElementTree as ET
 
-bazel_rc, summary = int(sys.argv[1]), sys.argv[2]
+import time
+bazel_rc, summary, extra, started = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 passed = failed = skipped = 0
+# Cases run by this script itself (tests/build/cache_check.sh): "PASS name" / "FAIL name: ...".
+for line in open(extra, errors="replace"):
+    if line.startswith("PASS "):
+        passed += 1
+    elif line.startswith("FAIL "):
+        failed += 1
 line_re = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|REMOTE FAILURE)\b")
 seen = set()
 for line in open(summary, errors="replace"):
@@ -63,6 +78,8 @@ for line in open(summary, errors="replace"):
 if bazel_rc != 0 and failed == 0:
     failed = 1  # Bazel failed in a way no test reported.
     print(f"bazel test exited with {bazel_rc}")
+wall = int(time.time()) - started
+print(f"wall time: {wall // 60} min {wall % 60:02d} s (setup, build and tests)")
 print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(0 if failed == 0 else 1)
 PY

@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/collective/testing/process_group.h"
+#include "common/worker/cpp/collective/testing/process_group.h"
 
 namespace det::bench {
 namespace {

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <vector>
 
-#include "common/collective/file_rendezvous.h"
+#include "common/worker/cpp/collective/file_rendezvous.h"
 #include "tests/bench/allreduce_table.h"
 
 namespace det::bench {

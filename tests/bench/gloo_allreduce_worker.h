@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "common/collective/gloo_collective.h"
+#include "common/worker/cpp/collective/gloo_collective.h"
 
 namespace det::bench {
 

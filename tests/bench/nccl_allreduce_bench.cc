@@ -19,9 +19,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/collective/cuda_devices.h"
-#include "common/collective/file_rendezvous.h"
-#include "common/collective/nccl_collective.h"
+#include "common/worker/cpp/collective/cuda_devices.h"
+#include "common/worker/cpp/collective/file_rendezvous.h"
+#include "common/worker/cpp/collective/nccl_collective.h"
 #include "tests/bench/allreduce_table.h"
 
 namespace det::bench {

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/data/elastic_sampler.h"
-#include "common/nn/mlp.h"
+#include "common/worker/cpp/data/elastic_sampler.h"
+#include "common/worker/cpp/nn/mlp.h"
 
 namespace {
 

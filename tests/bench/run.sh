@@ -31,4 +31,4 @@ for b in "${BENCHES[@]}"; do
     "bazel-bin/tests/bench/$b"
   fi
 done
-(($# > 0)) || { printf '\n## torch_ddp_bench\n\n'; /usr/bin/python3 tests/bench/torch_ddp_bench.py; }
+(($# > 0)) || { printf '\n## torch_ddp_bench\n\n'; "${DET_TEST_PYTHON:-/usr/bin/python3}" tests/bench/torch_ddp_bench.py; }

@@ -15,7 +15,7 @@ det.pytorch's deterministic mode against plain DDP, as Markdown tables.
      DeterministicDDP, micro-batches of --micro-batch, which divides every per-rank batch)
      against --mode ddp, both under torchrun, 1, 2 and 4 ranks (target <= 30% more time
      per step), for each model of --models: `cnn`, the Core API example's CNN with its
-     sizes (common/harness/python/examples/fashion_mnist_cnn, global batch 64, Adam), and
+     sizes (common/worker/python/examples/fashion_mnist_cnn, global batch 64, Adam), and
      `mlp`, an MLP 784-128-10 (SGD).
 
   3. A summary: both side by side, per rank count.
@@ -33,7 +33,7 @@ With --probe, one short run under each launcher first prints what the ranks got 
 (threads, CPU affinity, nice, cgroup, autogroup, stdio, parent processes) and how their
 environments differ.
 
-Usage: /usr/bin/python3 tests/bench/torch_ddp_bench.py [--reps 3] [--steps 600]
+Usage: [DET_TEST_PYTHON=/path/python3] python3 tests/bench/torch_ddp_bench.py [--reps 3] [--steps 600]
        [--ranks 1,2,4] [--micro-batch 16] [--models cnn,mlp] [--skip det,cost] [--probe]
        [--bin-dir DIR]
 Expects bazel-bin/deploy/bin built (tests/bench/run.sh builds it), or --bin-dir; without it
@@ -58,7 +58,7 @@ BENCH = os.path.join(ROOT, "tests", "bench")
 TRAIN = os.path.join(BENCH, "torch_ddp_train.py")
 TORCHRUN = os.path.join(BENCH, "torch_run.py")
 BIN = os.path.join(ROOT, "bazel-bin", "deploy", "bin")
-PYTHON = "/usr/bin/python3"
+PYTHON = os.environ.get("DET_TEST_PYTHON", "/usr/bin/python3")  # the interpreter with torch
 RUN_TIMEOUT_S = 300
 # Every process, under both launchers and in both modes: one intra-op thread, and glibc
 # malloc keeping freed memory instead of returning it to the kernel after each step (by

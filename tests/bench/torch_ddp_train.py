@@ -3,7 +3,7 @@ batch 64, Gloo on CPU. It knows nothing of det: it starts from the launcher's en
 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as under torchrun.
 
 --model mlp: an MLP 784-128-10, SGD (lr 0.05, momentum 0.9).
---model cnn: the Core API example's CNN (common/harness/python/examples/fashion_mnist_cnn:
+--model cnn: the Core API example's CNN (common/worker/python/examples/fashion_mnist_cnn:
   its model.py and data.py, imported from beside this script or from that directory) with
   its default hyperparameters (two convolutions, 128 hidden, dropout 0.25) and optimizer
   (Adam, lr 0.002).

@@ -1,4 +1,4 @@
-// A plain PyTorch DDP script that knows nothing of det (common/harness/python/examples/
+// A plain PyTorch DDP script that knows nothing of det (common/worker/python/examples/
 // torch_ddp/train.py, entrypoint `python3 train.py`) under real det-master and det-agent
 // processes: det's torchrun launch contract alone lets `init_process_group("gloo")` form the
 // job, on 1, 2 and 4 slots of one agent and across two agents. What each rank printed
@@ -84,7 +84,7 @@ class PytorchDdp : public ::testing::Test {
     const char* srcdir = std::getenv("TEST_SRCDIR");
     const char* ws = std::getenv("TEST_WORKSPACE");
     std::string script = Slurp(absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det",
-                                            "/common/harness/python/examples/torch_ddp/train.py"));
+                                            "/common/worker/python/examples/torch_ddp/train.py"));
     EXPECT_THAT(script, HasSubstr("init_process_group"));
     std::string dir = cluster_.dir() + "/context";
     mkdir(dir.c_str(), 0755);

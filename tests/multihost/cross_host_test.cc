@@ -186,7 +186,7 @@ void CrossHost::DdpAcrossHosts(const std::string& extra_yaml) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* ws = std::getenv("TEST_WORKSPACE");
   std::string script = Slurp(absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "det",
-                                          "/common/harness/python/examples/torch_ddp/train.py"));
+                                          "/common/worker/python/examples/torch_ddp/train.py"));
   ASSERT_THAT(script, HasSubstr("init_process_group"));
   std::filesystem::create_directories(cluster_->dir() + "/context");
   cluster_->WriteFile("context/train.py", script);

@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/process/subprocess.h"
-#include "common/collective/gloo_collective.h"
+#include "common/worker/cpp/collective/gloo_collective.h"
 #include "tests/bench/gloo_allreduce_worker.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/multihost/virtual_network.h"

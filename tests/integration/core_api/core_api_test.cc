@@ -1,5 +1,5 @@
 // The Python Core API (det.core) with real PyTorch workers: det-master, det-agent and the
-// Core API example (common/harness/python/examples/fashion_mnist_cnn, DDP over Gloo on CPU)
+// Core API example (common/worker/python/examples/fashion_mnist_cnn, DDP over Gloo on CPU)
 // as real processes; what users see through the det CLI and REST.
 #include <signal.h>
 #include <sys/stat.h>
@@ -54,7 +54,7 @@ class CoreApi : public ::testing::Test {
     ASSERT_TRUE(cluster_.StartAgentWithYaml("agent-a", yaml).ok()) << cluster_.LogTail("agent-a");
     storage_ = cluster_.dir() + "/checkpoints";
     // The example's files, copied from the runfiles into a context directory.
-    const std::string runfiles = TestCluster::BinDir() + "/../../common/harness/python/examples/"
+    const std::string runfiles = TestCluster::BinDir() + "/../../common/worker/python/examples/"
                                  "fashion_mnist_cnn/";
     ASSERT_EQ(mkdir((cluster_.dir() + "/context").c_str(), 0755), 0);
     for (const char* f : {"train.py", "model.py", "data.py"}) {

@@ -1,0 +1,142 @@
+#include "common/worker/cpp/harness/context.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/trial_spec.h"
+
+extern char** environ;
+
+namespace det::harness {
+namespace {
+
+absl::Status Missing(const std::string& name, const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "environment variable ", name, " ", why, " (is this process running under a det agent?)"));
+}
+
+template <typename T>
+absl::Status ReadInt(const std::map<std::string, std::string>& env, const std::string& name,
+                     T* out, bool required) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) {
+    return required ? Missing(name, "is not set") : absl::OkStatus();
+  }
+  int64_t v;
+  if (!absl::SimpleAtoi(it->second, &v)) return Missing(name, absl::StrCat("is not an integer: '", it->second, "'"));
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+// `text` (from variable `name`) as a JSON object.
+absl::Status ReadJsonObject(const std::string& name, const std::string& text, nlohmann::json* out) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Missing(name, "is not a JSON object");
+  *out = std::move(j);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env) {
+  TrialContext c;
+  auto get = [&](const std::string& name) {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  c.master = get("DET_MASTER");
+  if (c.master.empty()) return Missing("DET_MASTER", "is not set");
+  c.allocation_id = get("DET_ALLOCATION_ID");
+  c.allocation_token = get("DET_ALLOCATION_TOKEN");
+  if (auto st = ReadInt(env, "RANK", &c.rank, true); !st.ok()) return st;
+  if (auto st = ReadInt(env, "WORLD_SIZE", &c.world_size, true); !st.ok()) return st;
+  if (auto st = ReadInt(env, "LOCAL_RANK", &c.local_rank, false); !st.ok()) return st;
+  if (auto st = ReadInt(env, "LOCAL_WORLD_SIZE", &c.local_world_size, false); !st.ok()) return st;
+  if (auto st = ReadInt(env, "CROSS_RANK", &c.cross_rank, false); !st.ok()) return st;
+  if (auto st = ReadInt(env, "CROSS_SIZE", &c.cross_size, false); !st.ok()) return st;
+  if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) {
+    return Missing("RANK", absl::StrCat("(", c.rank, ") is outside WORLD_SIZE (", c.world_size, ")"));
+  }
+
+  absl::StatusOr<v1::TrialSpec> spec = config::DecodeTrialSpec(get(config::kTrialSpecEnv));
+  if (!spec.ok()) return spec.status();
+  const std::string spec_name = config::kTrialSpecEnv;
+  c.experiment_id = spec->experiment_id();
+  c.trial_id = spec->trial_id();
+  c.run_id = spec->run_id();
+  c.trial_seed = spec->trial_seed();
+  if (auto st = ReadJsonObject(spec_name + ".hparams_json", spec->hparams_json(), &c.hparams); !st.ok()) {
+    return st;
+  }
+  if (auto st = ReadJsonObject(spec_name + ".data_json", spec->data_json(), &c.data); !st.ok()) {
+    return st;
+  }
+  c.target_batches = spec->target_batches();
+  c.latest_checkpoint = spec->latest_checkpoint();
+  c.global_batch_size = spec->global_batch_size();
+  c.per_slot_batch_size = c.global_batch_size / c.world_size;
+  c.batches_per_epoch = spec->batches_per_epoch();
+  c.scheduling_unit = spec->scheduling_unit();
+  c.validation_period = spec->validation_period();
+  c.checkpoint_period = spec->checkpoint_period();
+  c.checkpoint_policy = spec->checkpoint_policy();
+  c.searcher_metric = spec->searcher().metric();
+  c.smaller_is_better = spec->searcher().smaller_is_better();
+  c.checkpoint_dir = spec->checkpoint_dir();
+  c.deterministic = spec->deterministic();
+  c.aggregation_frequency = spec->aggregation_frequency();
+  c.average_training_metrics = spec->average_training_metrics();
+  c.bucket_bytes = spec->bucket_bytes();
+  c.collective_host = get("DET_COLLECTIVE_HOST");
+  c.collective_iface = get("DET_COLLECTIVE_IFACE");
+  if (std::string t = get("DET_COLLECTIVE_PEER_TIMEOUT"); !t.empty()) {
+    if (!absl::ParseDuration(t, &c.collective_peer_timeout) ||
+        c.collective_peer_timeout < absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DET_COLLECTIVE_PEER_TIMEOUT: expected a duration of at least 1s such as \"30s\", got '",
+          t, "'"));
+    }
+  }
+  if (std::string t = get("DET_SLOT_TYPE"); !t.empty()) c.slot_type = t;
+  if (c.slot_type != "cpu" && c.slot_type != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("DET_SLOT_TYPE: expected cpu or cuda, got '", c.slot_type, "'"));
+  }
+  return c;
+}
+
+absl::StatusOr<double> TrialContext::HparamDouble(const std::string& name, double fallback) const {
+  if (!hparams.contains(name)) return fallback;
+  if (!hparams[name].is_number()) {
+    return absl::InvalidArgumentError(absl::StrCat("hyperparameters.", name, ": expected a number, got ", hparams[name].dump()));
+  }
+  return hparams[name].get<double>();
+}
+
+absl::StatusOr<int64_t> TrialContext::HparamInt(const std::string& name, int64_t fallback) const {
+  if (!hparams.contains(name)) return fallback;
+  if (!hparams[name].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat("hyperparameters.", name, ": expected an integer, got ", hparams[name].dump()));
+  }
+  return hparams[name].get<int64_t>();
+}
+
+std::string TrialContext::DataString(const std::string& key, const std::string& fallback) const {
+  if (!data.contains(key) || !data[key].is_string()) return fallback;
+  return data[key].get<std::string>();
+}
+
+int64_t TrialContext::DataInt(const std::string& key, int64_t fallback) const {
+  if (!data.contains(key) || !data[key].is_number_integer()) return fallback;
+  return data[key].get<int64_t>();
+}
+
+}  // namespace det::harness

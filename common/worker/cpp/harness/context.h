@@ -1,0 +1,108 @@
+// What a worker process knows about its place in a trial, read from the environment the
+// agent gives it: the trial spec the master resolved (DET_TRIAL_SPEC, v1::TrialSpec) and
+// the rank's own variables (DET_MASTER, DET_ALLOCATION_*, RANK, WORLD_SIZE, ...). The
+// experiment config (DET_EXPERIMENT_CONFIG) is user code's copy; nothing here reads it.
+#ifndef DET_COMMON_WORKER_CPP_HARNESS_CONTEXT_H_
+#define DET_COMMON_WORKER_CPP_HARNESS_CONTEXT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace det::harness {
+
+struct TrialContext {
+  std::string master;  // host:port of the master
+  int64_t experiment_id = 0;
+  int64_t trial_id = 0;
+  int run_id = 0;
+  uint32_t trial_seed = 0;
+  std::string allocation_id;
+  std::string allocation_token;
+
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+
+  nlohmann::json hparams = nlohmann::json::object();
+  // The config's free-form `data` section (an object, empty when absent).
+  nlohmann::json data = nlohmann::json::object();
+  // reproducibility.deterministic.
+  bool deterministic = false;
+  // Batches (global steps) to train in total, from the searcher.
+  int64_t target_batches = 0;
+  std::string latest_checkpoint;
+
+  // Values from the trial spec, as the master resolved them from the config (its defaults
+  // and bounds are common/config's).
+  int64_t global_batch_size = 0;
+  // global_batch_size / world_size (remainder dropped).
+  int64_t per_slot_batch_size = 0;
+  // records_per_epoch / global_batch_size, or 0.
+  int64_t batches_per_epoch = 0;
+  int64_t scheduling_unit = 0;
+  // Validation period in batches (0: only at the end).
+  int64_t validation_period = 0;
+  // min_checkpoint_period in batches (0: none).
+  int64_t checkpoint_period = 0;
+  // checkpoint_policy: "best" (after a validation that is the trial's best so far), "all"
+  // (after every validation) or "none".
+  std::string checkpoint_policy;
+  // searcher.metric and searcher.smaller_is_better.
+  std::string searcher_metric;
+  bool smaller_is_better = true;
+  // Where checkpoints go: checkpoint_storage (type shared_fs) host_path/storage_path;
+  // empty when the experiment configures no checkpoint storage.
+  std::string checkpoint_dir;
+
+  // optimizations.aggregation_frequency: gradients are all-reduced (and the optimizer
+  // steps) every k batches.
+  int aggregation_frequency = 1;
+  // optimizations.average_training_metrics: training metrics averaged over every rank;
+  // when false, the chief's own.
+  bool average_training_metrics = true;
+  // optimizations.tensor_fusion_threshold in bytes: size of one gradient bucket.
+  int64_t bucket_bytes = 0;
+  // Address the collective listens on (DET_COLLECTIVE_HOST) and a network interface that
+  // overrides it (DET_COLLECTIVE_IFACE, like Determined's dtrain_network_interface);
+  // empty: see harness::ConnectCollective.
+  std::string collective_host;
+  std::string collective_iface;
+  // How long a peer's host may be silent (pulled cable, host gone) before the collective
+  // gives up on it and names it (DET_COLLECTIVE_PEER_TIMEOUT, a duration such as "30s",
+  // e.g. from the experiment's environment_variables; collective::GlooOptions::peer_timeout).
+  absl::Duration collective_peer_timeout = absl::Seconds(15);
+  // The kind of slots this rank got (DET_SLOT_TYPE): "cuda" (one GPU per rank, the only
+  // device CUDA_VISIBLE_DEVICES leaves) or "cpu".
+  std::string slot_type = "cpu";
+
+  bool is_chief() const { return rank == 0; }
+  // The batch one step really trains on: per_slot_batch_size * world_size.
+  int64_t effective_global_batch_size() const { return per_slot_batch_size * world_size; }
+  // A hyperparameter, or `fallback` when absent. InvalidArgument on a wrong type.
+  absl::StatusOr<double> HparamDouble(const std::string& name, double fallback) const;
+  absl::StatusOr<int64_t> HparamInt(const std::string& name, int64_t fallback) const;
+  // data.<key> as a string, or `fallback`.
+  std::string DataString(const std::string& key, const std::string& fallback) const;
+  // data.<key> as an integer, or `fallback`.
+  int64_t DataInt(const std::string& key, int64_t fallback) const;
+};
+
+// Reads `env` (name -> value). Missing or malformed required variables (DET_TRIAL_SPEC,
+// DET_MASTER, RANK, ...) are FailedPrecondition naming the variable: the process was not
+// started by a det agent (of this version).
+absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
+
+// The current process environment as a map.
+std::map<std::string, std::string> ProcessEnvironment();
+
+}  // namespace det::harness
+
+#endif  // DET_COMMON_WORKER_CPP_HARNESS_CONTEXT_H_

@@ -1,0 +1,155 @@
+"""What a worker knows about its place in a trial, read once from the environment the det
+agent gives it: the trial spec the master resolved from the experiment's config
+(DET_TRIAL_SPEC, proto/worker.proto's TrialSpec in protobuf's JSON mapping) and the rank's
+own variables (DET_MASTER, DET_ALLOCATION_*, torchrun's RANK, WORLD_SIZE, ...). The Python
+twin of common/worker/cpp/harness/context.h. DET_EXPERIMENT_CONFIG is the user's copy of the config;
+nothing here reads it: the config's defaults and bounds live in common/config alone."""
+
+import json
+import os
+from typing import Any, Dict, Mapping, Optional
+
+TRIAL_SPEC_ENV = "DET_TRIAL_SPEC"
+
+
+class ClusterEnvironmentError(RuntimeError):
+    """A DET_* variable is missing or malformed: the process was not started by a det agent
+    (or by one this package does not match)."""
+
+
+def _missing(name: str, why: str) -> ClusterEnvironmentError:
+    return ClusterEnvironmentError(
+        f"environment variable {name} {why} (is this process running under a det agent?)")
+
+
+def _int(env: Mapping[str, str], name: str, required: bool, default: int = 0) -> int:
+    value = env.get(name, "")
+    if value == "":
+        if required:
+            raise _missing(name, "is not set")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise _missing(name, f"is not an integer: {value!r}") from None
+
+
+def trial_spec_from(env: Mapping[str, str]) -> Any:
+    """The TrialSpec (det._proto.worker_pb2) in env's DET_TRIAL_SPEC. ClusterEnvironmentError
+    naming the variable when it is missing or is not a TrialSpec."""
+    # Imported here, as det._client does: `import det` off-cluster needs no protobuf.
+    from google.protobuf import json_format
+    from det._proto import worker_pb2
+    text = env.get(TRIAL_SPEC_ENV, "")
+    if text == "":
+        raise _missing(TRIAL_SPEC_ENV, "is not set")
+    try:
+        return json_format.Parse(text, worker_pb2.TrialSpec())
+    except json_format.ParseError as e:
+        raise _missing(TRIAL_SPEC_ENV, f"is not a det.v1.TrialSpec: {e}") from None
+
+
+def _json_object(name: str, text: str) -> Dict[str, Any]:
+    try:
+        parsed = json.loads(text) if text else {}
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise _missing(name, "is not a JSON object")
+    return parsed
+
+
+class TrialInfo:
+    """The trial this process trains (Determined's det.TrialInfo), as its TrialSpec says."""
+
+    def __init__(self, spec: Any, world_size: int) -> None:
+        # The det._proto.worker_pb2.TrialSpec it reads.
+        self.spec = spec
+        self.trial_id: int = spec.trial_id
+        self.experiment_id: int = spec.experiment_id
+        self.trial_run_id: int = spec.run_id
+        self.trial_seed: int = spec.trial_seed
+        self.hparams: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".hparams_json",
+                                                    spec.hparams_json)
+        # The config's free-form `data` section (Determined's ClusterInfo.user_data).
+        self.user_data: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".data_json",
+                                                      spec.data_json)
+        # Batches (global steps) to train in all, from the searcher.
+        self.target_batches: int = spec.target_batches
+        self.global_batch_size: int = spec.global_batch_size
+        # global_batch_size // WORLD_SIZE (remainder dropped, as the C++ harness does).
+        self.per_slot_batch_size: int = self.global_batch_size // max(1, world_size)
+        self.records_per_epoch: int = spec.records_per_epoch
+        self.batches_per_epoch: int = spec.batches_per_epoch
+        self.searcher_metric: str = spec.searcher.metric
+        self.smaller_is_better: bool = spec.searcher.smaller_is_better
+        self.validation_period: int = spec.validation_period
+        self.checkpoint_period: int = spec.checkpoint_period
+        self.checkpoint_dir: str = spec.checkpoint_dir
+        self.checkpoint_policy: str = spec.checkpoint_policy
+        self.deterministic: bool = spec.deterministic
+
+    def length_unit(self) -> str:
+        """The unit of searcher.max_length: "batches" or "epochs"."""
+        return self.spec.searcher.max_length_unit or "batches"
+
+    def to_batches(self, length: float) -> int:
+        """`length` in the unit of searcher.max_length, as batches."""
+        if self.length_unit() == "epochs":
+            return int(round(length * self.batches_per_epoch))
+        return int(length)
+
+    def from_batches(self, batches: int) -> int:
+        """`batches` in the unit of searcher.max_length (whole units, rounded down)."""
+        if self.length_unit() == "epochs":
+            return batches // self.batches_per_epoch if self.batches_per_epoch else 0
+        return batches
+
+
+class ClusterInfo:
+    """Where this process runs (Determined's det.ClusterInfo)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.master_url: str = env.get("DET_MASTER", "")
+        if not self.master_url:
+            raise _missing("DET_MASTER", "is not set")
+        self.allocation_id: str = env.get("DET_ALLOCATION_ID", "")
+        if not self.allocation_id:
+            raise _missing("DET_ALLOCATION_ID", "is not set")
+        self.task_id: str = self.allocation_id
+        self.session_token: str = env.get("DET_ALLOCATION_TOKEN", "")
+        if not self.session_token:
+            raise _missing("DET_ALLOCATION_TOKEN", "is not set")
+        self.agent_id: str = env.get("DET_AGENT_ID", "")
+        self.slot_ids = [s for s in env.get("DET_SLOT_IDS", "").split(",") if s]
+        self.slot_type: str = env.get("DET_SLOT_TYPE", "cpu") or "cpu"
+        self.rank: int = _int(env, "RANK", True)
+        self.world_size: int = _int(env, "WORLD_SIZE", True)
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise _missing("RANK", f"({self.rank}) is outside WORLD_SIZE ({self.world_size})")
+        self.local_rank: int = _int(env, "LOCAL_RANK", False, 0)
+        self.local_size: int = _int(env, "LOCAL_WORLD_SIZE", False, 1)
+        self.cross_rank: int = _int(env, "CROSS_RANK", False, 0)
+        self.cross_size: int = _int(env, "CROSS_SIZE", False, 1)
+        self.container_rank: int = self.cross_rank
+        self.trial = TrialInfo(trial_spec_from(env), self.world_size)
+        # The config's `data` section.
+        self.user_data: Dict[str, Any] = self.trial.user_data
+        path = self.trial.spec.latest_checkpoint
+        # The latest checkpoint's storage path, and its storage id (Determined's
+        # latest_checkpoint: the id restore_path() takes); None on a first run.
+        self.latest_checkpoint_path: Optional[str] = path or None
+        self.latest_checkpoint: Optional[str] = os.path.basename(path.rstrip("/")) if path else None
+
+
+def cluster_info_from(env: Mapping[str, str]) -> Optional[ClusterInfo]:
+    """ClusterInfo of `env`, or None off-cluster (no DET_MASTER). ClusterEnvironmentError naming the
+    variable when DET_MASTER is set but the rest is missing or malformed."""
+    if not env.get("DET_MASTER"):
+        return None
+    return ClusterInfo(env)
+
+
+def get_cluster_info() -> Optional[ClusterInfo]:
+    """This process's ClusterInfo, or None when it runs outside a det allocation."""
+    return cluster_info_from(os.environ)
