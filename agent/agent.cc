@@ -85,7 +85,7 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
   launch_context_.master_address = config_.master;
   launch_context_.slot_type = slots_.empty() ? "cpu" : slots_[0].type();
   launch_context_.worker_path = config_.worker_path;
-  launch_context_.worker_python = config_.worker_python;
+  launch_context_.worker_python = options_.python ? options_.python->path : config_.worker_python;
   launch_context_.python_path =
       config_.python_path ? *config_.python_path : DefaultPythonPath(options_.shim_path);
   launch_context_.cpu_count = UsableCpuCount();
@@ -146,6 +146,12 @@ absl::Status Agent::RegisterOnce() {
   }
   req.set_version("0.1.0");
   req.set_resource_pool(config_.resource_pool);
+  if (options_.python) {
+    req.set_worker_python(options_.python->path);
+    req.set_worker_torch_version(options_.python->torch_version);
+  } else {
+    req.set_worker_python(config_.worker_python);
+  }
   std::string advertise = config_.advertise_address;
   if (advertise.empty()) {
     absl::StatusOr<std::string> route = LocalAddressTowards(config_.master);
@@ -666,6 +672,20 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   RemoveTree(alloc->work_dir);
   // The experiment owner's linked OS user, if any, replaces the default task user.
   absl::Status st = UseLaunchTaskUser(launch, geteuid(), getegid(), &launch_context);
+  // The experiment's interpreter (environment.python) wins over the agent's; without one, a
+  // Python entrypoint needs the agent to have found an interpreter (with torch, for det's
+  // torch launcher and Trial runner).
+  if (!launch.python().empty()) {
+    launch_context.worker_python = launch.python();
+  } else if (st.ok() && options_.python && !launch.has_checkpoint_gc()) {
+    std::vector<std::string> entrypoint(launch.argv().begin(), launch.argv().end());
+    bool needs_torch = EntrypointNeedsTorch(entrypoint);
+    if ((IsPythonEntrypoint(entrypoint) && options_.python->path.empty()) ||
+        (needs_torch && !options_.python->has_torch())) {
+      st = absl::FailedPreconditionError(
+          NoPythonMessage(config_.agent_id, *options_.python, needs_torch));
+    }
+  }
   v1::ModelContext context;
   if (st.ok() && launch.has_model_context()) {
     absl::StatusOr<v1::ModelContext> fetched = ModelContext(launch);

@@ -25,6 +25,7 @@
 #include "agent/context_cache.h"
 #include "agent/launcher/launcher.h"
 #include "agent/master_client/master_client.h"
+#include "agent/python/python_finder.h"
 #include "agent/supervisor/allocation_record.h"
 #include "agent/supervisor/worker_process.h"
 #include "agent/sysmetrics/system_sampler.h"
@@ -44,6 +45,11 @@ struct AgentOptions {
   // unset: the agent's own user. Needs an agent running as root. See LaunchContext.
   std::optional<RunAs> task_user;
   std::string task_user_name;
+  // The interpreter chosen for Python entrypoints (python/python_finder.h: worker_python
+  // or the one found that can import torch), reported to the master; a launch whose
+  // entrypoint needs an interpreter (or torch) this agent lacks fails at once, naming what
+  // was tried. Unset: config.worker_python as is, nothing checked (tests).
+  std::optional<PythonChoice> python;
 };
 
 // Threads: Run() is the session loop (register, heartbeat); one poller thread; one outbox

@@ -702,6 +702,64 @@ echo "python=$DET_PYTHON pythonpath=$PYTHONPATH pwd=$PWD"
   }
 }
 
+// The agent registers the interpreter it chose (and torch's version there); an experiment's
+// environment.python (LaunchCommand.python) wins over it for `python3` entrypoints.
+TEST_F(AgentTest, RegistersItsPythonAndTheExperimentsInterpreterWins) {
+  FakeMasterClient master;
+  config_.worker_python = "/nonexistent/python3";
+  PythonChoice chosen;
+  chosen.path = "/nonexistent/python3";
+  chosen.torch_version = "2.11.0";
+  chosen.reason = "agent.yaml worker_python";
+  options_.python = chosen;
+  RunningAgent agent(config_, master, options_);
+  ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+  EXPECT_EQ(master.registers()[0].worker_python(), "/nonexistent/python3");
+  EXPECT_EQ(master.registers()[0].worker_torch_version(), "2.11.0");
+
+  v1::AgentCommand cmd = Launch(master, "6.0", 1, "echo \"python=$DET_PYTHON\"\n");
+  cmd.mutable_launch()->set_argv(0, "python3");
+  cmd.mutable_launch()->add_argv("train.sh");
+  cmd.mutable_launch()->set_python("/bin/sh");  // the experiment's environment.python
+  master.Send(cmd);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
+  EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("python=/bin/sh"));
+}
+
+// An agent that found no interpreter with torch refuses det's torch launcher at once,
+// saying what it tried and how to fix it; other Python entrypoints still run.
+TEST_F(AgentTest, ATorchEntrypointIsRefusedWhenTheAgentFoundNoTorch) {
+  FakeMasterClient master;
+  PythonChoice chosen;
+  chosen.path = "/bin/sh";
+  chosen.reason = "found in PATH; no interpreter has torch";
+  chosen.rejected = {"PATH /bin/sh: ModuleNotFoundError: No module named 'torch'"};
+  options_.python = chosen;
+  RunningAgent agent(config_, master, options_);
+  v1::AgentCommand cmd = Launch(master, "7.0", 2, "echo never\n");
+  cmd.mutable_launch()->set_argv(0, "python3");
+  for (const char* a : {"-m", "det.launch.torch_distributed", "python3", "train.sh"}) {
+    cmd.mutable_launch()->add_argv(a);
+  }
+  master.Send(cmd);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  for (const auto& e : master.exits()) {
+    EXPECT_EQ(e.exit_code(), 127);
+    EXPECT_THAT(e.message(), HasSubstr("no Python interpreter that can import torch"));
+    EXPECT_THAT(e.message(), HasSubstr("No module named 'torch'"));
+    EXPECT_THAT(e.message(), HasSubstr("environment.python"));
+  }
+  EXPECT_TRUE(master.launched().empty());
+
+  v1::AgentCommand plain = Launch(master, "8.0", 1, "echo ran\n");
+  plain.mutable_launch()->set_argv(0, "python3");
+  plain.mutable_launch()->add_argv("train.sh");
+  master.Send(plain);
+  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 3; })) << master.AllLines();
+  EXPECT_EQ(master.exits()[2].exit_code(), 0) << master.AllLines();
+}
+
 TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
   FakeMasterClient master;
   SystemSampler sampler;

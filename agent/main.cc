@@ -19,6 +19,7 @@
 #include "agent/gpu/nvml.h"
 #include "agent/gpu/slots.h"
 #include "agent/master_client/master_client.h"
+#include "agent/python/python_finder.h"
 #include "agent/supervisor/shim.h"
 #include "agent/sysmetrics/system_sampler.h"
 #include "common/config/daemon_config.h"
@@ -196,6 +197,23 @@ int main(int argc, char** argv) {
     det::Logger("agent")->warn(
         "workers run as root, like this agent: they can read its work_dir, secrets and every "
         "file on this machine; start det-agent with --task-user (e.g. nobody)");
+  }
+  {
+    const char* path = getenv("PATH");
+    const char* home = getenv("HOME");
+    det::agent::PythonChoice python = det::agent::ChooseWorkerPython(
+        config->worker_python,
+        det::agent::PythonCandidates(path ? path : "", home ? home : ""),
+        det::agent::SubprocessTorchProbe(absl::Seconds(30)));
+    if (python.has_torch()) {
+      det::Logger("agent")->info("worker_python: {}", python.Describe());
+    } else {
+      det::Logger("agent")->warn(
+          "worker_python: {}; PyTorch trials cannot run here unless their experiment sets "
+          "environment.python (or set worker_python in agent.yaml)",
+          python.Describe());
+    }
+    options.python = std::move(python);
   }
   det::agent::Agent agent(*config, *client, *slots, options);
   std::thread signals([&] {

@@ -48,6 +48,23 @@ TEST(ExperimentConfig, FillsDefaultsAndChoosesSeed) {
   EXPECT_EQ(again->effective_yaml, parsed->effective_yaml);
 }
 
+TEST(ExperimentConfig, EnvironmentPythonIsAnAbsolutePath) {
+  auto parsed = ParseExperimentConfig(
+      std::string(kMinimal) + "environment:\n  python: /opt/venv/bin/python3\n", "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.python, "/opt/venv/bin/python3");
+  auto again = ParseExperimentConfig(parsed->effective_yaml, "effective", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->config.python, "/opt/venv/bin/python3");
+  EXPECT_EQ(std::string(ParseError(std::string(kMinimal) + "environment:\n  python: python3\n")
+                            .message()),
+            "exp.yaml:8: environment.python: expected the absolute path of a Python interpreter "
+            "on the agents (e.g. /opt/venv/bin/python3), got \"python3\"");
+  EXPECT_THAT(std::string(ParseError(std::string(kMinimal) +
+                                     "environment:\n  python: [a]\n").message()),
+              HasSubstr("environment.python"));
+}
+
 TEST(ExperimentConfig, WrongTypeNamesLineFieldAndValue) {
   std::string yaml = std::string(kMinimal) + "resources:\n  slots_per_trial: eight\n";
   absl::Status st = ParseError(yaml);
@@ -200,7 +217,7 @@ TEST(DaemonConfig, AgentLaunchContractDefaults) {
   EXPECT_EQ(c->advertise_address, "");
   EXPECT_EQ(c->chief_port_first, 29500);
   EXPECT_EQ(c->chief_port_last, 29999);
-  EXPECT_EQ(c->worker_python, "/usr/bin/python3");
+  EXPECT_EQ(c->worker_python, "");  // unset: the agent looks for one with torch
   EXPECT_FALSE(c->python_path.has_value());
 }
 

@@ -155,7 +155,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::strin
     if (!st.ok()) r.Fail("chief_port_range", std::string(st.message()));
   }
   r.String("worker_python", &c.worker_python);
-  if (r.ok() && c.worker_python.empty()) {
+  if (r.ok() && r.Has("worker_python") && c.worker_python.empty()) {
     r.Fail("worker_python", "expected the path of a Python interpreter, got an empty string");
   }
   if (r.Has("python_path")) {

@@ -92,8 +92,9 @@ struct AgentConfig {
   int chief_port_first = 29500;
   int chief_port_last = 29999;
   // The interpreter of Python entrypoints: an entrypoint whose argv[0] is `python3` or
-  // `python` runs this instead; workers also get it as DET_PYTHON.
-  std::string worker_python = "/usr/bin/python3";
+  // `python` runs this instead; workers also get it as DET_PYTHON. Empty (not set): the
+  // agent looks for one that can import torch (agent/python/python_finder.h).
+  std::string worker_python;
   // Directories put first on the workers' PYTHONPATH (after the allocation's context
   // directory). Unset (nullopt): the agent's default, <dir of det-agent>/../python when it
   // exists.

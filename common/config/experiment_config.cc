@@ -379,6 +379,14 @@ class SchemaReader {
     YAML::Node image;
     env.Any("image", &image);  // Accepted for Determined configs; det runs no containers.
     has_image_ = image && !image.IsNull();
+    env.String("python", &c_.python);
+    if (env.ok() && env.Has("python") &&
+        (c_.python.empty() || c_.python[0] != '/')) {
+      env.Fail("python", absl::StrCat("expected the absolute path of a Python interpreter on the "
+                                      "agents (e.g. /opt/venv/bin/python3), got \"",
+                                      c_.python, "\""));
+      return;
+    }
     env.Known("environment_variables");
     YAML::Node vars = env.node()["environment_variables"];
     if (!vars || vars.IsNull()) return;

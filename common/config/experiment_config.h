@@ -126,6 +126,10 @@ struct ExperimentConfig {
   // (docs/determinism.md).
   bool deterministic = false;
   std::map<std::string, std::string> environment_variables;
+  // environment.python: the interpreter (an absolute path on the agents) that runs this
+  // experiment's `python3`/`python` entrypoints instead of each agent's worker_python.
+  // Empty: the agents'.
+  std::string python;
   std::vector<std::string> labels;
   std::vector<BindMount> bind_mounts;
   std::optional<CheckpointStorageConfig> checkpoint_storage;

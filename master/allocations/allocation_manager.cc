@@ -162,6 +162,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   in.entrypoint = es.config.entrypoint;
   in.environment.insert(es.config.environment_variables.begin(),
                         es.config.environment_variables.end());
+  in.python = es.config.python;
   in.max_restarts = es.config.max_restarts;
   in.token = t.token;
   if (context_sha256.ok()) in.context_sha256 = *std::move(context_sha256);

@@ -65,6 +65,7 @@ std::vector<std::pair<std::string, v1::LaunchCommand>> BuildLaunchCommands(
     l.set_restart_count(t.restarts());
     l.set_max_restarts(in.max_restarts);
     l.set_run_id(TorchRunId(t.id()));
+    l.set_python(in.python);
     if (!in.task_user.agent_user().empty()) *l.mutable_task_user() = in.task_user;
     out.emplace_back(share.agent_id, std::move(l));
   }

@@ -36,6 +36,8 @@ struct LaunchInputs {
   std::vector<std::string> entrypoint;
   // The config's environment_variables; DET_* variables take precedence.
   std::map<std::string, std::string> environment;
+  // environment.python (LaunchCommand.python); empty: the agents' worker_python.
+  std::string python;
   int max_restarts = 0;
   // The worker token of this run.
   std::string token;

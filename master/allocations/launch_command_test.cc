@@ -148,5 +148,20 @@ TEST(LaunchCommandTest, EveryAgentIsToldWhichContextToFetchNotTheContextItself) 
   }
 }
 
+TEST(LaunchCommandTest, TheExperimentsInterpreterGoesToEveryAgent) {
+  LaunchInputs in = Inputs();
+  v1::Allocation a;
+  a.set_id("7.2");
+  std::vector<AgentShare> agents = {{"a", {"0"}}, {"b", {"0"}}};
+  for (auto& r : PlaceRanks(agents)) *a.add_ranks() = r;
+  for (const auto& [agent, l] : BuildLaunchCommands(in, a, agents)) {
+    EXPECT_EQ(l.python(), "") << agent;  // none: each agent's worker_python
+  }
+  in.python = "/opt/venv/bin/python3";
+  for (const auto& [agent, l] : BuildLaunchCommands(in, a, agents)) {
+    EXPECT_EQ(l.python(), "/opt/venv/bin/python3") << agent;
+  }
+}
+
 }  // namespace
 }  // namespace det::master

@@ -86,6 +86,8 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
   agent.set_id(req.agent_id());
   agent.set_hostname(req.hostname());
   agent.set_version(req.version());
+  agent.set_worker_python(req.worker_python());
+  agent.set_worker_torch_version(req.worker_torch_version());
   agent.set_resource_pool(req.resource_pool().empty() ? "default" : req.resource_pool());
   agent.set_enabled(returning ? e.agent.enabled() : true);
   agent.set_connected(true);

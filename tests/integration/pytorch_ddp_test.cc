@@ -292,6 +292,18 @@ runpy.run_path("train.py", run_name="__main__")
     EXPECT_EQ(held["det_python"], "/usr/bin/python3");
     EXPECT_THAT(held.value("det", ""), ::testing::EndsWith("/deploy/python/det/__init__.py"));
   }
+  // The agent has no worker_python: it found /usr/bin/python3 (the first python3 with torch
+  // on the tests' PATH) and registered it with torch's version.
+  {
+    CommandResult agents = cluster_.Det({"agent", "list", "--json"});
+    ASSERT_TRUE(agents.exit.ok()) << agents.out << agents.err;
+    nlohmann::json list = nlohmann::json::parse(agents.out, nullptr, false);
+    ASSERT_TRUE(list.is_object() && list["agents"].size() == 1) << agents.out;
+    EXPECT_EQ(list["agents"][0].value("worker_python", ""), "/usr/bin/python3") << agents.out;
+    EXPECT_FALSE(list["agents"][0].value("worker_torch_version", "").empty()) << agents.out;
+    EXPECT_THAT(Slurp(cluster_.dir() + "/agent-a.log"),
+                ::testing::HasSubstr("worker_python: /usr/bin/python3 (found in PATH, torch "));
+  }
   // Both allocations are live now (all four ranks wait): their chief ports differ.
   EXPECT_EQ(port["a-0"], port["a-1"]);
   EXPECT_EQ(port["b-0"], port["b-1"]);
