@@ -18,7 +18,7 @@ def main():
     with det.core.init() as core:
         if mode == "checkpoint":
             with core.checkpoint.store_path({"steps_completed": 1}) as (path, storage_id):
-                with open(path + "/weights.txt", "w") as f:
+                with open(path / "weights.txt", "w") as f:
                     f.write("weights of step 1\n")
             core.train.report_training_metrics(steps_completed=1, metrics={"loss": 0.5})
             print(f"checkpoint {storage_id} in {core.checkpoint.directory}", flush=True)

@@ -2,19 +2,22 @@
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
+import pathlib
 import signal
 import tempfile
 import threading
 import unittest
+import warnings
 
 import grpc
 
 import det
 from det import _client
-from det.core import _distributed, _preempt, _timings
+from det.core import _checkpoint, _distributed, _preempt, _timings
 from tests import fake_master
 
 
@@ -27,6 +30,10 @@ class CoreTest(unittest.TestCase):
         self.service, self.address = self.stack.enter_context(fake_master.serve())
         self.addCleanup(self.stack.close)
         self.addCleanup(self.tmp.cleanup)
+        # searcher.operations() is deprecated as in Determined 0.38; tests that check the
+        # warning catch it themselves.
+        self.stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore", FutureWarning)
 
     def env(self, **kw):
         return fake_master.environment(fake_master.allocation_env(self.address, self.storage, **kw))
@@ -122,9 +129,9 @@ class CoreTest(unittest.TestCase):
             self.assertEqual(os.listdir(self.storage), [sid])
             self.assertEqual(core.checkpoint.get_metadata(sid), {"steps_completed": 30, "note": "x"})
             with core.checkpoint.restore_path(sid) as restored:
-                self.assertEqual(restored, final)
+                self.assertEqual(restored, pathlib.Path(final))
             with core.checkpoint.restore_path(final) as restored:
-                self.assertEqual(restored, final)
+                self.assertEqual(restored, pathlib.Path(final))
         c = self.service.checkpoints[0].checkpoint
         self.assertEqual((c.uuid, c.storage_path, c.total_batches), (sid, final, 30))
         self.assertEqual(dict(c.resources), {"model.pt": 5, "sub/opt.pt": 1,
@@ -156,6 +163,10 @@ class CoreTest(unittest.TestCase):
                         pass
             with self.assertRaisesRegex(ValueError, "is not a checkpoint name"):
                 core.checkpoint.get_metadata("..")
+            # What tests/integration/core_api/bad_input_test.cc reads in the trial's log.
+            with self.assertRaisesRegex(ValueError, "^restore_path: '/etc/passwd' is outside the "
+                                                    "checkpoint storage"):
+                core.checkpoint.get_metadata("/etc/passwd")
             with self.assertRaisesRegex(FileNotFoundError, "checkpoint 'nope' does not exist"):
                 with core.checkpoint.restore_path("nope"):
                     pass
@@ -224,9 +235,12 @@ class CoreTest(unittest.TestCase):
     def test_searcher_operation_in_epochs(self):
         # 640 records / 64 per batch = 10 batches per epoch; the master asks for 20 batches.
         with self.env(target_batches=20, max_length=(4, "epochs")), det.core.init() as core:
-            self.assertEqual(core.searcher.get_configured_units(), "epochs")
+            self.assertEqual(core.searcher.get_configured_units(), det.core.Unit.EPOCHS)
             ops = []
-            for op in core.searcher.operations():
+            with self.assertWarnsRegex(FutureWarning, "deprecated in Determined 0.38"):
+                ops_iter = iter(core.searcher.operations())
+                first = next(ops_iter)
+            for op in itertools.chain([first], ops_iter):
                 ops.append(op)
                 self.assertEqual(op.length, 2)
                 op.report_progress(1)
@@ -304,6 +318,329 @@ class CoreTest(unittest.TestCase):
             with self.assertRaisesRegex(det.ClusterEnvironmentError, "RANK is not an integer: 'x'"):
                 det.get_cluster_info()
 
+    # -- checkpoints as Determined's: pathlib.Path, upload/download, delete --------------
+
+    def test_store_and_restore_paths_are_pathlib_paths(self):
+        # Determined's Core API tutorial, as published.
+        with self.env(), det.core.init() as core:
+            with core.checkpoint.store_path({"steps_completed": 4}) as (path, storage_id):
+                self.assertIsInstance(path, pathlib.Path)
+                with (path / "checkpoint.pt").open("w") as f:
+                    f.write("weights")
+                with open(os.path.join(path, "extra.txt"), "w") as f:  # os.path still works.
+                    f.write("x")
+            with core.checkpoint.restore_path(storage_id) as path:
+                self.assertIsInstance(path, pathlib.Path)
+                self.assertEqual((path / "checkpoint.pt").read_text(), "weights")
+                self.assertEqual(path, pathlib.Path(self.storage, storage_id))
+            with core.checkpoint.restore_path(pathlib.Path(self.storage, storage_id),
+                                              det.core.DownloadMode.NoSharedDownload,
+                                              selector=lambda p: p == "x") as path:
+                self.assertTrue((path / "extra.txt").exists())  # Shared storage: every file.
+
+    def test_upload_and_download_take_str_or_pathlike_and_selectors(self):
+        src = pathlib.Path(self.tmp.name, "src")
+        (src / "sub").mkdir(parents=True)
+        (src / "model.pt").write_text("m")
+        (src / "sub" / "opt.pt").write_text("o")
+        (src / "notes.txt").write_text("n")
+        with self.env(), det.core.init() as core:
+            sid = core.checkpoint.upload(src, {"steps_completed": 9},
+                                         selector=lambda p: p.endswith(".pt"))
+            sid2 = core.checkpoint.upload(str(src), {"steps_completed": 10})
+            out = pathlib.Path(self.tmp.name, "out")
+            core.checkpoint.download(sid, out)
+            self.assertEqual(sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                                    if p.is_file()),
+                             ["metadata.json", "model.pt", "sub/opt.pt"])
+            out2 = os.path.join(self.tmp.name, "out2")
+            core.checkpoint.download(sid2, out2, det.core.DownloadMode.NoSharedDownload,
+                                     selector=lambda p: p.startswith("sub/"))
+            self.assertEqual(os.listdir(out2), ["sub"])
+            with self.assertRaisesRegex(RuntimeError, "would upload nothing"):
+                core.checkpoint.upload(None)
+            with self.assertRaisesRegex(FileNotFoundError, "is not a directory"):
+                core.checkpoint.upload(pathlib.Path(self.tmp.name, "nope"), {"steps_completed": 1})
+        self.assertEqual([c.checkpoint.total_batches for c in self.service.checkpoints], [9, 10])
+        self.assertEqual(sorted(self.service.checkpoints[0].checkpoint.resources),
+                         ["metadata.json", "model.pt", "sub/opt.pt"])
+
+    def test_checkpoints_need_steps_completed_on_a_cluster(self):
+        with self.env(), det.core.init() as core:
+            with self.assertRaisesRegex(ValueError, "needs a 'steps_completed' item"):
+                with core.checkpoint.store_path({"epoch": 1}):
+                    self.fail("nothing is created")
+        self.assertEqual(os.listdir(self.storage), [])
+        with fake_master.environment({}), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), \
+                det.core.init(checkpoint_storage=pathlib.Path(self.storage)) as core:
+            with core.checkpoint.store_path() as (path, sid):
+                pass
+            self.assertEqual(core.checkpoint.get_metadata(sid), {})
+
+    def test_delete_removes_files_not_the_registration(self):
+        with self.env(), det.core.init() as core:
+            with core.checkpoint.store_path({"steps_completed": 1}) as (path, sid):
+                (path / "model.pt").write_text("m")
+                (path / "opt").mkdir()
+                (path / "opt" / "state.pt").write_text("o")
+                (path / "notes.txt").write_text("n")
+            core.checkpoint.delete(sid, globs=["**/*.pt"])
+            with core.checkpoint.restore_path(sid) as p:
+                self.assertEqual(sorted(os.listdir(p)), ["metadata.json", "notes.txt"])
+            core.checkpoint.delete(sid)
+            self.assertEqual(os.listdir(self.storage), [])
+            with self.assertRaisesRegex(FileNotFoundError, f"checkpoint '{sid}' does not exist"):
+                core.checkpoint.delete(sid)
+            with self.assertRaisesRegex(ValueError, "outside the checkpoint storage"):
+                core.checkpoint.delete("/etc/x")
+        self.assertEqual(len(self.service.checkpoints), 1)
+
+    def test_metadata_of_sharded_checkpoints_merges(self):
+        merged, conflicts = _checkpoint.merge_metadata(
+            [{"steps_completed": 3, "a": {"x": 1}}, {"a": {"y": 2}}, {"steps_completed": 3}])
+        self.assertEqual((merged, conflicts), ({"steps_completed": 3, "a": {"x": 1, "y": 2}}, {}))
+        _, conflicts = _checkpoint.merge_metadata([{"a": [1]}, {"a": [2]}, {"b": {"c": 1}},
+                                                   {"b": 1}])
+        self.assertEqual(conflicts, {"/a": [0, 1], "/b": [2, 3]})
+
+    # -- the training context's other names ----------------------------------------------
+
+    def test_set_status_goes_to_the_trial_log(self):
+        out = io.StringIO()
+        with self.env(), det.core.init() as core, contextlib.redirect_stdout(out):
+            core.train.set_status("evaluating")
+            with self.assertRaises(TypeError):
+                core.train.set_status(3)
+        self.assertIn("det: trial status: evaluating", out.getvalue())
+        self.assertEqual(core.train.status, "evaluating")
+
+    def test_what_the_master_cannot_answer_says_so(self):
+        with self.env(), det.core.init() as core, contextlib.redirect_stdout(io.StringIO()) as out:
+            for call in (core.train.get_experiment_best_validation,
+                         lambda: core.train.report_early_exit(det.core.EarlyExitReason.INVALID_HP),
+                         lambda: core.train.set_metadata({"a": 1}), core.train.get_metadata):
+                with self.assertRaisesRegex(NotImplementedError,
+                                            r"proto/worker.proto.*no such call"):
+                    call()
+            core.train.report_early_exit(det.core.EarlyExitReason.USER_REQUESTED_STOP)
+            core.train.report_early_exit("EXITED_REASON_USER_REQUESTED_STOP")
+            with self.assertRaises(ValueError):
+                core.train.report_early_exit("bored")
+        self.assertIn("report_early_exit(USER_REQUESTED_STOP)", out.getvalue())
+        self.assertEqual(self.service.metrics, [])
+
+    def test_tensorboard_files_upload_in_manual_mode(self):
+        with self.env(rank=0), det.core.init(
+                tensorboard_mode=det.core.TensorboardMode.MANUAL) as core:
+            tb = core.train.get_tensorboard_path()
+            self.addCleanup(lambda: __import__("shutil").rmtree(tb, ignore_errors=True))
+            self.assertIsInstance(tb, pathlib.Path)
+            (tb / "events.out.tfevents.1").write_text("e1")
+            (tb / "skip.log").write_text("s")
+            core.train.upload_tensorboard_files(
+                selector=lambda p: p.name.startswith("events"),
+                mangler=lambda p, rank: pathlib.Path(f"rank{rank}") / p)
+            remote = pathlib.Path(self.storage, "tensorboard", "experiment", "3", "trial", "7")
+            self.assertEqual([str(p.relative_to(remote)) for p in remote.rglob("*")
+                              if p.is_file()], ["rank0/events.out.tfevents.1"])
+
+    def test_tensorboard_files_upload_on_each_report_in_auto_mode(self):
+        with self.env(), det.core.init() as core:
+            tb = core.train.get_tensorboard_path()
+            self.addCleanup(lambda: __import__("shutil").rmtree(tb, ignore_errors=True))
+            with self.assertRaisesRegex(RuntimeError, "only be used in MANUAL mode"):
+                core.train.upload_tensorboard_files()
+            (tb / "events.out.tfevents.2").write_text("e")
+            core.train.report_training_metrics(steps_completed=1, metrics={"loss": 1})
+        remote = pathlib.Path(self.storage, "tensorboard", "experiment", "3", "trial", "7")
+        self.assertTrue((remote / "events.out.tfevents.2").exists())
+
+    def test_batch_metrics_are_not_dropped_silently(self):
+        with self.env(), det.core.init() as core, \
+                contextlib.redirect_stderr(io.StringIO()) as err:
+            core.train.report_training_metrics(steps_completed=2, metrics={"loss": 1},
+                                               batch_metrics=[{"loss": 1}, {"loss": 1}])
+        self.assertIn("batch_metrics are not stored", err.getvalue())
+
+    # -- profiler ------------------------------------------------------------------------
+
+    def test_profiler_reports_system_metrics_while_on(self):
+        with self.env(), det.core.init() as core:
+            core.train.report_training_metrics(steps_completed=5, metrics={"loss": 1})
+            with self.assertRaisesRegex(ValueError, "sampling_interval"):
+                core.profiler.on(sampling_interval=0.01)
+            with self.assertRaisesRegex(ValueError, "samples_per_report"):
+                core.profiler.on(samples_per_report=0)
+            core.profiler.on(sampling_interval=0.1, samples_per_report=2)
+            core.profiler.on()  # Idempotent.
+            name = "system/a1/cpu/cpu_util_simple"
+            self.assertTrue(self.service.wait_for(
+                lambda: any(name in r.values for r in self.service.rows("timings"))))
+            core.profiler.off()
+            rows = [r for r in self.service.rows("timings") if name in r.values]
+            self.assertFalse(core.profiler.is_on)
+        self.assertEqual({r.total_batches for r in rows}, {5})
+        values = rows[0].values
+        self.assertIn("system/a1/memory/memory_free", values)
+        self.assertGreater(values["system/a1/memory/memory_free"], 0)
+        self.assertIn("system/a1/network/net_throughput_sent", values)
+        threading.Event().wait(0.3)
+        self.assertEqual(len([r for r in self.service.rows("timings") if name in r.values]),
+                         len(rows))
+
+    def test_profiler_collects_on_local_chiefs_only(self):
+        dist = _distributed.DistributedContext(rank=1, size=2, local_rank=1, local_size=2,
+                                               cross_rank=0, cross_size=1)
+        with self.env(rank=1, world_size=2), det.core.init(distributed=dist) as core:
+            core.profiler.on(sampling_interval=0.1, samples_per_report=1)
+            self.assertFalse(core.profiler.is_on)
+        with fake_master.environment({}), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()) as err, \
+                det.core.init(checkpoint_storage=self.storage) as core:
+            self.assertIsInstance(core.profiler, det.core.DummyProfilerContext)
+            core.profiler.on()
+            core.profiler.off()
+        self.assertIn("no system metrics are collected", err.getvalue())
+
+    # -- context, init, preemption, searcher -----------------------------------------------
+
+    def test_context_start_and_close_are_idempotent(self):
+        with self.env():
+            core = det.core.init()
+            self.assertIs(core.start(), core)
+            with core:
+                self.assertFalse(core.preempt.should_preempt())
+            core.close()
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'no_such_option'"):
+            det.core.init(no_such_option=1)
+
+    def test_checkpoint_storage_given_on_a_cluster_is_ignored_loudly(self):
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.env(), \
+                det.core.init(checkpoint_storage="/elsewhere") as core:
+            self.assertEqual(core.checkpoint.directory, self.storage)
+        self.assertIn("checkpoint_storage='/elsewhere') is ignored", err.getvalue())
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.env(), \
+                det.core.init(checkpoint_storage=self.storage):
+            pass
+        self.assertNotIn("ignored", err.getvalue())
+
+    def test_off_cluster_checkpoint_storage_forms(self):
+        with fake_master.environment({}), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            for storage in ({"type": "directory", "container_path": self.storage},
+                            {"type": "shared_fs", "host_path": self.tmp.name,
+                             "storage_path": "checkpoints"}):
+                with det.core.init(checkpoint_storage=storage) as core:
+                    self.assertEqual(os.path.normpath(core.checkpoint.directory), self.storage)
+            for bad, error in (("s3://bucket/x", ValueError), ({"type": "s3"}, ValueError),
+                               (3, TypeError)):
+                with self.assertRaises(error):
+                    det.core.init(checkpoint_storage=bad)
+
+    def test_preempt_context_lifecycle_and_dummy(self):
+        dist = det.core.DummyDistributedContext()
+        p = _preempt.PreemptContext(_client.OffClusterClient(), dist, on_cluster=False)
+        with self.assertRaisesRegex(RuntimeError, "before PreemptContext.start"):
+            p.should_preempt()
+        with p:
+            with self.assertRaisesRegex(RuntimeError, "already called"):
+                p.start()
+            self.assertFalse(p.should_preempt(auto_ack=False))
+            p.acknowledge_preemption_signal()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with det.core.DummyPreemptContext(dist, det.core.PreemptMode.ChiefOnly) as d:
+            self.assertFalse(d.should_preempt())
+        worker = _distributed.DistributedContext(rank=1, size=2, local_rank=1, local_size=2,
+                                                 cross_rank=0, cross_size=1)
+        with det.core.DummyPreemptContext(worker, "CHIEF_ONLY") as d:
+            with self.assertRaisesRegex(RuntimeError, "only the chief"):
+                d.should_preempt()
+
+    def test_searcher_names_of_determined(self):
+        self.assertIs(det.core.SearcherMode("CHIEF_ONLY"), det.core.SearcherMode.ChiefOnly)
+        self.assertIs(det.core.SearcherMode("CHEIF_ONLY"), det.core.SearcherMode.ChiefOnly)
+        with self.env(target_batches=30), det.core.init() as core:
+            core.searcher.acknowledge_out_of_ops()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                for op in core.searcher.operations(det.core.SearcherMode.ChiefOnly):
+                    op.report_completed(0.5)
+                    op.report_progress(op.length)  # The same length is fine.
+                    with self.assertRaisesRegex(RuntimeError, "already completed"):
+                        op.report_progress(1)
+        spec = fake_master.trial_spec(self.storage)
+        spec.searcher.max_length_unit = ""
+        with fake_master.environment(fake_master.allocation_env(
+                self.address, self.storage, spec=spec)), det.core.init() as core:
+            self.assertIsNone(core.searcher.get_configured_units())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            lengths = []
+            for op in det.core.DummySearcherContext(det.core.DummyDistributedContext(),
+                                                    length=4).operations():
+                lengths.append(op.length)
+                op.report_completed(0.1)
+            self.assertEqual(lengths, [4])
+            op = det.core.DummySearcherOperation(7, is_chief=True)
+            op.report_completed(0.2)
+        self.assertIn('validation metrics at batch 4: {"searcher_metric": 0.1}', out.getvalue())
+
+    def test_dummy_contexts(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            dist = det.core.DummyDistributedContext()
+            self.assertEqual((dist.get_rank(), dist.get_size(), dist.get_num_agents()), (0, 1, 1))
+            ckpt = det.core.DummyCheckpointContext(dist, pathlib.Path(self.storage))
+            with ckpt.store_path() as (path, sid):
+                (path / "w").write_text("w")
+            with ckpt.restore_path(sid) as path:
+                self.assertEqual((path / "w").read_text(), "w")
+            train = det.core.DummyTrainContext(pathlib.Path(self.tmp.name, "tb"))
+            train.report_validation_metrics(3, {"x": 1.0})
+            train.upload_tensorboard_files()
+            self.assertEqual(train.get_tensorboard_path(), pathlib.Path(self.tmp.name, "tb"))
+        self.assertIn(f"checkpoint {sid} at batch 0", out.getvalue())
+        self.assertIn('validation metrics at batch 3: {"x": 1.0}', out.getvalue())
+        self.assertIn("TensorBoard files stay in", out.getvalue())
+
+    def test_every_public_name_of_determined_core(self):
+        names = ["CheckpointContext", "Context", "DistributedContext", "DownloadMode",
+                 "DummyCheckpointContext", "DummyDistributedContext", "DummyPreemptContext",
+                 "DummyProfilerContext", "DummySearcherContext", "DummySearcherOperation",
+                 "DummyTrainContext", "EarlyExitReason", "PreemptContext", "PreemptMode",
+                 "ProfilerContext", "SearcherContext", "SearcherMode", "SearcherOperation",
+                 "TensorboardMode", "TrainContext", "Unit", "init"]
+        for name in names:
+            self.assertTrue(hasattr(det.core, name), name)
+        methods = {
+            det.core.DistributedContext: [
+                "from_torch_distributed", "from_horovod", "from_deepspeed", "get_rank",
+                "get_size", "get_local_rank", "get_local_size", "get_cross_rank",
+                "get_cross_size", "get_num_agents", "allgather", "gather", "broadcast",
+                "allgather_local", "gather_local", "broadcast_local", "close"],
+            det.core.CheckpointContext: ["store_path", "restore_path", "upload", "download",
+                                         "get_metadata", "delete"],
+            det.core.TrainContext: [
+                "report_training_metrics", "report_validation_metrics", "report_metrics",
+                "report_progress", "report_early_exit", "get_experiment_best_validation",
+                "set_status", "upload_tensorboard_files", "get_tensorboard_path"],
+            det.core.SearcherContext: ["operations", "acknowledge_out_of_ops",
+                                       "get_configured_units"],
+            det.core.SearcherOperation: ["report_progress", "report_completed", "length"],
+            det.core.PreemptContext: ["should_preempt", "acknowledge_preemption_signal",
+                                      "start", "close"],
+            det.core.ProfilerContext: ["on", "off"],
+            det.core.Context: ["start", "close"],
+        }
+        for cls, ms in methods.items():
+            for m in ms:
+                self.assertTrue(hasattr(cls, m), f"{cls.__name__}.{m}")
+        self.assertEqual(det.core.EarlyExitReason.INVALID_HP.value, "EXITED_REASON_INVALID_HP")
+        self.assertEqual([m.value for m in det.core.PreemptMode],
+                         ["WORKERS_ASK_CHIEF", "CHIEF_ONLY", "WORKERS_ASK_MASTER"])
+
     def test_off_cluster_prints_what_it_would_report(self):
         out = io.StringIO()
         with fake_master.environment({}), contextlib.redirect_stdout(out), \
@@ -375,6 +712,117 @@ class DistributedTest(unittest.TestCase):
             self.assertEqual(local, [0, 1] if rank < 2 else [2])
             self.assertEqual(blocal, 0 if rank < 2 else 2)
         self.assertEqual(sorted(service.rounds), [f"7.1/det-core/{i}" for i in range(1, 6)])
+
+    def test_sharded_upload_unions_the_ranks_files(self):
+        tmp = self.enterContext(tempfile.TemporaryDirectory())
+        storage = os.path.join(tmp, "storage")
+
+        def body(dist, client):
+            ckpt = _checkpoint.CheckpointContext(client, dist, storage)
+            mine = pathlib.Path(tmp, f"rank{dist.rank}")
+            (mine / "sub").mkdir(parents=True)
+            (mine / f"part{dist.rank}.pt").write_text(str(dist.rank))
+            (mine / "same.txt").write_text("identical")
+            (mine / "sub" / "skip.tmp").write_text("x")
+            sid = ckpt.upload(mine if dist.rank != 1 else None,
+                              {"steps_completed": 6, f"rank{dist.rank}": dist.rank},
+                              shard=True, selector=lambda p: not p.endswith(".tmp"))
+            (mine / "same.txt").write_text(f"differs on {dist.rank}")
+            try:
+                ckpt.upload(mine, {"steps_completed": 7}, shard=True)
+            except RuntimeError as e:
+                conflict = str(e)
+            # One rank's missing directory fails every rank (none waits for it).
+            with self.assertRaisesRegex(FileNotFoundError, r"rank 2: upload: '.*' is not a dir"):
+                ckpt.upload(mine if dist.rank != 2 else pathlib.Path(tmp, "nope"),
+                            {"steps_completed": 8}, shard=True)
+            return sid, conflict
+
+        results, service = self.run_ranks(3, body)
+        sid = results[0][0]
+        self.assertEqual({r[0] for r in results}, {sid})
+        self.assertEqual(sorted(os.listdir(os.path.join(storage, sid))),
+                         ["metadata.json", "part0.pt", "part2.pt", "same.txt"])
+        for _, conflict in results:
+            self.assertRegex(conflict, r"refusing to upload with file conflicts: "
+                                       r"same.txt uploaded by ranks \[0, 1, 2\]")
+        self.assertEqual(os.listdir(storage), [sid])  # The refused one left nothing.
+        c = service.checkpoints[0].checkpoint
+        self.assertEqual(json.loads(c.metadata_json),
+                         {"steps_completed": 6, "rank0": 0, "rank1": 1, "rank2": 2})
+        self.assertEqual(len(service.checkpoints), 1)
+
+    def test_sharded_store_path_refuses_conflicting_metadata(self):
+        tmp = self.enterContext(tempfile.TemporaryDirectory())
+
+        def body(dist, client):
+            ckpt = _checkpoint.CheckpointContext(client, dist, tmp)
+            with self.assertRaisesRegex(RuntimeError, r"/steps_completed given differently by "
+                                                      r"ranks \[0, 1, 2\]"):
+                with ckpt.store_path({"steps_completed": dist.rank}, shard=True):
+                    pass
+            with ckpt.store_path({"steps_completed": 2}, shard=True) as (path, sid):
+                self.assertIsInstance(path, pathlib.Path)
+                (path / f"shard{dist.rank}").write_text("s")
+            return sid
+
+        results, _ = self.run_ranks(3, body)
+        self.assertEqual(sorted(os.listdir(os.path.join(tmp, results[0]))),
+                         ["metadata.json", "shard0", "shard1", "shard2"])
+
+    def test_download_is_shared_by_the_workers_of_an_agent(self):
+        tmp = self.enterContext(tempfile.TemporaryDirectory())
+        storage = os.path.join(tmp, "storage")
+        os.makedirs(os.path.join(storage, "ck"))
+        for name in ("a", "b", "c"):
+            pathlib.Path(storage, "ck", name).write_text(name)
+        picks = {0: "a", 1: "b", 2: "a"}
+
+        def body(dist, client):
+            ckpt = _checkpoint.CheckpointContext(client, dist, storage)
+            # Ranks 0 and 1 share agent 0 (local_size 2); rank 2 is alone on agent 1.
+            ckpt.download("ck", pathlib.Path(tmp, f"agent{dist.cross_rank}"),
+                          selector=lambda p: p == picks[dist.rank])
+            with self.assertRaisesRegex(FileNotFoundError, "'nope' does not exist"):
+                ckpt.download("nope", pathlib.Path(tmp, "x"))
+            return sorted(os.listdir(os.path.join(tmp, f"agent{dist.cross_rank}")))
+
+        results, _ = self.run_ranks(3, body)
+        self.assertEqual(results, [["a", "b"], ["a", "b"], ["a"]])
+
+    def test_constructors_read_the_launchers_variables(self):
+        torchrun = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                    "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+        with fake_master.environment(torchrun):
+            d = det.core.DistributedContext.from_torch_distributed()
+            self.assertEqual((d.get_rank(), d.get_size(), d.get_local_rank(), d.get_local_size(),
+                              d.get_cross_rank(), d.get_cross_size(), d.get_num_agents()),
+                             (3, 4, 1, 2, 1, 2, 2))
+        deepspeed = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_SIZE": "2",
+                     "CROSS_RANK": "1", "CROSS_SIZE": "2", "DET_CHIEF_IP": "10.0.0.1"}
+        with fake_master.environment(deepspeed):
+            d = det.core.DistributedContext.from_deepspeed()
+            self.assertEqual((d.rank, d.size, d.local_rank, d.local_size, d.cross_rank,
+                              d.cross_size, d.chief_ip), (2, 4, 0, 2, 1, 2, "10.0.0.1"))
+        with fake_master.environment({}):
+            # Determined's scripts: `try: ...from_torch_distributed() except KeyError: None`.
+            with self.assertRaisesRegex(KeyError, "RANK"):
+                det.core.DistributedContext.from_torch_distributed()
+            with self.assertRaisesRegex(KeyError, "RANK"):
+                det.core.DistributedContext.from_deepspeed()
+
+        class Hvd:
+            rank, size, local_rank, local_size = (lambda: 5), (lambda: 8), (lambda: 1), (lambda: 4)
+            cross_rank, cross_size = (lambda: 1), (lambda: 2)
+
+        d = det.core.DistributedContext.from_horovod(Hvd, chief_ip="h0")
+        self.assertEqual((d.rank, d.size, d.local_rank, d.local_size, d.cross_rank,
+                          d.cross_size, d.chief_ip), (5, 8, 1, 4, 1, 2, "h0"))
+        d = det.core.DummyDistributedContext()
+        self.assertEqual((d.allgather(1), d.gather(2), d.broadcast(3), d.allgather_local(4),
+                          d.gather_local(5), d.broadcast_local()), ([1], [2], 3, [4], [5], None))
+        with self.assertRaisesRegex(ValueError, "must all be given"):
+            det.core.DistributedContext(rank=0, size=1)
 
     def test_should_preempt_is_the_chiefs_answer_on_every_rank(self):
         def body(dist, client):

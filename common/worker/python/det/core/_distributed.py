@@ -9,9 +9,12 @@ the same order, as with any collective)."""
 import base64
 import os
 import pickle
-from typing import Any, List, Optional
+import sys
+from typing import Any, List, Optional, Sequence
 
 from det import _client
+
+_REQUIRED = object()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -22,15 +25,69 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} is not an integer: {value!r}") from None
 
 
+def _env_first(names: Sequence[str], default: Any = _REQUIRED, why: str = "") -> Any:
+    """The integer value of the first of `names` that is set, else `default`; KeyError naming
+    them when none is set and there is no default (as Determined's constructors raise, so
+    that `try: ...from_torch_distributed() except KeyError:` works as it does there)."""
+    for name in names:
+        if os.environ.get(name, ""):
+            return _env_int(name, 0)
+    if default is _REQUIRED:
+        raise KeyError(f"{' or '.join(names)}: not set{why}")
+    return default
+
+
+def _torch_process_group() -> Any:
+    """torch.distributed when this process initialized its default process group, else None
+    (without importing torch: a process that never imported it has no process group)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def _from_environment_names(cls: Any, chief_ip: Optional[str], local_size_names: Sequence[str],
+                            why: str) -> "DistributedContext":
+    """Ranks from the launcher's variables: RANK and WORLD_SIZE (or the initialized torch
+    process group), LOCAL_RANK, the local size from `local_size_names`, and the agent's index
+    from GROUP_RANK/CROSS_RANK and GROUP_WORLD_SIZE/CROSS_SIZE; a missing local or cross
+    value is derived from the others (ranks are contiguous per agent)."""
+    group = _torch_process_group()
+    rank = _env_first(["RANK"], group.get_rank() if group else _REQUIRED, why)
+    size = _env_first(["WORLD_SIZE"], group.get_world_size() if group else _REQUIRED, why)
+    local_size = _env_first(local_size_names, size)
+    local_rank = _env_first(["LOCAL_RANK"], rank % max(1, local_size))
+    cross_rank = _env_first(["GROUP_RANK", "CROSS_RANK"], rank // max(1, local_size))
+    cross_size = _env_first(["GROUP_WORLD_SIZE", "CROSS_SIZE"],
+                            max(1, -(-size // max(1, local_size))))
+    return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+               cross_rank=cross_rank, cross_size=cross_size,
+               chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP") or
+               os.environ.get("MASTER_ADDR"))
+
+
 class DistributedContext:
     """Ranks (global, local to the agent, and of the agent among agents) and object
-    collectives. Collectives are called by every rank, in the same order. Not thread-safe."""
+    collectives. Collectives are called by every rank, in the same order. Not thread-safe.
 
-    def __init__(self, *, rank: int, size: int, local_rank: int, local_size: int,
-                 cross_rank: int, cross_size: int, chief_ip: Optional[str] = None,
+    Unlike Determined's, no chief_ip is needed when the ranks span agents: without a torch
+    process group the collectives go through the master."""
+
+    def __init__(self, *, rank: Optional[int] = None, size: Optional[int] = None,
+                 local_rank: Optional[int] = None, local_size: Optional[int] = None,
+                 cross_rank: Optional[int] = None, cross_size: Optional[int] = None,
+                 chief_ip: Optional[str] = None,
                  _client_for_rendezvous: Optional[_client.WorkerClient] = None,
                  _rendezvous_prefix: str = "", _use_torch: Optional[bool] = None,
-                 **_ignored: Any) -> None:
+                 **_determined_ports: Any) -> None:
+        # _determined_ports: Determined's pub_port, pull_port, port_offset, force_tcp (its
+        # ZMQ transport); det's collectives need no ports.
+        given = (rank, size, local_rank, local_size, cross_rank, cross_size)
+        if all(x is None for x in given):
+            rank, size, local_rank, local_size, cross_rank, cross_size = 0, 1, 0, 1, 0, 1
+        elif any(x is None for x in given):
+            raise ValueError("rank, size, local_rank, local_size, cross_rank and cross_size must "
+                             "all be given if any is")
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is outside size {size}")
         if local_size < 1 or not 0 <= local_rank < local_size:
@@ -48,40 +105,68 @@ class DistributedContext:
 
     # Determined's accessors.
     def get_rank(self) -> int:
+        """This process's rank among all the trial's workers (0 is the chief)."""
         return self.rank
 
     def get_size(self) -> int:
+        """The number of workers (slots) of the trial."""
         return self.size
 
     def get_local_rank(self) -> int:
+        """This process's rank among the workers on its agent."""
         return self.local_rank
 
     def get_local_size(self) -> int:
+        """The number of workers on this process's agent."""
         return self.local_size
 
     def get_cross_rank(self) -> int:
+        """The index of this process's agent among the trial's agents."""
         return self.cross_rank
 
     def get_cross_size(self) -> int:
+        """The number of agents the trial runs on."""
+        return self.cross_size
+
+    def get_num_agents(self) -> int:
+        """The number of agents the trial runs on (get_cross_size())."""
         return self.cross_size
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: Optional[str] = None) -> "DistributedContext":
-        """From an initialized torch.distributed default process group (ranks from it;
-        local and cross ranks from LOCAL_RANK, LOCAL_WORLD_SIZE, CROSS_RANK/GROUP_RANK and
-        CROSS_SIZE/GROUP_WORLD_SIZE). Collectives go over that group."""
-        import torch.distributed as dist
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("DistributedContext.from_torch_distributed: torch.distributed is "
-                               "not initialized; call torch.distributed.init_process_group first")
-        size = dist.get_world_size()
-        local_size = _env_int("LOCAL_WORLD_SIZE", size)
-        cross_size = _env_int("CROSS_SIZE", _env_int("GROUP_WORLD_SIZE", max(1, size // local_size)))
-        return cls(rank=dist.get_rank(), size=size, local_rank=_env_int("LOCAL_RANK", 0),
-                   local_size=local_size,
-                   cross_rank=_env_int("CROSS_RANK", _env_int("GROUP_RANK", 0)),
-                   cross_size=cross_size, chief_ip=chief_ip or os.environ.get("MASTER_ADDR"),
-                   _use_torch=True)
+        """From torchrun's variables, which det's agents set for every worker: RANK,
+        WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (or CROSS_RANK) and
+        GROUP_WORLD_SIZE (or CROSS_SIZE). RANK and WORLD_SIZE may instead come from an
+        initialized torch.distributed process group. KeyError naming the variable when neither
+        says, as Determined raises (scripts do `try: ... except KeyError: distributed = None`).
+        Collectives go over the torch process group once it is initialized, else through the
+        master."""
+        return _from_environment_names(
+            cls, chief_ip, ["LOCAL_WORLD_SIZE"],
+            " and torch.distributed is not initialized (DistributedContext."
+            "from_torch_distributed reads torchrun's variables)")
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: Optional[str] = None) -> "DistributedContext":
+        """From DeepSpeed's launcher variables: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE (or
+        LOCAL_WORLD_SIZE), CROSS_RANK and CROSS_SIZE (or GROUP_RANK, GROUP_WORLD_SIZE).
+        KeyError naming the variable when RANK or WORLD_SIZE is missing (and no torch process
+        group is initialized). Collectives as from_torch_distributed()."""
+        return _from_environment_names(
+            cls, chief_ip, ["LOCAL_SIZE", "LOCAL_WORLD_SIZE"],
+            " and torch.distributed is not initialized (DistributedContext.from_deepspeed "
+            "reads DeepSpeed's launcher variables)")
+
+    @classmethod
+    def from_horovod(cls, hvd: Any, chief_ip: Optional[str] = None) -> "DistributedContext":
+        """From an initialized Horovod module (`import horovod.torch as hvd; hvd.init()`):
+        hvd.rank(), size(), local_rank(), local_size(), cross_rank(), cross_size(). det
+        launches no Horovod jobs itself; the collectives go through the master (or a torch
+        process group, once initialized)."""
+        return cls(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                   local_size=hvd.local_size(), cross_rank=hvd.cross_rank(),
+                   cross_size=hvd.cross_size(),
+                   chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP"))
 
     @classmethod
     def from_environment(cls, client: Optional[_client.WorkerClient] = None,
@@ -104,7 +189,6 @@ class DistributedContext:
     def _torch_ready(self) -> bool:
         if self._use_torch is False:
             return False
-        import sys
         if "torch" not in sys.modules and not self._use_torch:
             return False  # torch was never imported, so no process group exists.
         import torch.distributed as dist
@@ -154,7 +238,10 @@ class DistributedContext:
         return everything[first:first + self.local_size]
 
     def allgather_local(self, obj: Any) -> List[Any]:
-        """The `obj` of every rank on this agent, by local rank."""
+        """The `obj` of every rank on this agent, by local rank. Like every collective here,
+        every rank of the trial calls it (det's transports are global)."""
+        if self.size == 1:
+            return [obj]
         return self._local_slice(self.allgather(obj))
 
     def gather_local(self, obj: Any) -> Optional[List[Any]]:
@@ -162,9 +249,16 @@ class DistributedContext:
         local = self.allgather_local(obj)
         return local if self.local_rank == 0 else None
 
-    def broadcast_local(self, obj: Any) -> Any:
+    def broadcast_local(self, obj: Any = None) -> Any:
         """The local chief's `obj`, on every rank of its agent."""
         return self.allgather_local(obj)[0]
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the collectives own no sockets of their own."""
+
+
+class DummyDistributedContext(DistributedContext):
+    """A single process: rank 0 of 1 (Determined's DummyDistributedContext)."""
+
+    def __init__(self) -> None:
+        super().__init__(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)

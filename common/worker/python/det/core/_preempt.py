@@ -14,6 +14,8 @@ from det.core import _distributed
 
 
 class PreemptMode(enum.Enum):
+    """Who calls PreemptContext.should_preempt() (Determined's PreemptMode)."""
+
     # Every rank calls should_preempt() (a collective); the chief asks the master and the
     # answer is shared, so every rank stops at the same step. The default.
     WorkersAskChief = "WORKERS_ASK_CHIEF"
@@ -31,8 +33,7 @@ class PreemptContext:
 
     def __init__(self, client: _client.WorkerClient, dist: _distributed.DistributedContext,
                  mode: PreemptMode = PreemptMode.WorkersAskChief, on_cluster: bool = True) -> None:
-        if isinstance(mode, str):
-            mode = PreemptMode(mode)
+        mode = PreemptMode(mode)
         self._client = client
         self._dist = dist
         self._mode = mode
@@ -47,6 +48,7 @@ class PreemptContext:
         self._asked = False
         self._previous_handler = None
         self._thread: Optional[threading.Thread] = None
+        self._started = False
 
     @property
     def reason(self) -> str:
@@ -58,12 +60,23 @@ class PreemptContext:
         return self._on_cluster and (self._mode == PreemptMode.WorkersAskMaster or
                                      self._dist.rank == 0)
 
-    def start(self) -> None:
+    def start(self) -> "PreemptContext":
+        """Starts asking the master (RuntimeError when called twice, as in Determined)."""
+        if self._started:
+            raise RuntimeError("PreemptContext.start() was already called")
+        self._started = True
         if self._polls():
             self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
             self._thread.start()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __enter__(self) -> "PreemptContext":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         with self._lock:
@@ -126,7 +139,10 @@ class PreemptContext:
         """True once the workers should save what they need and exit. With
         PreemptMode.WorkersAskChief every rank must call it at the same points.
         AllocationEndedError when the master says the allocation has ended; MasterError when
-        the master cannot be asked."""
+        the master cannot be asked. auto_ack: accepted for Determined's signature; det's
+        master needs no acknowledgement (it knows it asked the trial to stop)."""
+        if not self._started:
+            raise RuntimeError("PreemptContext.should_preempt() before PreemptContext.start()")
         self._asked = True
         if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:
             raise RuntimeError("should_preempt: PreemptMode.ChiefOnly: only the chief may call it "
@@ -145,4 +161,35 @@ class PreemptContext:
         return preempt
 
     def acknowledge_preemption_signal(self) -> None:
-        """Determined compatibility: nothing to acknowledge (det needs no ack)."""
+        """Nothing to send: det's master asked the trial to stop, so a clean exit after
+        should_preempt() said True is a stop it expects (paused, preempted or stopped by its
+        searcher), not a completed trial."""
+
+
+class DummyPreemptContext(PreemptContext):
+    """should_preempt() is always False, with the calling rules of `preempt_mode` (every rank
+    calls it in WorkersAskChief mode, the chief alone in ChiefOnly mode); for code run
+    without a cluster (Determined's DummyPreemptContext)."""
+
+    def __init__(self, dist: _distributed.DistributedContext,
+                 preempt_mode: PreemptMode = PreemptMode.WorkersAskChief) -> None:
+        super().__init__(_client.OffClusterClient(), dist, preempt_mode, on_cluster=False)
+
+    def start(self) -> "PreemptContext":
+        if self._started:
+            raise RuntimeError("PreemptContext.start() was already called")
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def should_preempt(self, auto_ack: bool = True) -> bool:
+        if not self._started:
+            raise RuntimeError("PreemptContext.should_preempt() before PreemptContext.start()")
+        if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:
+            raise RuntimeError("should_preempt: PreemptMode.ChiefOnly: only the chief may call it "
+                               f"(rank {self._dist.rank} did)")
+        if self._mode == PreemptMode.WorkersAskChief:
+            self._dist.broadcast(False)
+        return False

@@ -6,15 +6,36 @@ validation metrics it reports, which should_preempt() then says."""
 import enum
 import math
 import numbers
-from typing import Iterator, Optional
+import warnings
+from typing import Any, Iterator, Optional
 
 from det import _client, _info
 from det.core import _distributed, _train
 
+_DEPRECATED = ("SearcherContext.operations() was deprecated in Determined 0.38.0: set the "
+               "training length in the training code, and report progress with "
+               "core.train.report_progress()")
+
+
+class Unit(enum.Enum):
+    """The unit of searcher.max_length (Determined's Unit)."""
+
+    EPOCHS = "EPOCHS"
+    RECORDS = "RECORDS"
+    BATCHES = "BATCHES"
+
 
 class SearcherMode(enum.Enum):
+    """Who iterates SearcherContext.operations() (Determined's SearcherMode):
+    WorkersAskChief, every rank; ChiefOnly, the chief alone."""
+
     WorkersAskChief = "WORKERS_ASK_CHIEF"
-    ChiefOnly = "CHIEF_ONLY"
+    # Determined's value, spelling included; "CHIEF_ONLY" is accepted too.
+    ChiefOnly = "CHEIF_ONLY"
+
+    @classmethod
+    def _missing_(cls, value: Any) -> Optional["SearcherMode"]:
+        return cls.ChiefOnly if value == "CHIEF_ONLY" else None
 
 
 class SearcherOperation:
@@ -36,12 +57,16 @@ class SearcherOperation:
         return self._completed
 
     def report_progress(self, length: float) -> None:
-        """Progress in the unit of searcher.max_length (chief only)."""
+        """Progress in the unit of searcher.max_length (chief only; deprecated in Determined
+        0.38 for TrainContext.report_progress)."""
         if not self._is_chief:
             raise RuntimeError("SearcherOperation.report_progress: only the chief may report")
         if isinstance(length, bool) or not isinstance(length, numbers.Real) or \
                 math.isnan(length) or length < 0:
             raise ValueError(f"report_progress: length: expected a number >= 0, got {length!r}")
+        if self._completed and length != self._length:
+            raise RuntimeError("SearcherOperation.report_progress: the operation was already "
+                               "completed")
         self._context._train.report_batches(self._context._to_batches(length))
 
     def report_completed(self, searcher_metric: float) -> None:
@@ -69,18 +94,23 @@ class SearcherContext:
     def _to_batches(self, length: float) -> int:
         return self._info.to_batches(length) if self._info is not None else int(length)
 
-    def get_configured_units(self) -> str:
-        """The unit of searcher.max_length: "batches", "epochs" or "records"."""
-        return self._info.length_unit() if self._info is not None else "batches"
+    def get_configured_units(self) -> Optional[Unit]:
+        """The unit searcher.max_length is written in (Unit.BATCHES, EPOCHS or RECORDS);
+        None when it names none (or off-cluster, where there is no config)."""
+        if self._info is None:
+            return None
+        unit = self._info.spec.searcher.max_length_unit
+        return Unit(unit.upper()) if unit.upper() in Unit.__members__ else None
 
     def operations(self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief,
                    auto_ack: bool = True) -> Iterator[SearcherOperation]:
-        """The operations of this run: one, of the length the searcher asked for. Every rank
-        iterates (WorkersAskChief) or the chief alone (ChiefOnly); the chief reports. Leaving
-        the loop early (a preemption) is fine; finishing an operation without
-        report_completed() is a RuntimeError."""
-        if isinstance(searcher_mode, str):
-            searcher_mode = SearcherMode(searcher_mode)
+        """The operations of this run: one, of the length the searcher asked for (for
+        adaptive searchers, the end of the trial's current rung). Every rank iterates
+        (WorkersAskChief) or the chief alone (ChiefOnly); the chief reports. Leaving the loop
+        early (a preemption) is fine; finishing an operation without report_completed() is a
+        RuntimeError. Deprecated in Determined 0.38 (a FutureWarning says so), and kept."""
+        warnings.warn(_DEPRECATED, FutureWarning, stacklevel=2)
+        searcher_mode = SearcherMode(searcher_mode)
         chief = self._dist.rank == 0
         if searcher_mode == SearcherMode.ChiefOnly and not chief:
             raise RuntimeError("searcher.operations: SearcherMode.ChiefOnly: only the chief may "
@@ -98,6 +128,9 @@ class SearcherContext:
             raise RuntimeError(f"searcher operation of length {length} was not completed: call "
                                "op.report_completed(searcher_metric) when training reaches it")
 
+    def acknowledge_out_of_ops(self) -> None:
+        """Nothing to do (as in Determined 0.38, where it is deprecated and ignored)."""
+
     def _report_completed(self, length: int, metric: float) -> None:
         name = self._info.searcher_metric if self._info is not None else "searcher_metric"
         if not name:
@@ -109,3 +142,22 @@ class SearcherContext:
                 (last[1][name] == value or (math.isnan(value) and math.isnan(last[1][name]))):
             return  # Already reported with the validation metrics at that batch.
         self._train.report_validation_metrics(batches, {name: value})
+
+
+class DummySearcherOperation(SearcherOperation):
+    """An operation of `length` that reports nowhere: its reports are printed (Determined's
+    DummySearcherOperation)."""
+
+    def __init__(self, length: int, is_chief: bool) -> None:
+        super().__init__(DummySearcherContext(_distributed.DummyDistributedContext(), length),
+                         length, is_chief)
+
+
+class DummySearcherContext(SearcherContext):
+    """One operation of `length`, for code run without a cluster; reports are printed
+    (Determined's DummySearcherContext)."""
+
+    def __init__(self, dist: _distributed.DistributedContext, length: int = 1) -> None:
+        client = _client.OffClusterClient()
+        super().__init__(client, dist, _train.TrainContext(client, None), None,
+                         off_cluster_length=length)
