@@ -29,8 +29,9 @@ echo "== testing"
 bazel test //... --test_output=errors "$@" 2>&1 | tee "$summary"
 bazel_rc=${PIPESTATUS[0]}
 
-# Count test cases: for every target in Bazel's summary, the cases in its JUnit XML; a
-# target that did not build or run, or left no results, counts as one failure.
+# Count test cases: for every target in Bazel's summary, the cases in its JUnit XML (every
+# shard's and every run's); a target that did not build or run, left no results or was
+# FLAKY counts as at least one failure.
 python3 - "$bazel_rc" "$summary" "$extra" "$started" <<'PY'
 import os, re, sys
 import xml.etree.ElementTree as ET
@@ -53,24 +54,42 @@ for line in open(summary, errors="replace"):
     target, status = m.groups()
     seen.add(target)
     pkg, name = target[2:].split(":")
-    xml = os.path.join("bazel-testlogs", pkg, name, "test.xml")
+    # One test.xml per run: the target's own, or one per shard / per run of a sharded or
+    # repeated target (shard_1_of_4/test.xml, run_2_of_20/test.xml, ...).
+    # Earlier invocations may have left other layouts behind (run_1_of_20 of a repeated run):
+    # only the newest file's layout counts.
+    base = os.path.join("bazel-testlogs", pkg, name)
+    found = []
+    for root, dirs, files in os.walk(base):
+        dirs.sort()
+        if "test.xml" in files:
+            path = os.path.join(root, "test.xml")
+            found.append((os.path.getmtime(path), os.path.relpath(root, base), path))
+    def layout(rel):  # "shard_2_of_4/run_1_of_3" -> "shard_N_of_4/run_N_of_3"
+        return re.sub(r"\d+_of_", "N_of_", rel)
+    newest = layout(max(found)[1]) if found else None
+    xmls = [path for _, rel, path in found if layout(rel) == newest]
     cases_passed = cases_failed = cases_skipped = 0
     if status in ("PASSED", "FAILED", "FLAKY"):
-        try:
-            for case in ET.parse(xml).getroot().iter("testcase"):
-                if case.find("failure") is not None or case.find("error") is not None:
-                    cases_failed += 1
-                elif (case.get("result", "completed") == "skipped"
-                      or case.find("skipped") is not None):
-                    cases_skipped += 1
-                else:
-                    cases_passed += 1
-        except (OSError, ET.ParseError):
-            pass
+        for xml in xmls:
+            try:
+                for case in ET.parse(xml).getroot().iter("testcase"):
+                    if case.find("failure") is not None or case.find("error") is not None:
+                        cases_failed += 1
+                    elif (case.get("result", "completed") == "skipped"
+                          or case.find("skipped") is not None):
+                        cases_skipped += 1
+                    else:
+                        cases_passed += 1
+            except (OSError, ET.ParseError):
+                pass
     if status == "PASSED" and cases_passed + cases_failed + cases_skipped == 0:
         cases_passed = 1  # a test without JUnit cases (a shell test) that passed
-    if status not in ("PASSED", "FLAKY") and cases_failed == 0:
+    # FLAKY (failed, then passed on a retry) is a failure: a test that fails 1 time in 6 is
+    # a failing test.
+    if status != "PASSED" and cases_failed == 0:
         cases_failed = 1
+    if status != "PASSED":
         print(f"{target}: {status}")
     passed += cases_passed
     failed += cases_failed

@@ -48,6 +48,19 @@ void CheckpointManager::Restore(std::vector<v1::CheckpointGcTask> tasks) {
   }
 }
 
+void AttachValidationMetrics(const std::vector<v1::Metrics>& validations,
+                             std::vector<v1::Checkpoint>* checkpoints) {
+  // Rows come in report order: a later run's report at the same batch wins.
+  std::map<int64_t, const v1::Metrics*> at_batch;
+  for (const v1::Metrics& m : validations) at_batch[m.total_batches()] = &m;
+  for (v1::Checkpoint& c : *checkpoints) {
+    if (!c.metrics().empty()) continue;
+    auto it = at_batch.find(c.total_batches());
+    if (it == at_batch.end()) continue;
+    c.mutable_metrics()->insert(it->second->values().begin(), it->second->values().end());
+  }
+}
+
 absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req) {
   DET_CHECK_ON_LOOP(loop_);
   ASSIGN_OR_RETURN(TrialState * t, registry_.AuthorizeWorker(req.auth()));
@@ -92,6 +105,17 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<v1::Checkpoint>> CheckpointManager::TrialCheckpoints(
+    int64_t trial_id) {
+  ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> checkpoints, store_.GetCheckpoints(trial_id));
+  bool bare = std::any_of(checkpoints.begin(), checkpoints.end(),
+                          [](const v1::Checkpoint& c) { return c.metrics().empty(); });
+  if (!bare) return checkpoints;
+  ASSIGN_OR_RETURN(std::vector<v1::Metrics> validations, store_.GetMetrics(trial_id, "validation"));
+  AttachValidationMetrics(validations, &checkpoints);
+  return checkpoints;
+}
+
 absl::Status CheckpointManager::ListCheckpoints(const v1::ListCheckpointsRequest& req,
                                                 v1::ListCheckpointsResponse* resp) {
   DET_CHECK_ON_LOOP(loop_);
@@ -107,7 +131,7 @@ absl::Status CheckpointManager::ListCheckpoints(const v1::ListCheckpointsRequest
   std::vector<v1::Checkpoint> all;
   for (int64_t tid : ids) {
     if (req.trial_id() != 0 && tid != req.trial_id()) continue;
-    ASSIGN_OR_RETURN(auto cs, store_.GetCheckpoints(tid));
+    ASSIGN_OR_RETURN(auto cs, TrialCheckpoints(tid));
     all.insert(all.end(), cs.begin(), cs.end());
   }
   std::stable_sort(all.begin(), all.end(), [](const v1::Checkpoint& a, const v1::Checkpoint& b) {
@@ -127,7 +151,7 @@ absl::Status CheckpointManager::GetCheckpoint(const v1::GetCheckpointRequest& re
   if (req.uuid().empty()) return absl::InvalidArgumentError("uuid: must not be empty");
   for (const auto& [experiment_id, es] : registry_.experiments) {
     for (int64_t tid : es.trial_ids) {
-      ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, store_.GetCheckpoints(tid));
+      ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, TrialCheckpoints(tid));
       for (v1::Checkpoint& c : cs) {
         if (c.uuid() != req.uuid()) continue;
         c.set_experiment_id(experiment_id);
@@ -155,7 +179,7 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   std::set<int64_t> ended;
   for (int64_t tid : es.trial_ids) {
     if (policy.save_experiment_best == 0 && tid != ended_trial) continue;
-    auto cs = store_.GetCheckpoints(tid);
+    auto cs = TrialCheckpoints(tid);
     if (!cs.ok()) {
       Logger("master")->error("trial {}: cannot read checkpoints: {}", tid, cs.status().ToString());
       return;

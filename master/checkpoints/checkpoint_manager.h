@@ -29,6 +29,12 @@
 
 namespace det::master {
 
+// A checkpoint reported without metrics gets the values of the validation reported at its
+// total_batches (the last such row of `validations`, which are in report order); checkpoints
+// that carry metrics, or have no validation at their batch, are left as they are.
+void AttachValidationMetrics(const std::vector<v1::Metrics>& validations,
+                             std::vector<v1::Checkpoint>* checkpoints);
+
 class CheckpointManager {
  public:
   // A checkpoint garbage-collection task (v1::CheckpointGcTask) and its runtime
@@ -127,6 +133,11 @@ class CheckpointManager {
   bool RouteLogLine(v1::LogLine* line);
 
  private:
+  // The trial's checkpoints from the store; one reported without metrics (the Core API's
+  // store_path) carries the validation metrics the trial reported at its total_batches,
+  // whichever came first.
+  absl::StatusOr<std::vector<v1::Checkpoint>> TrialCheckpoints(int64_t trial_id);
+
   // Stores and queues a GC task of es deleting those of `all` in `doomed`; its log lines
   // go to `trial_id`'s log.
   absl::Status QueueGcTask(const ExperimentState& es, int64_t trial_id,

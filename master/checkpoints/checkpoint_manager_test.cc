@@ -316,6 +316,67 @@ TEST_F(CheckpointManagerTest, ACheckpointIsFoundByItsUuid) {
   EXPECT_EQ(st.message(), "checkpoint c-nope not found");
 }
 
+// A Core API checkpoint carries no metrics: it gets the validation the trial reported at its
+// batch, whether the validation came before or after it, so that `det e lc --best` and the
+// GC policy's ranking find it. A later run's validation at the same batch wins.
+TEST_F(CheckpointManagerTest, ACheckpointWithoutMetricsCarriesTheValidationAtItsBatch) {
+  std::string session = h_->Register("a1", 1);
+  trial_ = h_->CreateExperiment("lc");
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  auto validation = [&](int64_t batches, double loss) {
+    v1::Metrics m;
+    m.set_group("validation");
+    m.set_total_batches(batches);
+    (*m.mutable_values())["validation_loss"] = loss;
+    return m;
+  };
+  ASSERT_TRUE(h_->ReportMetrics(launch, {validation(10, 0.9)}).ok());
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "c-10", 10).ok());  // after its validation
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "c-20", 20).ok());  // before its validation
+  ASSERT_TRUE(h_->ReportMetrics(launch, {validation(20, 0.4)}).ok());
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "c-25", 25).ok());  // no validation there
+
+  v1::ListCheckpointsRequest req;
+  req.set_experiment_id(h_->Trial(trial_).experiment_id());
+  v1::ListCheckpointsResponse resp;
+  absl::Status st;
+  h_->Turn([&] { st = h_->checkpoints.ListCheckpoints(req, &resp); });
+  ASSERT_TRUE(st.ok()) << st;
+  std::map<std::string, std::map<std::string, double>> metrics;
+  for (const auto& c : resp.checkpoints()) {
+    metrics[c.uuid()] = {c.metrics().begin(), c.metrics().end()};
+  }
+  EXPECT_EQ(metrics["c-10"], (std::map<std::string, double>{{"validation_loss", 0.9}}));
+  EXPECT_EQ(metrics["c-20"], (std::map<std::string, double>{{"validation_loss", 0.4}}));
+  EXPECT_TRUE(metrics["c-25"].empty());
+
+  v1::GetCheckpointRequest get;
+  get.set_uuid("c-20");
+  v1::GetCheckpointResponse got;
+  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(get, &got); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(got.checkpoint().metrics().at("validation_loss"), 0.4);
+}
+
+TEST(AttachValidationMetricsTest, LaterRowsWinAndReportedMetricsStay) {
+  std::vector<v1::Metrics> rows(3);
+  rows[0].set_total_batches(5);
+  (*rows[0].mutable_values())["acc"] = 0.1;
+  rows[1].set_total_batches(5);
+  (*rows[1].mutable_values())["acc"] = 0.2;  // a rerun of batch 5
+  rows[2].set_total_batches(7);
+  (*rows[2].mutable_values())["acc"] = 0.3;
+  std::vector<v1::Checkpoint> cs(3);
+  cs[0].set_total_batches(5);
+  cs[1].set_total_batches(7);
+  (*cs[1].mutable_metrics())["acc"] = 0.9;  // reported with the checkpoint: kept
+  cs[2].set_total_batches(6);
+  AttachValidationMetrics(rows, &cs);
+  EXPECT_EQ(cs[0].metrics().at("acc"), 0.2);
+  EXPECT_EQ(cs[1].metrics().at("acc"), 0.9);
+  EXPECT_TRUE(cs[2].metrics().empty());
+}
+
 // det e set gc-policy: a policy keeping fewer checkpoints collects those of ended trials
 // it no longer keeps; the new policy is in the stored config.
 TEST_F(CheckpointManagerTest, ANewGcPolicyCollectsWhatItNoLongerKeeps) {

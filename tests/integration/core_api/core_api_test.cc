@@ -160,9 +160,17 @@ TEST_F(CoreApi, ExampleReportsMetricsValidationCheckpointsAndTimings) {
     if (Int(c["total_batches"]) == 200) {
       latest_seen = true;
       EXPECT_TRUE(Exists(c["storage_path"].get<std::string>() + "/state.pt"));
+      // Reported without metrics (store_path): it carries the validation at batch 200.
+      EXPECT_TRUE(c.contains("metrics") && c["metrics"].contains("validation_loss"));
     }
   }
   EXPECT_TRUE(latest_seen);
+  // So `det e lc --best` ranks the Core API's checkpoints by the searcher metric.
+  CommandResult best = cluster_.Det({"experiment", "list-checkpoints", "1", "--best", "1", "--json"});
+  ASSERT_TRUE(best.exit.ok()) << best.out << best.err;
+  nlohmann::json ranked = nlohmann::json::parse(best.out, nullptr, false);
+  ASSERT_TRUE(ranked.contains("checkpoints") && ranked["checkpoints"].size() == 1) << best.out;
+  EXPECT_TRUE(ranked["checkpoints"][0]["metrics"].contains("validation_loss")) << best.out;
   std::string logs = Logs(1);
   EXPECT_THAT(logs, HasSubstr("rank 1 of 2"));
   EXPECT_THAT(logs, HasSubstr("validation at batch 200"));
