@@ -1,5 +1,7 @@
 """det.pytorch: det's elastic-deterministic data order and bitwise-deterministic
-data-parallel training for PyTorch (docs/pytorch-data-and-determinism.md).
+data-parallel training for PyTorch (docs/pytorch-data-and-determinism.md), and the Trial API
+with the names and semantics of Determined's determined.pytorch (PyTorchTrial,
+PyTorchTrialContext, DataLoader, Trainer, init, ...).
 
 Importing det.pytorch imports no torch; each name below loads its module on first use.
 """
@@ -15,6 +17,26 @@ _EXPORTS = {
     "pin_determinism": "deterministic",
     "FIXED_POINT_SCALE": "deterministic",
     "fixed_point_bound": "deterministic",
+    # The Trial API (_harness/).
+    "InvalidHP": "_harness.errors",
+    "PyTorchCallback": "_harness.callback",
+    "LRScheduler": "_harness.lr_scheduler",
+    "TrainUnit": "_harness.units",
+    "Batch": "_harness.units",
+    "Epoch": "_harness.units",
+    "DataLoader": "_harness.data",
+    "TorchData": "_harness.data",
+    "to_device": "_harness.data",
+    "data_length": "_harness.data",
+    "adapt_batch_sampler": "_harness.data",
+    "Reducer": "_harness.reducer",
+    "MetricReducer": "_harness.reducer",
+    "PyTorchTrialContext": "_harness.context",
+    "PyTorchExperimentalContext": "_harness.context",
+    "init": "_harness.context",
+    "PyTorchTrial": "_harness.trial",
+    "Trainer": "_harness.trainer",
+    "load_trial_from_checkpoint_path": "_harness.load",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,15 @@
+"""Exceptions of det's Trial API (no torch import: det.InvalidHP may alias InvalidHP)."""
+
+
+class InvalidHP(Exception):
+    """Raised by trial code (in __init__, train_batch, evaluate_batch, ...) when the trial's
+    hyperparameters are invalid (Determined's det.InvalidHP). The training loop checkpoints
+    unsaved work and lets it propagate: the process exits with it."""
+
+    def __init__(self, msg: str = "InvalidHP") -> None:
+        super().__init__(msg)
+
+
+class InvalidExperimentException(ValueError):
+    """A trial misuses the API (no wrapped model, both or neither of evaluate_batch and
+    evaluate_full_dataset, ...): Determined's det.errors.InvalidExperimentException."""

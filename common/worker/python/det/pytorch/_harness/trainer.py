@@ -1,0 +1,567 @@
+"""Trainer (Determined's determined.pytorch.Trainer): det's training loop for a PyTorchTrial
+over the Core API: periods of reports, validations and checkpoints, checkpoints that resume
+mid-epoch at the next batch, preemption, and the searcher's length."""
+
+import contextlib
+import inspect
+import json
+import logging
+import pathlib
+import pickle
+import random
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from . import data as _data, reducer as _reducer
+from .callback import PyTorchCallback
+from .context import PyTorchTrialContext
+from .errors import InvalidExperimentException, InvalidHP
+from .lr_scheduler import LRScheduler
+from .trial import PyTorchTrial, _overrides, _takes_batch_idx
+from .units import Batch, Epoch, TrainUnit
+
+logger = logging.getLogger("det.pytorch")
+
+STATE_DICT_FILE = "state_dict.pth"
+TRIAL_STATE_FILE = "trial_state.pkl"
+LOAD_DATA_FILE = "load_data.json"
+
+
+class Trainer:
+    """Trains `trial` with `context` (from det.pytorch.init())."""
+
+    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
+        self._trial = trial
+        self._context = context
+        self._info = context._core.info
+
+    def configure_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Deprecated in Determined (0.30); a no-op."""
+        logger.warning("Trainer.configure_profiler is deprecated and does nothing")
+
+    def fit(self, checkpoint_period: Optional[TrainUnit] = None,
+            validation_period: Optional[TrainUnit] = None,
+            max_length: Optional[TrainUnit] = None,
+            reporting_period: TrainUnit = Batch(100),  # noqa: B008 (immutable in use)
+            checkpoint_policy: str = "best", latest_checkpoint: Optional[str] = None,
+            step_zero_validation: bool = False, test_mode: bool = False,
+            profiling_enabled: bool = False) -> None:
+        """Trains to max_length (on a cluster, None means the searcher's length), validating
+        and checkpointing every validation_period / checkpoint_period and after the last
+        batch, reporting training metrics every reporting_period. latest_checkpoint (a
+        storage id or path; on a cluster, by default the trial's latest) is resumed at its
+        next batch. checkpoint_policy "best" / "all" / "none": checkpoint also after
+        validations that beat the trial's best / after every validation / never. test_mode
+        (local only): one batch of training, one of validation, a checkpoint."""
+        local = self._info is None
+        checkpoint_period = checkpoint_period or Batch(sys.maxsize)
+        validation_period = validation_period or Batch(sys.maxsize)
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise ValueError(f"checkpoint_policy must be 'best', 'all' or 'none', got "
+                             f"{checkpoint_policy!r}")
+        if max_length is not None and (not isinstance(max_length, TrainUnit) or
+                                       not isinstance(max_length.value, int)):
+            raise TypeError("max_length must be configured in TrainUnit(int) types.")
+        if profiling_enabled:
+            logger.warning("det.pytorch: profiling_enabled is ignored (det reports timings "
+                           "with the training metrics)")
+        if local:
+            if checkpoint_policy == "best":
+                logger.warning("checkpoint_policy='best' is not supported in local training "
+                               "mode. Falling back to 'all'.")
+                checkpoint_policy = "all"
+            if max_length is None:
+                raise ValueError("max_length must be defined in local training mode.")
+            searcher_metric, smaller_is_better = None, True
+        else:
+            if test_mode:
+                raise ValueError("test_mode is only supported in local training mode.")
+            if latest_checkpoint is None and self._info.latest_checkpoint is not None:
+                logger.info("resuming from the trial's latest checkpoint %s",
+                            self._info.latest_checkpoint)
+                latest_checkpoint = self._info.latest_checkpoint
+            searcher_metric = self._info.trial.searcher_metric or None
+            smaller_is_better = self._info.trial.smaller_is_better
+        _Controller(self._trial, self._context, local=local,
+                    checkpoint_period=checkpoint_period, validation_period=validation_period,
+                    reporting_period=reporting_period, max_length=max_length,
+                    checkpoint_policy=checkpoint_policy, latest_checkpoint=latest_checkpoint,
+                    step_zero_validation=step_zero_validation, test_mode=test_mode,
+                    searcher_metric=searcher_metric,
+                    smaller_is_better=smaller_is_better).run()
+
+
+class _ShouldExit(Exception):
+    def __init__(self, skip_exit_checkpoint: bool = False) -> None:
+        super().__init__("should exit")
+        self.skip_exit_checkpoint = skip_exit_checkpoint
+
+
+def _fresh_state(trial_id: int) -> Dict[str, Any]:
+    return {"trial_id": trial_id, "last_ckpt": 0, "step_id": 0, "last_val": 0,
+            "batches_trained": 0, "epochs_trained": 0}
+
+
+def _torch_load(path: pathlib.Path) -> Any:
+    # torch >= 2.6 loads tensors only by default; a checkpoint also holds RNG states.
+    if "weights_only" in inspect.signature(torch.load).parameters:
+        return torch.load(str(path), map_location="cpu", weights_only=False)
+    return torch.load(str(path), map_location="cpu")
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def _load_model_state(model: torch.nn.Module, state: Dict[str, Any]) -> None:
+    """Loads `state` into `model`, with or without DDP's "module." prefix on either side."""
+    prefix = "module."
+    if state and all(k.startswith(prefix) for k in state):
+        state = {k[len(prefix):]: v for k, v in state.items()}
+    _unwrapped(model).load_state_dict(state)
+
+
+class _Controller:
+    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext, *, local: bool,
+                 checkpoint_period: TrainUnit, validation_period: TrainUnit,
+                 reporting_period: TrainUnit, max_length: Optional[TrainUnit],
+                 checkpoint_policy: str, latest_checkpoint: Optional[str],
+                 step_zero_validation: bool, test_mode: bool, searcher_metric: Optional[str],
+                 smaller_is_better: bool) -> None:
+        if not isinstance(trial, PyTorchTrial):
+            raise TypeError("Trainer requires a det.pytorch.PyTorchTrial.")
+        self.trial = trial
+        self.context = context
+        self.core = context._core
+        self.dist = context.distributed
+        self.is_chief = self.dist.rank == 0
+        self.local = local
+        self.checkpoint_period = checkpoint_period
+        self.validation_period = validation_period
+        self.reporting_period = reporting_period
+        self.max_length = max_length
+        self.checkpoint_policy = checkpoint_policy
+        self.latest_checkpoint = latest_checkpoint
+        self.step_zero_validation = step_zero_validation
+        self.test_mode = test_mode
+        self.searcher_metric = searcher_metric
+        self.smaller_is_better = smaller_is_better
+        self.trial_id = 0 if local else context.get_trial_id()
+        info = self.core.info
+        self.seed = info.trial.trial_seed if info is not None else 0
+        self.state = _fresh_state(self.trial_id)
+        self.best_validation: Optional[float] = None
+        self.last_checkpoint_uuid: Optional[str] = None
+        self.callbacks: Dict[str, PyTorchCallback] = trial.build_callbacks()
+        if not context.models:
+            raise InvalidExperimentException("Must have at least one model. This might be caused "
+                                             "by not wrapping your model with wrap_model().")
+        if not context.optimizers:
+            raise InvalidExperimentException(
+                "Must have at least one optimizer. This might be caused by not wrapping your "
+                "optimizer with wrap_optimizer().")
+        self.evaluate_batch_defined = _overrides(trial, "evaluate_batch")
+        if self.evaluate_batch_defined == _overrides(trial, "evaluate_full_dataset"):
+            raise InvalidExperimentException(
+                "Please define exactly one of: `evaluate_batch()` or `evaluate_full_dataset()`. "
+                "For most use cases `evaluate_batch()` is recommended because it can be "
+                "parallelized across all devices.")
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _checkpoint_dir(self) -> Iterator[pathlib.Path]:
+        return self.core.checkpoint.restore_path(self.latest_checkpoint)
+
+    def _read_trial_state(self) -> None:
+        """The trial state of latest_checkpoint (batches trained, ...), before anything is
+        built: the data loaders start where it says."""
+        if self.latest_checkpoint is None:
+            return
+        with self._checkpoint_dir() as path:
+            state_file = pathlib.Path(path) / TRIAL_STATE_FILE
+            if not state_file.exists():
+                return
+            with state_file.open("rb") as f:
+                state = pickle.load(f)
+        if state.get("trial_id") != self.trial_id:
+            # Another trial's checkpoint: its weights, a fresh start.
+            return
+        self.state = {**_fresh_state(self.trial_id),
+                      **{k: v for k, v in state.items() if k in _fresh_state(0)}}
+        self.best_validation = state.get("best_validation")
+
+    def _build_loaders(self) -> None:
+        train = self.trial.build_training_data_loader()
+        self._check_loader("build_training_data_loader", train)
+        self.training = _data._TrainingBatches(train, self.dist.rank, self.dist.size,
+                                               self.seed, self.state["batches_trained"])
+        self.context._epoch_len = self.dist.broadcast(self.training.epoch_len)
+        if self.context._epoch_len < 1:
+            raise ValueError("the training data loader has no batches per epoch")
+        validation = self.trial.build_validation_data_loader()
+        self.validation_loader: Any = None
+        if self.evaluate_batch_defined:
+            self._check_loader("build_validation_data_loader", validation)
+            self.validation_loader = (validation.get_data_loader(
+                num_replicas=self.dist.size, rank=self.dist.rank)
+                if isinstance(validation, _data.DataLoader) else validation)
+        elif self.is_chief:
+            self._check_loader("build_validation_data_loader", validation)
+            self.validation_loader = (validation.get_data_loader()
+                                      if isinstance(validation, _data.DataLoader) else validation)
+
+    def _check_loader(self, what: str, loader: Any) -> None:
+        if isinstance(loader, _data.DataLoader):
+            return
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            raise TypeError(f"{what}() must return a det.pytorch.DataLoader, got "
+                            f"{type(loader).__name__}")
+        if not self.context.experimental._data_repro_checks_disabled:
+            raise RuntimeError(
+                f"{what}() returned a torch.utils.data.DataLoader: det cannot shard it by rank "
+                "or resume it mid-epoch. Return a det.pytorch.DataLoader, or call "
+                "context.experimental.disable_dataset_reproducibility_checks() to use it as is.")
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._read_trial_state()
+        with contextlib.ExitStack() as stack:
+            for callback in self.callbacks.values():
+                callback.on_trial_startup(self.state["batches_trained"], self.latest_checkpoint)
+                stack.callback(callback.on_trial_shutdown)
+            self._build_loaders()
+            self.batches = iter(self.training)
+            stack.callback(self._close_batches)
+            if self.latest_checkpoint is not None:
+                logger.info("Restoring trial from checkpoint %s", self.latest_checkpoint)
+                with self._checkpoint_dir() as path:
+                    self._load(pathlib.Path(path))
+            for callback in self.callbacks.values():
+                callback.on_training_start()
+            self._run()
+
+    def _close_batches(self) -> None:
+        # Shuts down the DataLoader's worker processes now, not at garbage collection.
+        del self.batches
+
+    def _length(self) -> TrainUnit:
+        """What to train to: max_length (one batch in test mode), else the searcher's target
+        for this run in batches (det's master judges the trial at that batch)."""
+        if self.test_mode:
+            return Batch(1)
+        if self.max_length is not None:
+            return self.max_length
+        trial = self.core.info.trial
+        if trial.length_unit() == "epochs" and trial.batches_per_epoch and \
+                trial.batches_per_epoch != self.context._epoch_len:
+            logger.warning("searcher.max_length is in epochs of %d batches (records_per_epoch / "
+                           "global_batch_size) but the training data loader has %d batches per "
+                           "epoch: det trains to the searcher's %d batches",
+                           trial.batches_per_epoch, self.context._epoch_len,
+                           trial.target_batches)
+        return Batch(int(trial.target_batches))
+
+    def _run(self) -> None:
+        try:
+            if self.step_zero_validation and self.state["batches_trained"] == 0:
+                self._validate()
+            self._train_to(self._length())
+        except _ShouldExit as e:
+            if not e.skip_exit_checkpoint and not self._checkpoint_is_current():
+                self._checkpoint()
+        except InvalidHP:
+            if not self._checkpoint_is_current():
+                self._checkpoint()
+            raise
+
+    def _steps_until_complete(self, length: TrainUnit) -> int:
+        done = self.state["epochs_trained"] if isinstance(length, Epoch) else \
+            self.state["batches_trained"]
+        return length.value - done
+
+    def _checkpoint_is_current(self) -> bool:
+        return self.state["last_ckpt"] == self.state["batches_trained"]
+
+    def _validation_is_current(self) -> bool:
+        return self.state["last_val"] == self.state["batches_trained"]
+
+    def _train_to(self, length: TrainUnit) -> None:
+        boundaries = [("train", length), ("validate", self.validation_period),
+                      ("checkpoint", self.checkpoint_period), ("report", self.reporting_period)]
+        while self._steps_until_complete(length) > 0:
+            reached, metrics, stop = self._train_window(boundaries, length)
+            self._report_training(metrics)
+            if stop:
+                raise _ShouldExit()
+            progressed = False
+            for kind in reached:
+                if kind in ("train", "report") and not progressed:
+                    self._report_progress(length)
+                    progressed = True
+                elif kind == "validate" and not self._validation_is_current():
+                    self._validate()
+                elif kind == "checkpoint" and not self._checkpoint_is_current():
+                    self._checkpoint()
+            if self._stop_requested():
+                raise _ShouldExit()
+        if not self._validation_is_current():
+            self._validate()
+        if not self._checkpoint_is_current():
+            self._checkpoint()
+
+    def _stop_requested(self) -> bool:
+        """Whether to checkpoint and exit: preemption (every rank asks, a collective) or
+        context.set_stop_requested(True) on any rank."""
+        preempt = self.core.preempt.should_preempt()
+        stop = self.context.get_stop_requested()
+        if self.dist.size > 1:
+            stop = any(self.dist.allgather(stop))
+        return preempt or stop
+
+    def _train_window(self, boundaries: List[Tuple[str, TrainUnit]],
+                      length: TrainUnit) -> Tuple[List[str], List[Dict[str, float]], bool]:
+        """Trains until a boundary is reached (or a stop is asked); which were reached, the
+        per-batch metrics of this rank, and whether to stop."""
+        for model in self.context.models:
+            model.train()
+        self.context.reset_reducers()
+        epoch_len = self.context._epoch_len
+        metrics: List[Dict[str, float]] = []
+        while True:
+            batch_idx = self.state["batches_trained"]
+            epoch_idx, in_epoch = divmod(batch_idx, epoch_len)
+            batch = next(self.batches)
+            self.context._current_batch_idx = batch_idx
+            if in_epoch == 0:
+                for callback in self.callbacks.values():
+                    callback.on_training_epoch_start(epoch_idx)
+            metrics.append(self._train_batch(batch, epoch_idx, batch_idx))
+            self.state["batches_trained"] += 1
+            epoch_end = in_epoch == epoch_len - 1
+            if epoch_end:
+                for callback in self.callbacks.values():
+                    callback.on_training_epoch_end(epoch_idx)
+                self.state["epochs_trained"] += 1
+            reached = []
+            for kind, unit in boundaries:
+                if isinstance(unit, Epoch):
+                    hit = epoch_end and unit.should_stop(epoch_idx + 1)
+                else:
+                    hit = unit.should_stop(batch_idx + 1)
+                if kind == "train":
+                    hit = hit or self.test_mode or self._steps_until_complete(length) <= 0
+                if hit:
+                    reached.append(kind)
+            if self._stop_requested():
+                return reached, metrics, True
+            if reached:
+                return reached, metrics, False
+
+    def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, float]:
+        if self.context.experimental._auto_to_device:
+            batch = self.context.to_device(batch)
+        out = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=batch_idx)
+        if isinstance(out, torch.Tensor):
+            out = {"loss": out}
+        for scheduler in self.context.lr_schedulers:
+            self._step_lr_scheduler(batch_idx, scheduler)
+        return _data._numbers(f"train_batch (batch {batch_idx})", out)
+
+    def _step_lr_scheduler(self, batch_idx: int, scheduler: LRScheduler) -> None:
+        if not self.context._should_communicate_and_update():
+            return  # Never between optimizer steps.
+        mode, freq = scheduler._step_mode, scheduler._frequency
+        aggregation = self.context._aggregation_frequency
+        if mode == LRScheduler.StepMode.STEP_EVERY_BATCH:
+            for i in range(batch_idx - aggregation + 1, batch_idx + 1):
+                if (i + 1) % freq == 0:
+                    scheduler.step()
+        elif mode == LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP:
+            if (batch_idx + 1) % freq == 0:
+                scheduler.step()
+        elif mode == LRScheduler.StepMode.STEP_EVERY_EPOCH:
+            # Step for each epoch that ends before the next optimizer step.
+            epoch_len = self.context._epoch_len
+            for e in range(batch_idx // epoch_len, (batch_idx + aggregation) // epoch_len):
+                if (e + 1) % freq == 0:
+                    scheduler.step()
+
+    # -- reports --------------------------------------------------------------------------
+
+    def _report_training(self, batch_metrics: List[Dict[str, float]]) -> None:
+        avg, per_batch = _reducer.average_training(self.dist.allgather, batch_metrics)
+        avg.update(self._numbers("training", self.context.reduce_metrics(for_training=True)))
+        if self.is_chief and avg:
+            self.core.train.report_training_metrics(
+                steps_completed=self.state["batches_trained"], metrics=avg)
+        for callback in self.callbacks.values():
+            callback.on_training_workload_end(avg_metrics=avg, batch_metrics=per_batch)
+
+    def _numbers(self, what: str, metrics: Dict[str, Any]) -> Dict[str, float]:
+        return _data._numbers(f"{what} reducer", metrics)
+
+    def _report_progress(self, length: TrainUnit) -> None:
+        if not self.is_chief or self.local:
+            return
+        done = self.state["epochs_trained"] if isinstance(length, Epoch) else \
+            self.state["batches_trained"]
+        self.core.train.report_progress(min(1.0, done / max(1, length.value)))
+
+    @torch.no_grad()
+    def _validate(self) -> Dict[str, float]:
+        self.context.reset_reducers()
+        for model in self.context.models:
+            model.eval()
+        for callback in self.callbacks.values():
+            callback.on_validation_start()
+        metrics: Dict[str, float] = {}
+        if self.evaluate_batch_defined:
+            for callback in self.callbacks.values():
+                callback.on_validation_epoch_start()
+            with_idx = _takes_batch_idx(self.trial.evaluate_batch)
+            batch_metrics: List[Dict[str, float]] = []
+            keys = None
+            for idx, batch in enumerate(self.validation_loader):
+                if self.context.experimental._auto_to_device:
+                    batch = self.context.to_device(batch)
+                out = (self.trial.evaluate_batch(batch, idx) if with_idx
+                       else self.trial.evaluate_batch(batch))
+                values = _data._numbers(f"evaluate_batch (batch {idx})", out)
+                if keys is None:
+                    keys = list(values)
+                elif set(keys) != set(values):
+                    raise ValueError("Validation metric names must match across all batches of "
+                                     f"data: {sorted(keys)} != {sorted(values)}.")
+                batch_metrics.append(values)
+                if self.test_mode:
+                    break
+            for callback in self.callbacks.values():
+                callback.on_validation_epoch_end(batch_metrics)
+            metrics, total = _reducer.reduce_validation(
+                self.dist.allgather, batch_metrics, self.trial.evaluation_reducer())
+            if total == 0:
+                raise RuntimeError("validation_loader is empty.")
+        elif self.is_chief:
+            out = self.trial.evaluate_full_dataset(data_loader=self.validation_loader)
+            if not isinstance(out, dict):
+                raise TypeError(f"evaluate_full_dataset() must return a dictionary, got "
+                                f"{type(out).__name__}.")
+            metrics = _data._numbers("evaluate_full_dataset", out)
+        metrics.update(self._numbers("validation", self.context.reduce_metrics(for_training=False)))
+        metrics = self.dist.broadcast(metrics)
+        for callback in self.callbacks.values():
+            callback.on_validation_end(metrics)
+        self.state["last_val"] = self.state["batches_trained"]
+
+        searcher_value = None
+        if self.searcher_metric:
+            if self.searcher_metric not in metrics:
+                raise RuntimeError(
+                    f"Search method is configured to use metric '{self.searcher_metric}' but "
+                    f"model definition returned validation metrics {sorted(metrics)}. The metric "
+                    "used by the search method must be one of the validation metrics returned "
+                    "by the model definition.")
+            searcher_value = metrics[self.searcher_metric]
+        better = searcher_value is not None and (
+            self.best_validation is None or
+            (searcher_value < self.best_validation if self.smaller_is_better
+             else searcher_value > self.best_validation))
+        if better:
+            self.best_validation = searcher_value
+        if self.is_chief:
+            self.core.train.report_validation_metrics(
+                steps_completed=self.state["batches_trained"], metrics=metrics)
+        if not self._checkpoint_is_current() and (
+                self.checkpoint_policy == "all" or (self.checkpoint_policy == "best" and better)):
+            self._checkpoint()
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        self.state["last_ckpt"] = self.state["batches_trained"]
+        uuid = ""
+        if self.is_chief:
+            metadata = {"steps_completed": self.state["batches_trained"],
+                        "framework": f"torch-{torch.__version__}", "format": "pickle"}
+            with self.core.checkpoint.store_path(metadata) as (path, storage_id):
+                self._save(pathlib.Path(path))
+                uuid = storage_id
+        uuid = self.dist.broadcast(uuid)
+        self.last_checkpoint_uuid = uuid
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_upload_end(uuid=uuid)
+
+    def _save(self, path: pathlib.Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        rng_state = {"cpu_rng_state": torch.random.get_rng_state(),
+                     "np_rng_state": np.random.get_state(),
+                     "random_rng_state": random.getstate()}
+        if self.context.device.type == "cuda":
+            rng_state["gpu_rng_state"] = torch.cuda.get_rng_state(self.context.device)
+        checkpoint: Dict[str, Any] = {
+            "models_state_dict": [_unwrapped(m).state_dict() for m in self.context.models],
+            "optimizers_state_dict": [o.state_dict() for o in self.context.optimizers],
+            "lr_schedulers_state_dict": [s.state_dict() for s in self.context.lr_schedulers],
+            "callbacks": {name: c.state_dict() for name, c in self.callbacks.items()},
+            "rng_state": rng_state,
+        }
+        if self.context._scaler is not None:
+            checkpoint["scaler_state_dict"] = self.context._scaler.state_dict()
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_save_start(checkpoint)
+        torch.save(checkpoint, str(path / STATE_DICT_FILE))
+        state = dict(self.state, best_validation=self.best_validation,
+                     data_position=self.training.position(self.state["batches_trained"]))
+        with (path / TRIAL_STATE_FILE).open("wb") as f:
+            pickle.dump(state, f)
+        trial_cls = type(self.trial)
+        hparams = self.context._hparams
+        with (path / LOAD_DATA_FILE).open("w") as f:
+            json.dump({"trial_type": "PyTorchTrial",
+                       "experiment_config": self.context._exp_conf,
+                       "hparams": hparams,
+                       "trial_cls_spec": f"{trial_cls.__module__}:{trial_cls.__qualname__}",
+                       "is_trainer": True}, f, default=str)
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_end(str(path))
+            callback.on_checkpoint_write_end(str(path))
+
+    def _load(self, path: pathlib.Path) -> None:
+        state_file = path / STATE_DICT_FILE
+        if not state_file.exists():
+            logger.warning("checkpoint %s has no %s: starting from scratch", path,
+                           STATE_DICT_FILE)
+            return
+        checkpoint = _torch_load(state_file)
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_load_start(checkpoint)
+        ctx = self.context
+        models = checkpoint.get("models_state_dict", [])
+        if len(models) != len(ctx.models):
+            raise RuntimeError(f"the checkpoint holds {len(models)} models; the trial wrapped "
+                               f"{len(ctx.models)}")
+        for model, state in zip(ctx.models, models):
+            _load_model_state(model, state)
+        for optimizer, state in zip(ctx.optimizers, checkpoint.get("optimizers_state_dict", [])):
+            optimizer.load_state_dict(state)
+        for scheduler, state in zip(ctx.lr_schedulers,
+                                    checkpoint.get("lr_schedulers_state_dict", [])):
+            scheduler.load_state_dict(state)
+        if "scaler_state_dict" in checkpoint and ctx._scaler is not None:
+            ctx._scaler.load_state_dict(checkpoint["scaler_state_dict"])
+        rng = checkpoint.get("rng_state")
+        if rng:
+            np.random.set_state(rng["np_rng_state"])
+            random.setstate(rng["random_rng_state"])
+            torch.random.set_rng_state(rng["cpu_rng_state"])
+            if "gpu_rng_state" in rng and ctx.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["gpu_rng_state"], ctx.device)
+        saved_callbacks = checkpoint.get("callbacks", {})
+        for name, callback in self.callbacks.items():
+            if name in saved_callbacks:
+                callback.load_state_dict(saved_callbacks[name])

@@ -1,0 +1,383 @@
+"""det.pytorch's Trial API: a tiny PyTorchTrial (tests/trial_model.py) trained in local mode
+and against the real gRPC fake master, in-process and as `python3 -m det.pytorch.run`
+processes (one and two ranks, Gloo on loopback)."""
+
+import contextlib
+import inspect
+import io
+import json
+import os
+import pickle
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+from det import pytorch
+from tests import fake_master, trial_model
+
+REPORT = re.compile(r"det \(off-cluster, not reported\): (\w+) metrics at batch (\d+): (.*)$")
+PYTHONPATH = os.pathsep.join(p for p in sys.path if p)
+
+
+def records(path, kind=None):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        out = [json.loads(line) for line in f]
+    return [r for r in out if kind is None or r["kind"] == kind]
+
+
+def torch_load(path):
+    # torch >= 2.6 loads tensors alone by default; the checkpoint has RNG states too.
+    if "weights_only" in inspect.signature(torch.load).parameters:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Recorder(pytorch.PyTorchCallback):
+    def __init__(self):
+        self.events = []
+        self.restored = None
+
+    def on_trial_startup(self, first_batch_idx, checkpoint_uuid):
+        self.events.append(("startup", first_batch_idx))
+
+    def on_training_workload_end(self, avg_metrics, batch_metrics):
+        self.events.append(("workload", len(batch_metrics), avg_metrics))
+
+    def on_training_epoch_end(self, epoch_idx):
+        self.events.append(("epoch_end", epoch_idx))
+
+    def on_validation_end(self, metrics):
+        self.events.append(("validation", metrics))
+
+    def on_checkpoint_upload_end(self, uuid):
+        self.events.append(("checkpoint", uuid))
+
+    def state_dict(self):
+        return {"events_so_far": len(self.events)}
+
+    def load_state_dict(self, state):
+        self.restored = state
+
+
+def with_recorder(cls):
+    class Recorded(cls):
+        def build_callbacks(self):
+            self.recorder = Recorder()
+            return {"recorder": self.recorder}
+    Recorded.__name__ = cls.__name__
+    Recorded.__qualname__ = cls.__qualname__
+    Recorded.__module__ = cls.__module__
+    return Recorded
+
+
+class LocalTest(unittest.TestCase):
+    """Local training mode: no DET_MASTER, one rank, checkpoints in a local directory."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.storage = os.path.join(self.tmp.name, "checkpoints")
+        self.log = os.path.join(self.tmp.name, "log.jsonl")
+
+    def fit(self, trial_cls=trial_model.TinyTrial, hparams=None, log=None, **fit_kwargs):
+        hp = {"global_batch_size": 4, "lr": 0.05, "log": log or self.log, **(hparams or {})}
+        out = io.StringIO()
+        with fake_master.environment({}), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(io.StringIO()), \
+                pytorch.init(hparams=hp, checkpoint_storage=self.storage) as context:
+            trial = with_recorder(trial_cls)(context)
+            trainer = pytorch.Trainer(trial, context)
+            try:
+                trainer.fit(**fit_kwargs)
+            finally:
+                self.reports = [(m.group(1), int(m.group(2)), json.loads(m.group(3)))
+                                for m in map(REPORT.match, out.getvalue().splitlines()) if m]
+        return trial, context
+
+    def checkpoints(self):
+        return sorted((os.path.join(self.storage, d) for d in os.listdir(self.storage)
+                       if not d.startswith(".")), key=os.path.getmtime)
+
+    def test_periods_reports_and_checkpoint_contents(self):
+        trial, context = self.fit(max_length=pytorch.Batch(10),
+                                  validation_period=pytorch.Batch(5),
+                                  checkpoint_period=pytorch.Batch(5),
+                                  reporting_period=pytorch.Batch(2))
+        training = [(b, m) for g, b, m in self.reports if g == "training"]
+        self.assertEqual([b for b, _ in training], [2, 4, 5, 6, 8, 10])
+        # Each report averages the batches of its window; tensors became plain numbers.
+        self.assertEqual(training[0][1]["batch_idx_metric"], 0.5)
+        self.assertEqual(training[2][1]["batch_idx_metric"], 4.0)
+        self.assertEqual(training[1][1]["rank_metric"], 0.0)
+        self.assertIsInstance(training[0][1]["loss"], float)
+        validation = [(b, m) for g, b, m in self.reports if g == "validation"]
+        self.assertEqual([b for b, _ in validation], [5, 10])
+        # Validation: every batch of the 16-record set, averaged (first ids 0, 4, 8, 12).
+        self.assertEqual(validation[0][1]["first_id"], 6.0)
+        self.assertEqual(len(records(self.log, "eval")), 8)
+        # Checkpoints at 5 and 10 (policy "best" is "all" locally; both coincide).
+        ckpts = self.checkpoints()
+        self.assertEqual(len(ckpts), 2)
+        self.assertEqual([e[1] for e in trial.recorder.events if e[0] == "checkpoint"],
+                         [os.path.basename(c) for c in ckpts])
+        last = ckpts[-1]
+        self.assertTrue({"state_dict.pth", "trial_state.pkl", "load_data.json",
+                         "metadata.json"} <= set(os.listdir(last)))
+        state = torch_load(os.path.join(last, "state_dict.pth"))
+        self.assertEqual(sorted(state), ["callbacks", "lr_schedulers_state_dict",
+                                         "models_state_dict", "optimizers_state_dict",
+                                         "rng_state"])
+        self.assertTrue(torch.equal(state["models_state_dict"][0]["weight"],
+                                    trial.model.weight.detach().cpu()))
+        self.assertEqual(state["callbacks"]["recorder"], {"events_so_far": len(
+            trial.recorder.events) - 1})
+        self.assertTrue({"cpu_rng_state", "np_rng_state", "random_rng_state"} <=
+                        set(state["rng_state"]))
+        with open(os.path.join(last, "trial_state.pkl"), "rb") as f:
+            tstate = pickle.load(f)
+        self.assertEqual((tstate["batches_trained"], tstate["epochs_trained"],
+                          tstate["last_val"], tstate["last_ckpt"]), (10, 0, 10, 10))
+        # 64 records / 4 per batch: 16 batches per epoch; the next is batch 10 of epoch 0.
+        self.assertEqual((tstate["data_position"]["epoch"],
+                          tstate["data_position"]["samples_in_epoch"]), (0, 40))
+        with open(os.path.join(last, "load_data.json")) as f:
+            load_data = json.load(f)
+        self.assertEqual(load_data["trial_cls_spec"], "tests.trial_model:TinyTrial")
+        self.assertEqual(load_data["hparams"]["global_batch_size"], 4)
+        with open(os.path.join(last, "metadata.json")) as f:
+            self.assertEqual(json.load(f)["steps_completed"], 10)
+        # The trial comes back from its checkpoint for inference.
+        loaded = pytorch.load_trial_from_checkpoint_path(
+            last, trial_class=trial_model.TinyTrial)
+        self.assertTrue(torch.equal(loaded.model.weight, trial.model.weight.detach().cpu()))
+
+    def test_resume_continues_at_the_next_batch(self):
+        # Uninterrupted: 20 batches (an epoch is 16), in another log.
+        whole_log = os.path.join(self.tmp.name, "whole.jsonl")
+        whole, _ = self.fit(max_length=pytorch.Batch(20), log=whole_log,
+                            checkpoint_policy="none")
+        whole_train = records(whole_log, "train")
+        os.remove(os.path.join(self.storage, os.listdir(self.storage)[0]) + "/state_dict.pth")
+        # Interrupted: stopped after batch 7 (set_stop_requested), then resumed to 20.
+        first, _ = self.fit(max_length=pytorch.Batch(20), hparams={"stop_at": 6},
+                            checkpoint_policy="none")
+        ckpt = self.checkpoints()[-1]
+        with open(os.path.join(ckpt, "trial_state.pkl"), "rb") as f:
+            self.assertEqual(pickle.load(f)["batches_trained"], 7)
+        second, _ = self.fit(max_length=pytorch.Batch(20), latest_checkpoint=ckpt,
+                             checkpoint_policy="none")
+        self.assertEqual(second.recorder.events[0], ("startup", 7))
+        self.assertEqual(second.recorder.restored, {"events_so_far": len(
+            first.recorder.events) - 1})
+        train = records(self.log, "train")
+        self.assertEqual([r["batch_idx"] for r in train], list(range(20)))
+        self.assertEqual([r["ids"] for r in train], [r["ids"] for r in whole_train])
+        epoch0 = [i for r in train[:16] for i in r["ids"]]
+        self.assertEqual(sorted(epoch0), list(range(64)))  # No record twice in an epoch.
+        self.assertEqual([r["epoch_idx"] for r in train], [0] * 16 + [1] * 4)
+        self.assertTrue(torch.equal(second.model.weight, whole.model.weight))
+
+    def test_shuffle_false_keeps_the_data_set_order(self):
+        self.fit(max_length=pytorch.Batch(3), hparams={"shuffle": False})
+        self.assertEqual([r["ids"] for r in records(self.log, "train")],
+                         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+
+    def test_epoch_lengths_and_periods(self):
+        trial, _ = self.fit(max_length=pytorch.Epoch(2), validation_period=pytorch.Epoch(1))
+        self.assertEqual(len(records(self.log, "train")), 32)
+        self.assertEqual([b for g, b, _ in self.reports if g == "validation"], [16, 32])
+        self.assertIn(("epoch_end", 0), trial.recorder.events)
+        self.assertIn(("epoch_end", 1), trial.recorder.events)
+
+    def test_test_mode_and_step_zero_validation(self):
+        self.fit(max_length=pytorch.Batch(10), test_mode=True, step_zero_validation=True)
+        self.assertEqual(len(records(self.log, "train")), 1)
+        self.assertEqual(len(records(self.log, "eval")), 2)  # One batch at 0, one at 1.
+        self.assertEqual([b for g, b, _ in self.reports if g == "validation"], [0, 1])
+        self.assertEqual(len(self.checkpoints()), 1)
+
+    def test_old_evaluate_batch_signature(self):
+        self.fit(trial_model.OldEvaluateTrial, max_length=pytorch.Batch(2))
+        self.assertEqual(len(records(self.log, "eval_old")), 4)
+        self.assertEqual([b for g, b, _ in self.reports if g == "validation"], [2])
+
+    def test_evaluate_full_dataset(self):
+        self.fit(trial_model.FullDatasetTrial, max_length=pytorch.Batch(2))
+        self.assertEqual([m["records"] for g, _, m in self.reports if g == "validation"], [16])
+
+    def test_lr_scheduler_step_modes(self):
+        def lrs(mode, batches, freq=1, aggregation=None):
+            log = os.path.join(self.tmp.name, f"{mode}-{freq}.jsonl")
+            hp = {"lr_mode": mode, "lr_frequency": freq, "lr": 1.0, "log": log}
+            trial, context = self.fit(hparams=hp, max_length=pytorch.Batch(batches), log=log)
+            return [r["lr"] for r in records(log, "train")] + [trial.opt.param_groups[0]["lr"]]
+        self.assertEqual(lrs("STEP_EVERY_BATCH", 4, freq=2), [1, 1, 0.5, 0.5, 0.25])
+        self.assertEqual(lrs("STEP_EVERY_EPOCH", 17)[15:], [1, 0.5, 0.5])
+        self.assertEqual(lrs("MANUAL_STEP", 3), [1, 1, 1, 1])
+        self.assertEqual(lrs("STEP_EVERY_OPTIMIZER_STEP", 3), [1, 0.5, 0.25, 0.125])
+
+    def test_aggregation_frequency_steps_every_other_batch(self):
+        hp = {"global_batch_size": 4, "lr": 1.0, "log": self.log,
+              "lr_mode": "STEP_EVERY_OPTIMIZER_STEP"}
+        with fake_master.environment({}), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), \
+                pytorch.init(hparams=hp, checkpoint_storage=self.storage,
+                             aggregation_frequency=2) as context:
+            trial = trial_model.TinyTrial(context)
+            pytorch.Trainer(trial, context).fit(max_length=pytorch.Batch(4))
+        self.assertEqual([r["lr"] for r in records(self.log, "train")], [1, 1, 0.5, 0.5])
+
+    def test_invalid_hp_propagates_after_a_checkpoint(self):
+        with self.assertRaisesRegex(pytorch.InvalidHP, "bad hparams at batch 3"):
+            self.fit(max_length=pytorch.Batch(10), hparams={"invalid_at": 3})
+        with open(os.path.join(self.checkpoints()[-1], "trial_state.pkl"), "rb") as f:
+            self.assertEqual(pickle.load(f)["batches_trained"], 3)
+
+    def test_api_misuse_is_named(self):
+        class NoEvaluate(trial_model.TinyTrial):
+            evaluate_batch = pytorch.PyTorchTrial.evaluate_batch
+        with self.assertRaisesRegex(ValueError, "exactly one of"):
+            self.fit(NoEvaluate, max_length=pytorch.Batch(1))
+        with self.assertRaisesRegex(ValueError, "max_length must be defined"):
+            self.fit()
+        with self.assertRaisesRegex(ValueError, "per_slot_batch_size is undefined"):
+            with fake_master.environment({}), contextlib.redirect_stderr(io.StringIO()), \
+                    pytorch.init() as context:
+                context.get_per_slot_batch_size()
+
+
+def cluster_spec(storage, hparams, target_batches=12, validation_period=4, checkpoint_period=0,
+                 latest_checkpoint="", scheduling_unit=2):
+    spec = fake_master.trial_spec(storage, target_batches=target_batches,
+                                  max_length=(target_batches, "batches"))
+    spec.hparams_json = json.dumps({"global_batch_size": 8, "lr": 0.05, **hparams})
+    spec.global_batch_size = 8
+    spec.records_per_epoch = 64
+    spec.batches_per_epoch = 8
+    spec.validation_period = validation_period
+    spec.checkpoint_period = checkpoint_period
+    spec.scheduling_unit = scheduling_unit
+    spec.latest_checkpoint = latest_checkpoint
+    return spec
+
+
+class ClusterTest(unittest.TestCase):
+    """Against the real gRPC fake master: in-process, and `python3 -m det.pytorch.run` ranks."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.storage = os.path.join(self.tmp.name, "checkpoints")
+        os.makedirs(self.storage)
+        self.log = os.path.join(self.tmp.name, "log.jsonl")
+
+    def run_ranks(self, service_address, spec, world_size=1, expect_rc=0):
+        port = str(free_port())
+        procs = []
+        for rank in range(world_size):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
+            env.update(fake_master.allocation_env(service_address, self.storage, rank=rank,
+                                                  world_size=world_size, spec=spec))
+            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+                        "PYTHONPATH": PYTHONPATH})
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "det.pytorch.run", "tests.trial_model:TinyTrial"],
+                env=env, cwd=self.tmp.name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True))
+        for p in procs:
+            out, _ = p.communicate(timeout=240)
+            self.assertEqual(p.returncode, expect_rc, out)
+
+    def test_in_process_reports_to_the_master(self):
+        spec = cluster_spec(self.storage, {"log": self.log})
+        with fake_master.serve() as (service, address), \
+                fake_master.environment(fake_master.allocation_env(address, self.storage,
+                                                                   spec=spec)), \
+                contextlib.redirect_stderr(io.StringIO()), pytorch.init() as context:
+            self.assertEqual((context.get_trial_id(), context.get_experiment_id()), (7, 3))
+            self.assertEqual(context.get_per_slot_batch_size(), 8)
+            self.assertEqual(context.get_hparam("lr"), 0.05)
+            self.assertEqual(context.get_experiment_config()["searcher"]["metric"],
+                             "validation_loss")
+            trial = trial_model.TinyTrial(context)
+            # max_length None: the searcher's 12 batches; validation every 4 (min_validation_period).
+            pytorch.Trainer(trial, context).fit(validation_period=pytorch.Batch(4),
+                                                reporting_period=pytorch.Batch(2))
+        self.assertEqual([r.total_batches for r in service.rows("training")],
+                         [2, 4, 6, 8, 10, 12])
+        self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
+        self.assertEqual(service.rows("training")[0].values["batch_idx_metric"], 0.5)
+        # Policy "best": a checkpoint after each validation that beat the trial's best.
+        self.assertGreaterEqual(len(service.checkpoints), 1)
+        self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)
+        progress = [(r.total_batches, r.values["progress"]) for r in service.rows("progress")]
+        self.assertEqual(progress[-1], (12, 1.0))
+
+    def test_runner_preempts_with_a_checkpoint_and_resumes_without_repeats(self):
+        with fake_master.serve() as (service, address):
+            # SIGTERM during batch 4: should_preempt says so after it; checkpoint at 5 (and
+            # at 4, after the first validation: policy "best").
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log,
+                                                                "sigterm_at": 4}))
+            self.assertEqual([c.checkpoint.total_batches for c in service.checkpoints], [4, 5])
+            self.assertEqual([r.total_batches for r in service.rows("validation")], [4])
+            latest = service.checkpoints[-1].checkpoint.storage_path
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log},
+                                                 latest_checkpoint=latest))
+        train = records(self.log, "train")
+        self.assertEqual([r["batch_idx"] for r in train], list(range(12)))
+        epoch0 = [i for r in train[:8] for i in r["ids"]]
+        self.assertEqual(sorted(epoch0), list(range(64)))
+        self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
+        self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)
+
+    def test_two_ranks_shard_reduce_and_resume(self):
+        with fake_master.serve(2) as (service, address):
+            # Rank 1's SIGTERM during batch 2 stops both ranks after it.
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log, "sigterm_at": 2,
+                                                                "sigterm_rank": 1}),
+                           world_size=2)
+            self.assertEqual([c.checkpoint.total_batches for c in service.checkpoints], [3])
+            latest = service.checkpoints[-1].checkpoint.storage_path
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log},
+                                                 latest_checkpoint=latest), world_size=2)
+        train = records(self.log, "train")
+        by_step = {}
+        for r in train:
+            by_step.setdefault(r["batch_idx"], {})[r["rank"]] = r["ids"]
+        self.assertEqual(sorted(by_step), list(range(12)))
+        for step, ranks in by_step.items():
+            self.assertEqual(sorted(ranks), [0, 1], step)  # Each step once on each rank.
+            self.assertEqual(len(ranks[0]), 4)
+            self.assertFalse(set(ranks[0]) & set(ranks[1]))
+        epoch0 = [i for s in range(8) for r in (0, 1) for i in by_step[s][r]]
+        self.assertEqual(sorted(epoch0), list(range(64)))
+        # Training metrics averaged over the ranks (0 and 1), reported by the chief alone.
+        rows = service.rows("training")
+        self.assertTrue(rows)
+        for r in rows:
+            self.assertEqual(r.values["rank_metric"], 0.5)
+        # Validation batches split among the ranks: first ids 0, 8 on rank 0; 4, 12 on rank 1.
+        evals = records(self.log, "eval")
+        self.assertEqual({r["ids"][0] for r in evals if r["rank"] == 0}, {0, 8})
+        self.assertEqual({r["ids"][0] for r in evals if r["rank"] == 1}, {4, 12})
+        self.assertEqual([r.values["first_id"] for r in service.rows("validation")],
+                         [6.0, 6.0, 6.0])
+        self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
+
+
+if __name__ == "__main__":
+    unittest.main()
