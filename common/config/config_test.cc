@@ -65,6 +65,18 @@ TEST(ExperimentConfig, EnvironmentPythonIsAnAbsolutePath) {
               HasSubstr("environment.python"));
 }
 
+TEST(ExperimentConfig, StopGracePeriodIsADuration) {
+  auto parsed = ParseExperimentConfig(std::string(kMinimal) + "stop_grace_period: 90s\n",
+                                      "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.stop_grace_period, absl::Seconds(90));
+  auto unset = ParseExperimentConfig(kMinimal, "exp.yaml", 1);
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->config.stop_grace_period.has_value());
+  EXPECT_THAT(std::string(ParseError(std::string(kMinimal) + "stop_grace_period: soon\n").message()),
+              HasSubstr("exp.yaml:7: stop_grace_period: expected a duration such as 30s"));
+}
+
 TEST(ExperimentConfig, WrongTypeNamesLineFieldAndValue) {
   std::string yaml = std::string(kMinimal) + "resources:\n  slots_per_trial: eight\n";
   absl::Status st = ParseError(yaml);

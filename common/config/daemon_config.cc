@@ -123,6 +123,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   }
   r.Duration("agent_timeout", &c.agent_timeout);
   r.Duration("agent_reconnect_wait", &c.agent_reconnect_wait);
+  r.Duration("stop_grace_period", &c.stop_grace_period);
   r.String("log_level", &c.log_level);
   absl::Status st = r.Finish();
   if (!st.ok()) return st;

@@ -63,6 +63,10 @@ struct MasterConfig {
   // After a master restart, how long agents have to come back before their trials are
   // declared lost.
   absl::Duration agent_reconnect_wait = absl::Seconds(60);
+  // How long a trial whose script asks should_preempt() has, once told to stop (pause,
+  // preemption, an early stop), to checkpoint and exit before SIGTERM. An experiment's
+  // stop_grace_period wins.
+  absl::Duration stop_grace_period = absl::Minutes(5);
   // The cluster's default checkpoint storage: experiments whose config sets none use it
   // (their own keys win). Unset: such experiments keep no checkpoints, and pausing,
   // preempting or resizing them loses their progress (they are warned).

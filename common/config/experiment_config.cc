@@ -76,6 +76,11 @@ class SchemaReader {
     ReadLength(r, "min_validation_period", &c_.min_validation_period, false);
     ReadLength(r, "min_checkpoint_period", &c_.min_checkpoint_period, false);
     r.Int("max_restarts", &c_.max_restarts, 0, 1000000);
+    if (r.Has("stop_grace_period")) {
+      absl::Duration grace = absl::ZeroDuration();
+      r.Duration("stop_grace_period", &grace);
+      c_.stop_grace_period = grace;
+    }
     r.Int("records_per_epoch", &c_.records_per_epoch, 0, kMaxRecordsPerEpoch);
     r.Int("scheduling_unit", &c_.scheduling_unit, 1, 1 << 30);
     r.Object("reproducibility", [&](ObjectReader& rep) {

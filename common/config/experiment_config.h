@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/config/config_input.h"
 
 namespace det::config {
@@ -130,6 +131,9 @@ struct ExperimentConfig {
   // experiment's `python3`/`python` entrypoints instead of each agent's worker_python.
   // Empty: the agents'.
   std::string python;
+  // stop_grace_period: how long a script that asks should_preempt() has, once told to stop,
+  // to checkpoint and exit before SIGTERM. Unset: master.yaml's (default 5 minutes).
+  std::optional<absl::Duration> stop_grace_period;
   std::vector<std::string> labels;
   std::vector<BindMount> bind_mounts;
   std::optional<CheckpointStorageConfig> checkpoint_storage;

@@ -141,6 +141,7 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   t.exits.clear();
   t.unattached.clear();
   t.killing = t.lost = t.preempting = t.pausing = false;
+  t.asks_should_preempt = t.kill_sent = false;
   t.kill_reason.clear();
   t.failure.clear();
   t.rendezvous.clear();
@@ -190,24 +191,63 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
 
 void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Duration grace) {
   DET_CHECK_ON_LOOP(loop_);
+  if (t.kill_sent) return;
+  if (!t.killing) {
+    t.killing = true;
+    t.kill_reason = reason;
+    AnswerPreemptWaiters(t, absl::OkStatus());
+  }
+  SendKill(t, reason, grace);
+}
+
+void AllocationManager::Stop(TrialState& t, const std::string& reason, absl::Duration kill_grace) {
+  DET_CHECK_ON_LOOP(loop_);
   if (t.killing) return;
+  if (!t.asks_should_preempt) {
+    Kill(t, reason, kill_grace);
+    return;
+  }
+  const ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  const absl::Duration grace = es.config.stop_grace_period.value_or(stop_grace_period_);
   t.killing = true;
   t.kill_reason = reason;
   AnswerPreemptWaiters(t, absl::OkStatus());
+  const int64_t trial_id = t.trial.id();
+  const std::string allocation = t.trial.allocation().id();
+  TrialEvent(trial_id, absl::StrCat("asking allocation ", allocation, " to stop (", reason,
+                                    ") through should_preempt(): it has ",
+                                    absl::FormatDuration(grace),
+                                    " to checkpoint and exit before SIGTERM"));
+  turns_.PostAfter(grace, [this, trial_id, allocation, reason, kill_grace, grace] {
+    auto it = trials_.find(trial_id);
+    if (it == trials_.end()) return;
+    TrialState& t = it->second;
+    if (t.trial.allocation().id() != allocation || t.kill_sent) return;  // It exited.
+    TrialEvent(trial_id, absl::StrCat("allocation ", allocation, " did not exit within ",
+                                      absl::FormatDuration(grace),
+                                      " of being asked to stop: SIGTERM"));
+    SendKill(t, reason, kill_grace);
+  });
+}
+
+void AllocationManager::SendKill(TrialState& t, const std::string& reason, absl::Duration grace) {
+  t.kill_sent = true;
+  // Copied: an unreachable agent's ranks exit below, which may end the allocation.
+  const std::string allocation = t.trial.allocation().id();
   std::set<std::string> agents;
   for (const auto& r : t.trial.allocation().ranks()) agents.insert(r.agent_id());
+  TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", allocation, ": ", reason));
   for (const auto& agent_id : agents) {
     v1::AgentCommand cmd;
-    cmd.mutable_kill()->set_allocation_id(t.trial.allocation().id());
+    cmd.mutable_kill()->set_allocation_id(allocation);
     cmd.mutable_kill()->set_reason(reason);
     cmd.mutable_kill()->set_grace_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(grace)));
-    if (!agents_.Send(agent_id, std::move(cmd))) {
+    if (t.trial.allocation().id() == allocation && !agents_.Send(agent_id, std::move(cmd))) {
       // Unreachable agent: its ranks count as gone.
       ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
                   "agent unreachable");
     }
   }
-  TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", t.trial.allocation().id(), ": ", reason));
 }
 
 void AllocationManager::Preempt(TrialState& t, const std::string& reason, absl::Duration grace) {
@@ -215,7 +255,7 @@ void AllocationManager::Preempt(TrialState& t, const std::string& reason, absl::
   t.preempting = true;
   if (t.killing) return;
   experiments_manager_.WarnProgressLoss(t, nullptr);
-  Kill(t, reason, grace);
+  Stop(t, reason, grace);
 }
 
 void AllocationManager::OnRankExit(TrialState& t, int rank, const std::string& how, bool abnormal) {

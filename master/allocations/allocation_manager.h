@@ -51,8 +51,17 @@ class AllocationManager {
   bool Start(TrialState& t, const std::vector<AgentShare>& agents,
              const std::string& chief_address, int chief_port);
   // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
-  // agent's default).
+  // agent's default). Also ends the grace period of a cooperative stop under way.
   void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
+  // A stop the trial can cooperate with (pause, preemption, a searcher's early stop): when
+  // its script asks should_preempt(), it is told to stop there and has the stop grace period
+  // (the experiment's stop_grace_period, else the master's) to checkpoint and exit; only
+  // then do the agents send SIGTERM (and SIGKILL after `kill_grace`). The trial log says
+  // which happened. A script that never asked is killed at once, as by Kill.
+  void Stop(TrialState& t, const std::string& reason,
+            absl::Duration kill_grace = absl::ZeroDuration());
+  // master.yaml's stop_grace_period (default 5 minutes).
+  void SetStopGracePeriod(absl::Duration grace) { stop_grace_period_ = grace; }
   // Kill for a more important trial: t is requeued once its run ends (not a restart); when
   // its experiment keeps no checkpoints, t's warnings and log say its progress is lost.
   void Preempt(TrialState& t, const std::string& reason, absl::Duration grace);
@@ -120,7 +129,10 @@ class AllocationManager {
                       absl::Duration grace = absl::ZeroDuration()) {
     Kill(t, reason, grace);
   }
+  // Sends the kill commands of t's run to its agents.
+  void SendKill(TrialState& t, const std::string& reason, absl::Duration grace);
 
+  absl::Duration stop_grace_period_ = absl::Minutes(5);
   Clock& clock_;
   Turns& turns_;
   EventLoop& loop_;

@@ -3,6 +3,7 @@
 // loop over an InMemoryStore: no sockets, no sleeps.
 #include "master/allocations/allocation_manager.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -74,6 +75,109 @@ TEST_F(AllocationManagerTest, AnAgentThatReturnsInTimeKeepsItsRun) {
   EXPECT_EQ(kept.state(), v1::STATE_STARTING);
   EXPECT_EQ(kept.allocation().id(), allocation);
   EXPECT_THAT(h_.Logs(trial), HasSubstr("agent a reattached"));
+}
+
+// Kill commands among `commands`.
+int Kills(const std::vector<v1::AgentCommand>& commands) {
+  int n = 0;
+  for (const auto& c : commands) n += c.has_kill() ? 1 : 0;
+  return n;
+}
+
+// Moves the clock on by `d` in 10 s steps, the agent polling (and so heartbeating) at each;
+// returns the kill commands it got.
+int AdvancePolling(ManagerHarness& h, absl::Duration d, const std::string& agent,
+                   const std::string& session) {
+  int kills = 0;
+  while (d > absl::ZeroDuration()) {
+    absl::Duration step = std::min(d, absl::Seconds(10));
+    h.Advance(step);
+    d -= step;
+    kills += Kills(h.Commands(agent, session));
+  }
+  return kills;
+}
+
+// A pause of a run whose script asks should_preempt(): it is told to stop and has the stop
+// grace period to checkpoint and exit before the agent gets a kill (SIGTERM); a run that
+// never asked is killed at once; a user's kill during the grace period does not wait.
+TEST_F(AllocationManagerTest, AScriptThatAsksShouldPreemptGetsTheGracePeriodBeforeSigterm) {
+  std::string session = h_.Register("a1", 1);
+  const int64_t trial = h_.CreateExperiment("coop");
+  v1::LaunchCommand launch = h_.NextLaunch("a1", session);
+  const int64_t experiment = h_.Trial(trial).experiment_id();
+  h_.Turn([&] { h_.allocations.SetStopGracePeriod(absl::Minutes(3)); });
+
+  // The script asks (its chief's poll).
+  v1::ShouldPreemptRequest ask;
+  ask.mutable_auth()->set_allocation_id(launch.allocation_id());
+  ask.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+  v1::ShouldPreemptResponse answer;
+  absl::Status asked;
+  h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [&](absl::Status st) { asked = st; }); });
+  ASSERT_TRUE(asked.ok()) << asked;
+  EXPECT_FALSE(answer.preempt());
+
+  v1::PauseExperimentRequest pause;
+  pause.set_id(experiment);
+  v1::PauseExperimentResponse paused;
+  absl::Status st;
+  h_.Turn([&] { st = h_.experiments.Pause(pause, &paused); });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Kills(h_.Commands("a1", session)), 0);  // no signal yet
+  h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [&](absl::Status s) { asked = s; }); });
+  EXPECT_TRUE(answer.preempt());
+  EXPECT_EQ(answer.reason(), "experiment paused");
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("through should_preempt(): it has 3m to checkpoint and "
+                                        "exit before SIGTERM"));
+  EXPECT_EQ(AdvancePolling(h_, absl::Minutes(3) - absl::Seconds(1), "a1", session), 0);
+  EXPECT_EQ(AdvancePolling(h_, absl::Seconds(2), "a1", session), 1);
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("did not exit within 3m of being asked to stop: SIGTERM"));
+}
+
+TEST_F(AllocationManagerTest, AScriptThatExitsInItsGracePeriodIsNotSignalled) {
+  std::string session = h_.Register("a1", 1);
+  const int64_t trial = h_.CreateExperiment("coop-exits");
+  v1::LaunchCommand launch = h_.NextLaunch("a1", session);
+  v1::ShouldPreemptRequest ask;
+  ask.mutable_auth()->set_allocation_id(launch.allocation_id());
+  ask.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+  v1::ShouldPreemptResponse answer;
+  h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [](absl::Status) {}); });
+  v1::PauseExperimentRequest pause;
+  pause.set_id(h_.Trial(trial).experiment_id());
+  v1::PauseExperimentResponse paused;
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Pause(pause, &paused).ok()); });
+  ASSERT_TRUE(h_.ReportExit("a1", session, launch.allocation_id(), 0).ok());
+  EXPECT_EQ(AdvancePolling(h_, config_.stop_grace_period + absl::Seconds(1), "a1", session), 0);
+  EXPECT_THAT(h_.Logs(trial), ::testing::Not(HasSubstr("did not exit within")));
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_PAUSED);
+}
+
+TEST_F(AllocationManagerTest, ARunThatNeverAskedIsKilledAtOnceAndAKillEndsTheGrace) {
+  std::string session = h_.Register("a1", 2);
+  const int64_t first = h_.CreateExperiment("never-asks");
+  v1::LaunchCommand launch = h_.NextLaunch("a1", session);
+  v1::PauseExperimentRequest pause;
+  pause.set_id(h_.Trial(first).experiment_id());
+  v1::PauseExperimentResponse paused;
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Pause(pause, &paused).ok()); });
+  EXPECT_EQ(Kills(h_.Commands("a1", session)), 1);  // SIGTERM now: it would not see the ask
+
+  const int64_t second = h_.CreateExperiment("asks-then-killed");
+  v1::LaunchCommand other = h_.NextLaunch("a1", session);
+  v1::ShouldPreemptRequest ask;
+  ask.mutable_auth()->set_allocation_id(other.allocation_id());
+  ask.mutable_auth()->set_token(other.env().at("DET_ALLOCATION_TOKEN"));
+  v1::ShouldPreemptResponse answer;
+  h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [](absl::Status) {}); });
+  pause.set_id(h_.Trial(second).experiment_id());
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Pause(pause, &paused).ok()); });
+  EXPECT_EQ(Kills(h_.Commands("a1", session)), 0);
+  v1::KillExperimentRequest kill;
+  kill.set_id(h_.Trial(second).experiment_id());
+  h_.Turn([&] { ASSERT_TRUE(h_.experiments.Kill(kill).ok()); });
+  EXPECT_EQ(Kills(h_.Commands("a1", session)), 1);  // the kill does not wait for the grace
 }
 
 // An agent reports and ships lines only for the ranks placed on it (issue 15: an agent

@@ -173,6 +173,9 @@ void AllocationManager::ShouldPreempt(const v1::ShouldPreemptRequest& req,
     return;
   }
   TrialState& t = **t_or;
+  // det's Python package polls only once the script has called should_preempt(): from now
+  // on a stop gives it the grace period to checkpoint (Stop).
+  t.asks_should_preempt = true;
   if (t.killing || req.wait_ms() <= 0 || registry_.shutting_down) {
     resp->set_preempt(t.killing);
     resp->set_reason(t.kill_reason);

@@ -166,7 +166,9 @@ void ExperimentManager::SearcherValidation(const v1::Metrics& m) {
   if (!es.searcher || Terminal(t.trial.state())) return;
   if (t.trial.search().stopped_early()) {
     // Still reporting: the stop did not reach the run (the master restarted meanwhile).
-    if (!t.trial.allocation().id().empty()) kill_run_(t, "stopped early by the searcher");
+    if (!t.trial.allocation().id().empty()) {
+      kill_run_(t, "stopped early by the searcher", /*cooperative=*/true);
+    }
     return;
   }
   const std::string& metric = es.config.searcher.metric;
@@ -194,7 +196,7 @@ void ExperimentManager::SearcherValidation(const v1::Metrics& m) {
   if (!d.stop) return;
   TrialEvent(t.trial.id(), d.reason);
   if (!t.trial.allocation().id().empty()) {
-    kill_run_(t, "stopped early by the searcher");
+    kill_run_(t, "stopped early by the searcher", /*cooperative=*/true);
   } else {
     FinishTrial(t, v1::STATE_COMPLETED, "");
   }

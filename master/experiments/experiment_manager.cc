@@ -202,7 +202,7 @@ absl::Status ExperimentManager::Kill(const v1::KillExperimentRequest& req) {
     if (t.trial.allocation().id().empty()) {
       FinishTrial(t, v1::STATE_CANCELED, "");
     } else {
-      kill_run_(t, "experiment killed");
+      kill_run_(t, "experiment killed", /*cooperative=*/false);
     }
   }
   UpdateExperiment(es);
@@ -228,7 +228,7 @@ absl::Status ExperimentManager::KillTrial(const v1::KillTrialRequest& req) {
   if (t->trial.allocation().id().empty()) {
     FinishTrial(*t, v1::STATE_CANCELED, "");
   } else {
-    kill_run_(*t, kKilledByUser);
+    kill_run_(*t, kKilledByUser, /*cooperative=*/false);
   }
   return absl::OkStatus();
 }
@@ -285,7 +285,7 @@ absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req,
     } else if (!t.trial.allocation().id().empty()) {
       WarnProgressLoss(t, resp->mutable_warnings());
       t.pausing = true;
-      kill_run_(t, "experiment paused");  // Workers checkpoint on SIGTERM.
+      kill_run_(t, "experiment paused", /*cooperative=*/true);
     }
   }
   UpdateExperiment(es);

@@ -31,7 +31,10 @@ namespace det::master {
 class ExperimentManager {
  public:
   // Asks the agents of t's open run to stop it, with `reason`.
-  using KillRun = std::function<void(TrialState& t, const std::string& reason)>;
+  // Stops t's run: cooperative (a pause, an early stop: AllocationManager::Stop, the script
+  // may checkpoint first) or not (a kill: AllocationManager::Kill).
+  using KillRun =
+      std::function<void(TrialState& t, const std::string& reason, bool cooperative)>;
 
   // Everything must outlive this.
   ExperimentManager(const config::MasterConfig& config, Clock& clock, Turns& turns, Store& store,

@@ -60,6 +60,13 @@ struct TrialState {
   std::vector<std::string> rendezvous_keys;  // parallel to rendezvous_waiters
   // Why the master asked the current run to stop (set with `killing`).
   std::string kill_reason;
+  // The run's script has asked should_preempt() (its chief polls ShouldPreempt): a stop it
+  // can cooperate with (pause, preemption, an early stop) gives it the stop grace period to
+  // checkpoint and exit before any signal (AllocationManager::Stop).
+  bool asks_should_preempt = false;
+  // The kill commands went to the agents (a cooperative stop sends them only once its grace
+  // period has passed).
+  bool kill_sent = false;
   // ShouldPreempt long polls of the current run, answered when it is asked to stop.
   struct PreemptWaiter {
     v1::ShouldPreemptResponse* response;

@@ -119,8 +119,12 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
       checkpoints_(clock, turns_, *store_, agents_, logs_, registry_),
       experiments_(config_, clock, turns_, *store_, agents_, templates_, logs_, checkpoints_,
                    registry_,
-                   [this](TrialState& t, const std::string& reason) {
-                     allocations_.Kill(t, reason);
+                   [this](TrialState& t, const std::string& reason, bool cooperative) {
+                     if (cooperative) {
+                       allocations_.Stop(t, reason);
+                     } else {
+                       allocations_.Kill(t, reason);
+                     }
                    }),
       allocations_(clock, turns_, *store_, agents_, logs_, registry_, experiments_),
       scheduling_(config_, turns_, agents_, logs_, registry_, allocations_, checkpoints_),
@@ -147,6 +151,7 @@ absl::Status Master::Restore() {
   RETURN_IF_ERROR(users_.Restore());
   agents_.Restore(snap.agents);
   experiments_.SetDefaultCheckpointStorage(config_.checkpoint_storage);
+  allocations_.SetStopGracePeriod(config_.stop_grace_period);
   RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));
   checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));
   allocations_.Restore(std::move(snap.open_allocations));

@@ -28,11 +28,18 @@ ManagerHarness::ManagerHarness(config::MasterConfig config_in, Store& store_in,
            }),
       checkpoints(clock, turns, store, agents, logs, registry),
       experiments(config, clock, turns, store, agents, templates, logs, checkpoints, registry,
-                  [this](TrialState& t, const std::string& reason) { allocations.Kill(t, reason); }),
+                  [this](TrialState& t, const std::string& reason, bool cooperative) {
+                    if (cooperative) {
+                      allocations.Stop(t, reason);
+                    } else {
+                      allocations.Kill(t, reason);
+                    }
+                  }),
       allocations(clock, turns, store, agents, logs, registry, experiments),
       scheduling(config, turns, agents, logs, registry, allocations, checkpoints),
       metrics(clock, turns, store, registry, experiments),
       liveness(config, clock, turns, store, agents, registry, allocations, checkpoints) {
+  allocations.SetStopGracePeriod(config.stop_grace_period);
   turns.SetSchedulePass([this] { scheduling.SchedulePass(); });
   turns.SetTurnEnd([this] {
     if (logs.HasPendingEvents()) logs.FlushEvents();

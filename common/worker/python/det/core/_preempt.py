@@ -26,8 +26,10 @@ class PreemptMode(enum.Enum):
 
 
 class PreemptContext:
-    """Starts polling in start() and stops in close(). should_preempt() is called from the
-    thread that trains (the main thread, to see SIGTERM)."""
+    """Polls the master from the script's first should_preempt() (not before: the master
+    gives a script that asks a grace period to checkpoint and exit when it is told to stop,
+    and one that never asks gets SIGTERM at once) and stops in close(). should_preempt() is
+    called from the thread that trains (the main thread, to see SIGTERM)."""
 
     _POLL_MS = 30_000
 
@@ -65,9 +67,6 @@ class PreemptContext:
         if self._started:
             raise RuntimeError("PreemptContext.start() was already called")
         self._started = True
-        if self._polls():
-            self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
-            self._thread.start()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
@@ -147,6 +146,9 @@ class PreemptContext:
         if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:
             raise RuntimeError("should_preempt: PreemptMode.ChiefOnly: only the chief may call it "
                                f"(rank {self._dist.rank} did)")
+        if self._thread is None and self._polls():
+            self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
+            self._thread.start()
         if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1:
             return self._local()
         # The chief's answer, or any rank's SIGTERM.
