@@ -159,6 +159,38 @@ TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
   EXPECT_EQ(t["trial"].value("state", ""), "STATE_COMPLETED") << trial.out;
   EXPECT_EQ(Int(t["trial"]["training_summary"]["loss"]["count"]), 2) << trial.out;
 
+  // The PyTorch (Core API) example: its workers report, checkpoint and ask should_preempt()
+  // over TLS, trusting the CA the agent passes on (DET_MASTER_CERT_FILE).
+  const std::string examples =
+      TestCluster::BinDir() + "/../../common/worker/python/examples/fashion_mnist_cnn/";
+  ASSERT_EQ(mkdir((scratch.dir() + "/context").c_str(), 0755), 0);
+  std::string context;
+  for (const char* f : {"train.py", "model.py", "data.py"}) {
+    std::string text = Slurp(examples + f);
+    ASSERT_FALSE(text.empty()) << examples << f;
+    context = scratch.WriteFile(std::string("context/") + f, text);
+  }
+  context = context.substr(0, context.rfind('/'));
+  const std::string torch_config = scratch.WriteFile("torch.yaml", absl::StrCat(R"(name: tls-torch
+entrypoint: python3 train.py
+hyperparameters: {global_batch_size: 64, learning_rate: 0.002}
+records_per_epoch: 60000
+searcher: {name: single, metric: validation_loss, max_length: {batches: 40}}
+min_validation_period: {batches: 40}
+max_restarts: 0
+checkpoint_storage: {type: shared_fs, host_path: ')", scratch.dir(), R"(/checkpoints'}
+data: {dir: /usr/share/datasets/fashion-mnist}
+)"));
+  CommandResult torch = run({det, "-m", https, "experiment", "create", torch_config, context, "-f"},
+                            {{"DET_MASTER_CERT_FILE", ca}});
+  ASSERT_TRUE(torch.exit.ok()) << torch.out << torch.err << Slurp(data + "/logs/agent-0.log");
+  CommandResult torch_trial =
+      run({det, "-m", https, "trial", "describe", "2", "--json"}, {{"DET_MASTER_CERT_FILE", ca}});
+  ASSERT_TRUE(torch_trial.exit.ok()) << torch_trial.err;
+  nlohmann::json tt = nlohmann::json::parse(torch_trial.out, nullptr, false);
+  EXPECT_EQ(tt["trial"].value("state", ""), "STATE_COMPLETED") << torch_trial.out;
+  EXPECT_EQ(Int(tt["trial"]["validation_summary"]["validation_loss"]["count"]), 1) << torch_trial.out;
+
   // A plaintext client, or one without the CA, is refused.
   CommandResult plain = run({det, "-m", absl::StrCat("127.0.0.1:", grpc_port), "master", "info"}, {});
   EXPECT_FALSE(plain.exit.ok()) << plain.out;

@@ -3,10 +3,13 @@ proto/worker.proto), authenticated by its allocation token. Off-cluster (no DET_
 printing stand-in says what would have been reported instead."""
 
 import json
+import os
 import sys
 import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from det._info import ClusterEnvironmentError
 
 # A report: (group, total_batches, values).
 Report = Tuple[str, int, Mapping[str, float]]
@@ -52,6 +55,31 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+MASTER_CERT_FILE_ENV = "DET_MASTER_CERT_FILE"
+
+
+def master_channel(grpc, master: str, environ=None):
+    """A channel to the master, chosen as the C++ harness chooses (common/rpc/rpc.h): TLS
+    verifying the master against the CA in DET_MASTER_CERT_FILE when it is set (the agent
+    passes its master_cert_file on), else plaintext. An unreadable file is an error naming
+    it, never a silent fall back to plaintext."""
+    environ = os.environ if environ is None else environ
+    options = [("grpc.max_receive_message_length", 256 << 20),
+               ("grpc.initial_reconnect_backoff_ms", 200),
+               ("grpc.max_reconnect_backoff_ms", 2000)]
+    path = environ.get(MASTER_CERT_FILE_ENV, "")
+    if not path:
+        return grpc.insecure_channel(master, options=options)
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+    except OSError as e:
+        raise ClusterEnvironmentError(
+            f"{MASTER_CERT_FILE_ENV}: cannot read {path!r}: {e.strerror}") from None
+    return grpc.secure_channel(master, grpc.ssl_channel_credentials(root_certificates=pem),
+                               options=options)
+
+
 class GrpcWorkerClient(WorkerClient):
     """WorkerService over gRPC. Transient failures (master restarting, connection lost) are
     retried with backoff until `give_up_after_s` has passed."""
@@ -67,7 +95,7 @@ class GrpcWorkerClient(WorkerClient):
         self._master = master
         self._trial_id = trial_id
         self._give_up_after_s = give_up_after_s
-        self._channel = grpc.insecure_channel(master)
+        self._channel = master_channel(grpc, master)
         self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         self._auth = worker_pb2.WorkerAuth(allocation_id=allocation_id, token=token, rank=rank)
         self._closed = False

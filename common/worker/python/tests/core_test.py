@@ -8,10 +8,12 @@ import math
 import os
 import pathlib
 import signal
+import subprocess
 import tempfile
 import threading
 import unittest
 import warnings
+from typing import Tuple
 
 import grpc
 
@@ -19,6 +21,41 @@ import det
 from det import _client
 from det.core import _checkpoint, _distributed, _preempt, _timings
 from tests import fake_master
+
+
+def self_signed_certificate(directory: str, name: str) -> Tuple[bytes, bytes, str]:
+    """(key PEM, certificate PEM, certificate path) for 127.0.0.1, made by openssl."""
+    key, cert = os.path.join(directory, name + ".key"), os.path.join(directory, name + ".pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    with open(key, "rb") as k, open(cert, "rb") as c:
+        return k.read(), c.read(), cert
+
+
+class TlsTest(unittest.TestCase):
+    """A TLS master (agent.yaml master_cert_file, passed to workers as DET_MASTER_CERT_FILE)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.storage = os.path.join(self.tmp.name, "checkpoints")
+        os.makedirs(self.storage)
+
+    def test_reports_reach_a_tls_master_verified_against_the_clusters_ca(self):
+        key, cert, cert_path = self_signed_certificate(self.tmp.name, "master")
+        with fake_master.serve(tls=(key, cert)) as (service, address):
+            env = fake_master.allocation_env(address, self.storage)
+            env[_client.MASTER_CERT_FILE_ENV] = cert_path
+            with fake_master.environment(env), det.core.init() as core:
+                core.train.report_training_metrics(steps_completed=3, metrics={"loss": 0.5})
+            self.assertEqual([r.total_batches for r in service.rows("training")], [3])
+
+    def test_an_unreadable_ca_file_is_an_error_naming_it(self):
+        missing = os.path.join(self.tmp.name, "nope.pem")
+        with self.assertRaisesRegex(det.ClusterEnvironmentError,
+                                    f"DET_MASTER_CERT_FILE: cannot read '{missing}'"):
+            _client.master_channel(grpc, "127.0.0.1:1", {"DET_MASTER_CERT_FILE": missing})
 
 
 class CoreTest(unittest.TestCase):

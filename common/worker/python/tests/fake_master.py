@@ -85,12 +85,16 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
 
 @contextlib.contextmanager
-def serve(world_size: int = 1) -> Iterator[tuple]:
-    """A started FakeWorkerService and its "host:port"."""
+def serve(world_size: int = 1, tls: Optional[Tuple[bytes, bytes]] = None) -> Iterator[tuple]:
+    """A started FakeWorkerService and its "host:port"; with `tls` (private key PEM,
+    certificate PEM) it speaks TLS only."""
     service = FakeWorkerService(world_size)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([tls]))
     server.start()
     try:
         yield service, f"127.0.0.1:{port}"
