@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -34,6 +35,20 @@ void KeepDataPrivate(const det::config::MasterConfig& config) {
 
 }  // namespace
 
+// DET_ADMIN_PASSWORD is read once (the config holds it, for creating the admin at the first
+// start); afterwards no other process of the machine's users may find it in
+// /proc/<pid>/environ, which shows the bytes of the environment the process started with:
+// they are overwritten there, not only unset.
+static void ScrubAdminPassword() {
+  constexpr char kName[] = "DET_ADMIN_PASSWORD";
+  char* value = std::getenv(kName);
+  if (value == nullptr) return;
+  unsetenv(kName);  // Out of environ first: children never see an emptied entry.
+  // The entry is "NAME=VALUE", contiguous: clear all of it.
+  volatile char* p = value - (sizeof(kName) - 1) - 1;
+  while (*p != '\0') *p++ = '\0';
+}
+
 int main(int argc, char** argv) {
   std::string config_path;
   for (int i = 1; i < argc; ++i) {
@@ -63,6 +78,7 @@ int main(int argc, char** argv) {
     std::cerr << "det-master: " << st.message() << "\n";
     return 2;
   }
+  ScrubAdminPassword();
   KeepDataPrivate(config);
   // Block the stop signals in every thread (threads inherit the mask); main waits for them.
   sigset_t stop_signals;

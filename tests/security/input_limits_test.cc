@@ -112,6 +112,19 @@ class InputLimitsTest : public SecurityCluster {
   std::unique_ptr<v1::Api::Stub> stub_;
 };
 
+// Issue 25: the master kept DET_ADMIN_PASSWORD in its environment after creating the admin,
+// readable by the machine's other processes of its user (a trial's, say) through
+// /proc/<pid>/environ. It is gone from there, while the admin it created still logs in.
+TEST_F(InputLimitsTest, TheAdminPasswordIsNotInTheMastersEnvironment) {
+  const int pid = MasterPid(cluster_.dir());
+  ASSERT_GT(pid, 0);
+  const std::string environ = Slurp(absl::StrCat("/proc/", pid, "/environ"));
+  ASSERT_FALSE(environ.empty());
+  EXPECT_THAT(environ, Not(HasSubstr("DET_ADMIN_PASSWORD=")));
+  EXPECT_THAT(environ, Not(HasSubstr(kTestAdminPassword)));
+  EXPECT_FALSE(cluster_.token().empty());  // the admin exists and logged in
+}
+
 // Issue 15: a 50 MB description was accepted after 75 s with the master at 1.2 GB, and
 // every later experiment list took 10 s. Now gRPC refuses the message (over the master's
 // 4 MiB receive limit) before it is read whole: refused in under a second, master RSS
