@@ -51,7 +51,7 @@ absl::StatusOr<std::string> RenderSlots(const v1::ListAgentsResponse& resp) {
 
 }  // namespace
 
-void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHandler& api,
+void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& api,
                   UserHandler* users) {
   const std::string id = "(\\d+)";
   const std::string name = "([^/]+)";
@@ -81,8 +81,11 @@ void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes_, ApiHa
 
   Register(srv, routes_, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),
            users);
-  Register(srv, routes_, "POST", v1 + "/experiments", HandlerRoute(api, &ApiHandler::CreateExperiment),
-           users);
+  {
+    auto create = HandlerRoute(api, &ApiHandler::CreateExperiment);
+    create.max_body = rest::kMaxBodyBytes;  // the config and the context (64 MiB, base64)
+    Register(srv, routes_, "POST", v1 + "/experiments", create, users);
+  }
   Register(srv, routes_, "GET", v1 + "/experiments/" + id,
            HandlerRoute(api, &ApiHandler::GetExperiment, {"id"}), users);
   Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/kill",

@@ -8,16 +8,14 @@
 #include <vector>
 
 #include "master/api/handlers.h"
+#include "master/http/rest_call.h"
 
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace det::master {
 
 // Serves the /api/v1 routes on `srv` and appends their names ("POST /api/v1/...") to
 // `routes`. `users` null: no authentication and no user routes.
-void AddApiRoutes(httplib::Server& srv, std::vector<std::string>& routes, ApiHandler& api,
+void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes, ApiHandler& api,
                   UserHandler* users);
 
 }  // namespace det::master

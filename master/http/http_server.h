@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "master/api/handlers.h"
+#include "master/http/rest_call.h"
 
 namespace httplib {
 class Server;
@@ -66,7 +67,7 @@ class HttpServer {
   const std::string& scheme() const { return scheme_; }
   // Every route served, as "METHOD /path" with "{id}" (digits) and "{name}" (any text
   // without "/") for path parameters, in the order added; docs/rest-api.md lists them all.
-  const std::vector<std::string>& routes() const { return routes_; }
+  const std::vector<std::string>& routes() const { return routes_.names; }
   // Requests answered since Start (any route, any status). Thread-safe.
   int64_t requests_served() const { return requests_served_.load(); }
 
@@ -81,7 +82,7 @@ class HttpServer {
   std::string address_;
   std::string scheme_ = "http";
   std::atomic<int64_t> requests_served_{0};
-  std::vector<std::string> routes_;
+  rest::RouteTable routes_;
 };
 
 }  // namespace det::master

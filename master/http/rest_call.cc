@@ -144,6 +144,13 @@ absl::Status CallAndWait(const std::shared_ptr<void>& keep,
   return wait->status;
 }
 
+const BodyRule* RouteTable::Find(const std::string& method, const std::string& path) const {
+  for (const BodyRule& rule : bodies) {
+    if (rule.method == method && std::regex_match(path, rule.pattern)) return &rule;
+  }
+  return nullptr;
+}
+
 std::string BearerToken(const httplib::Request& req) {
   std::string header = req.get_header_value("Authorization");
   absl::string_view v = absl::StripAsciiWhitespace(header);
@@ -171,8 +178,16 @@ absl::Status HttpError(const httplib::Request& req, int http) {
   switch (http) {
     case 404: return absl::NotFoundError(NoRouteMessage(req));
     case 405: return absl::InvalidArgumentError(absl::StrCat("method ", req.method, " is not served"));
-    case 413: return absl::ResourceExhaustedError(absl::StrCat(
-        "request body larger than ", kMaxBodyBytes >> 20, " MiB"));
+    case 413:
+      // httplib reads a form-encoded body (curl -d without a Content-Type) only up to 8 KiB.
+      if (absl::StartsWith(req.get_header_value("Content-Type"),
+                           "application/x-www-form-urlencoded")) {
+        return absl::ResourceExhaustedError(
+            "form-encoded request bodies (curl -d without a Content-Type) are limited to 8 KiB; "
+            "send JSON: -H 'Content-Type: application/json'");
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "request body larger than ", kMaxBodyBytes >> 20, " MiB"));
     case 414: return absl::InvalidArgumentError("request URI too long");
     case 400: return absl::InvalidArgumentError(absl::StrCat(
         "bad request: ", req.method.empty() ? std::string("unreadable request") :

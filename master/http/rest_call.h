@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,8 +22,31 @@
 
 namespace det::master::rest {
 
-// Largest request body (a context directory is at most 64 MiB, base64 in JSON).
+// Largest request body (a context directory is at most 64 MiB, base64 in JSON): what
+// POST /api/v1/experiments takes.
 constexpr size_t kMaxBodyBytes = 128 << 20;
+// What every other route takes (a 1 MiB config, JSON-escaped, and more): as gRPC's limit.
+constexpr size_t kDefaultMaxBodyBytes = 4 << 20;
+
+// What a route's body may be, checked before the body is read (HttpServer's pre-routing):
+// a route that needs a session refuses a body from a caller without one, and no route
+// reads more than its max_body.
+struct BodyRule {
+  std::string method;
+  std::regex pattern;  // the whole path
+  bool open = false;
+  size_t max_body = kDefaultMaxBodyBytes;
+};
+
+// The routes served: their names ("POST /api/v1/experiments/{id}/kill", for people and
+// docs/rest-api.md) and their body rules.
+struct RouteTable {
+  std::vector<std::string> names;
+  std::vector<BodyRule> bodies;
+  void push_back(std::string name) { names.push_back(std::move(name)); }
+  // The rule of the route `method` `path` would reach, or null.
+  const BodyRule* Find(const std::string& method, const std::string& path) const;
+};
 
 // {"code": "NOT_FOUND", "message": "..."} for `status`.
 std::string ErrorJson(const absl::Status& status);
@@ -64,6 +88,8 @@ struct Route {
   std::function<absl::StatusOr<std::string>(const Resp&)> render;
   // Needs no session token.
   bool open = false;
+  // Largest request body it reads.
+  size_t max_body = kDefaultMaxBodyBytes;
 };
 
 // The request, response and caller of one call, shared with its Done.
@@ -106,9 +132,10 @@ absl::StatusOr<std::string> Handle(const Route<Req, Resp>& route, UserHandler* u
 // Serves `route` at `method` `pattern` (a regex over the whole path) on `srv`; adds it
 // to `table`.
 template <typename Req, typename Resp>
-void Register(httplib::Server& srv, std::vector<std::string>& table, const std::string& method,
+void Register(httplib::Server& srv, RouteTable& table, const std::string& method,
               const std::string& pattern, Route<Req, Resp> route, UserHandler* users) {
   table.push_back(RouteName(method, pattern));
+  table.bodies.push_back({method, std::regex(pattern), route.open, route.max_body});
   auto handler = [route = std::move(route), users](const httplib::Request& hreq,
                                                    httplib::Response& hres) {
     Reply(hres, Handle(route, users, hreq));
