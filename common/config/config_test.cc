@@ -106,7 +106,7 @@ TEST(ExperimentConfig, RequiredAndRangeErrors) {
   EXPECT_THAT(ParseError(std::string(kMinimal) + "resources: {priority: 100}\n").message(),
               HasSubstr("resources.priority: expected an integer in [1, 99], got \"100\""));
   EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: single, metric: m, max_length: {batches: 1, epochs: 2}}\n").message(),
-              HasSubstr("searcher.max_length: expected exactly one of 'batches' or 'epochs'"));
+              HasSubstr("searcher.max_length: expected exactly one of 'batches', 'epochs' or 'records', got batches and epochs"));
   EXPECT_THAT(ParseError("entrypoint: x\nsearcher: {name: adaptive, metric: m, max_length: {batches: 1}}\n").message(),
               HasSubstr("searcher.name: expected one of single, grid, random, adaptive_asha, got \"adaptive\""));
 }

@@ -6,10 +6,12 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/config/config_merge.h"
 #include "common/config/yaml_reader.h"
 
@@ -38,6 +40,8 @@ const std::map<std::string, std::set<std::string>>& SearcherKeys() {
       {"max_rungs", {"adaptive_asha"}},
       {"mode", {"adaptive_asha"}},
       {"stop_once", {"adaptive_asha"}},
+      {"time_metric", {"adaptive_asha"}},
+      {"max_time", {"adaptive_asha"}},
   };
   return *keys;
 }
@@ -55,6 +59,32 @@ YAML::Node Child(YAML::Node map, const std::string& key) {
 
 bool IsAbsolute(const std::string& path) { return !path.empty() && path[0] == '/'; }
 
+// The time metrics det's adaptive_asha accepts (searcher.time_metric).
+constexpr char kTimeMetrics[] = "batches or epochs";
+
+// A dotted Python name ("a", "a.b_c"): identifiers of letters, digits (not first) and
+// underscores; bytes >= 0x80 count as letters (Python allows non-ASCII identifiers).
+bool IsDottedIdentifier(absl::string_view name) {
+  if (name.empty()) return false;
+  for (absl::string_view part : absl::StrSplit(name, '.')) {
+    if (part.empty() || absl::ascii_isdigit(static_cast<unsigned char>(part[0]))) return false;
+    for (char ch : part) {
+      const unsigned char u = static_cast<unsigned char>(ch);
+      if (!(u >= 0x80 || absl::ascii_isalnum(u) || u == '_')) return false;
+    }
+  }
+  return true;
+}
+
+// Determined's Trial entrypoint form: one word with a colon and no slash ("model_def:Trial").
+bool LooksLikeTrialClass(const std::vector<std::string>& entrypoint) {
+  return entrypoint.size() == 1 && entrypoint[0].find(':') != std::string::npos &&
+         entrypoint[0].find('/') == std::string::npos;
+}
+
+// ceil(a / b) for a length in records and a batch size (a, b >= 0); 0 when b is 0.
+int64_t Ceil(int64_t a, int64_t b) { return b > 0 ? a / b + (a % b != 0 ? 1 : 0) : 0; }
+
 // Reads the experiment schema from one document. `partial` (templates): required keys may
 // be missing and cross-field checks are skipped.
 class SchemaReader {
@@ -66,15 +96,12 @@ class SchemaReader {
     r.Object("searcher", [&](ObjectReader& s) { ReadSearcher(s); }, Req());
     r.String("name", &c_.name);
     r.String("description", &c_.description);
-    r.StringList("entrypoint", &c_.entrypoint, /*allow_scalar=*/true, Req());
-    if (r.ok() && !partial_ && c_.entrypoint.empty()) {
-      r.Fail("entrypoint", "must name a program to run");
-    }
+    ReadEntrypoint(r);
     r.Object("hyperparameters",
              [&](ObjectReader& h) { ReadGroup(h, &c_.hyperparameters); });
     r.Object("resources", [&](ObjectReader& res) { ReadResources(res); });
-    ReadLength(r, "min_validation_period", &c_.min_validation_period, false);
-    ReadLength(r, "min_checkpoint_period", &c_.min_checkpoint_period, false);
+    ReadLength(r, "min_validation_period", &c_.min_validation_period, /*bare_ok=*/false);
+    ReadLength(r, "min_checkpoint_period", &c_.min_checkpoint_period, /*bare_ok=*/false);
     r.Int("max_restarts", &c_.max_restarts, 0, 1000000);
     if (r.Has("stop_grace_period")) {
       absl::Duration grace = absl::ZeroDuration();
@@ -130,26 +157,82 @@ class SchemaReader {
  private:
   bool Req(bool required = true) const { return required && !partial_; }
 
-  void ReadLength(ObjectReader& parent, const std::string& key, Length* out, bool required) {
-    parent.Object(
-        key,
-        [&](ObjectReader& r) {
-          bool batches = r.Has("batches"), epochs = r.Has("epochs");
-          if (batches && epochs) {
-            r.Fail("", "expected exactly one of 'batches' or 'epochs', got both");
-            return;
-          }
-          if (!batches && !epochs) {
-            if (!partial_) r.Fail("", "expected exactly one of 'batches' or 'epochs'");
-            r.Known("batches");
-            r.Known("epochs");
-            return;
-          }
-          out->unit = batches ? Length::Unit::kBatches : Length::Unit::kEpochs;
-          r.Int(batches ? "batches" : "epochs", &out->value, 0, kMaxLengthBatches);
-          r.Known(batches ? "epochs" : "batches");
-        },
-        Req(required));
+  // The entrypoint: a list of strings or one string split on whitespace, whose program
+  // (first item) is not empty; Determined's `MODULE:CLASS` runs under det.pytorch.run.
+  void ReadEntrypoint(ObjectReader& r) {
+    r.StringList("entrypoint", &c_.entrypoint, /*allow_scalar=*/true, Req());
+    if (!r.ok()) return;
+    if (c_.entrypoint.empty()) {
+      if (!partial_) r.Fail("entrypoint", "must name a program to run");
+      return;
+    }
+    if (absl::StripAsciiWhitespace(c_.entrypoint[0]).empty()) {
+      r.Fail("entrypoint", "the program to run (its first item) is empty");
+      return;
+    }
+    if (!LooksLikeTrialClass(c_.entrypoint)) return;
+    const std::string trial = c_.entrypoint[0];
+    const size_t colon = trial.find(':');
+    const absl::string_view module = absl::string_view(trial).substr(0, colon);
+    const absl::string_view cls = absl::string_view(trial).substr(colon + 1);
+    if (module.empty() && IsDottedIdentifier(cls)) {
+      r.Fail("entrypoint",
+             absl::StrCat("\"", trial, "\" names no module: det runs a Trial class as "
+                          "MODULE:CLASS (e.g. model_def:", cls, "), not a class of the "
+                          "context directory's __init__.py"));
+      return;
+    }
+    if (!IsDottedIdentifier(module) || !IsDottedIdentifier(cls)) {
+      r.Fail("entrypoint",
+             absl::StrCat("expected a Trial class as MODULE:CLASS (dotted Python names around "
+                          "one colon, e.g. model_def:MNistTrial) or a program to run, got \"",
+                          trial, "\""));
+      return;
+    }
+    c_.entrypoint = {"python3", "-m", "det.pytorch.run", trial};
+    trial_class_ = true;
+  }
+
+  // Reads the length `key` of `parent` into `out` when present: a mapping with exactly one
+  // of batches, epochs and records; or, when `bare_ok` (searcher.max_length), a bare
+  // integer, which counts as batches.
+  void ReadLength(ObjectReader& parent, const std::string& key, Length* out, bool bare_ok) {
+    if (bare_ok && parent.Has(key) && parent.node()[key].IsScalar()) {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(parent.node()[key].Scalar(), &value)) {
+        parent.Fail(key, absl::StrCat("expected a length: a number of batches, or {batches: N}, "
+                                      "{epochs: N} or {records: N}, got \"",
+                                      parent.node()[key].Scalar(), "\""));
+        return;
+      }
+      out->unit = Length::Unit::kBatches;
+      parent.Int(key, &out->value, 0, kMaxLengthBatches);
+      return;
+    }
+    parent.Object(key, [&](ObjectReader& r) {
+      static const std::vector<std::pair<std::string, Length::Unit>> kUnits = {
+          {"batches", Length::Unit::kBatches},
+          {"epochs", Length::Unit::kEpochs},
+          {"records", Length::Unit::kRecords}};
+      std::vector<std::string> given;
+      for (const auto& [name, unit] : kUnits) {
+        r.Known(name);
+        if (r.Has(name)) {
+          given.push_back(name);
+          out->unit = unit;
+        }
+      }
+      if (given.size() > 1) {
+        r.Fail("", absl::StrCat("expected exactly one of 'batches', 'epochs' or 'records', got ",
+                                absl::StrJoin(given, " and ")));
+        return;
+      }
+      if (given.empty()) {
+        if (!partial_) r.Fail("", "expected exactly one of 'batches', 'epochs' or 'records'");
+        return;
+      }
+      r.Int(given[0], &out->value, 0, kMaxLengthBatches);
+    });
   }
 
   void ReadSearcher(ObjectReader& s) {
@@ -172,7 +255,7 @@ class SchemaReader {
     }
     s.String("metric", &sc.metric, Req());
     s.Bool("smaller_is_better", &sc.smaller_is_better);
-    ReadLength(s, "max_length", &sc.max_length, true);
+    ReadSearcherLength(s);
     const bool needs_max_trials = sc.name == "random" || sc.name == "adaptive_asha";
     s.Int("max_trials", &sc.max_trials, 1, kMaxTrials, Req(needs_max_trials));
     s.Int("max_concurrent_trials", &sc.max_concurrent_trials, 0, kMaxTrials);
@@ -197,6 +280,55 @@ class SchemaReader {
     }
     s.Known("source_trial_id");
     s.Known("source_checkpoint_uuid");
+  }
+
+  // searcher.max_length, or adaptive_asha's time_metric + max_time (Determined 0.38).
+  // Only adaptive_asha needs a length; without one, the other searchers' trials train until
+  // their scripts stop.
+  void ReadSearcherLength(ObjectReader& s) {
+    SearcherConfig& sc = c_.searcher;
+    const bool timed = s.Has("time_metric") || s.Has("max_time");
+    if (timed && s.Has("max_length")) {
+      s.Fail("max_length", "give either max_length or time_metric and max_time (Determined "
+                           "0.38's form), not both");
+      return;
+    }
+    if (!timed) {
+      if (s.Has("max_length")) {
+        Length length;
+        ReadLength(s, "max_length", &length, /*bare_ok=*/true);
+        sc.max_length = length;
+      } else {
+        s.Known("max_length");
+        if (!partial_ && sc.name == "adaptive_asha") {
+          s.Fail("max_time",
+                 absl::StrCat("is required: adaptive_asha needs a length, max_time in "
+                              "time_metric (", kTimeMetrics, ") or max_length"));
+        }
+      }
+      return;
+    }
+    s.Known("max_length");
+    if (!partial_ && !s.Has("time_metric")) {
+      s.Fail("time_metric", absl::StrCat("is required with max_time (", kTimeMetrics, ")"));
+      return;
+    }
+    s.String("time_metric", &sc.time_metric);
+    s.Int("max_time", &sc.max_time, 1, kMaxLengthBatches, Req());
+    if (!s.ok() || !s.Has("time_metric")) return;
+    if (sc.time_metric != "batches" && sc.time_metric != "epochs") {
+      s.Fail("time_metric",
+             absl::StrCat("expected ", kTimeMetrics, ", got \"", sc.time_metric,
+                          "\": det's adaptive_asha measures a trial's time by the batches it "
+                          "trained (epochs converted with records_per_epoch), not by the "
+                          "value of a reported metric"));
+      return;
+    }
+    if (s.Has("max_time")) {
+      sc.max_length = Length{sc.time_metric == "epochs" ? Length::Unit::kEpochs
+                                                         : Length::Unit::kBatches,
+                             sc.max_time};
+    }
   }
 
   // Reads the members of a hyperparameter group (the `hyperparameters` section or a nested
@@ -424,39 +556,30 @@ class SchemaReader {
   void CrossChecks(ObjectReader& r) {
     if (!r.ok()) return;
     // global_batch_size comes from the hyperparameters, as in Determined.
-    if (const Hyperparameter* gbs = c_.hyperparameters.Find("global_batch_size")) {
-      int64_t v = 0;
-      if (gbs->type != Hyperparameter::Type::kConst || !absl::SimpleAtoi(gbs->value_json, &v) ||
-          v <= 0) {
-        r.FailAt(r.node()["hyperparameters"]["global_batch_size"],
-                 "hyperparameters.global_batch_size", "expected a positive integer constant");
-        return;
-      }
-      c_.global_batch_size = v;
-    }
-    for (const auto& [path, length] :
-         {std::pair<std::string, const Length*>{"searcher.max_length", &c_.searcher.max_length},
-          {"min_validation_period", &c_.min_validation_period},
-          {"min_checkpoint_period", &c_.min_checkpoint_period}}) {
-      if (length->unit != Length::Unit::kEpochs) continue;
-      YAML::Node node = path == "searcher.max_length" ? r.node()["searcher"]["max_length"]
-                                                      : r.node()[path];
-      const int64_t per_epoch = c_.BatchesPerEpoch();
-      if (per_epoch == 0) {
-        r.FailAt(node, path,
-                 "a length in epochs needs records_per_epoch and hyperparameters.global_batch_size");
-        return;
-      }
-      if (length->value > kMaxLengthBatches / per_epoch) {
-        r.FailAt(node, path,
-                 absl::StrCat(length->value, " epochs of ", per_epoch, " batches is more than ",
-                              kMaxLengthBatches, " batches, the longest length accepted"));
-        return;
-      }
-    }
+    if (!CheckGlobalBatchSize(r)) return;
     const SearcherConfig& s = c_.searcher;
-    if (s.name == "adaptive_asha" && s.max_length.Batches(c_.BatchesPerEpoch()) < 1) {
-      r.FailAt(r.node()["searcher"]["max_length"], "searcher.max_length",
+    const bool timed = !s.time_metric.empty();
+    const std::string max_length_path = timed ? "searcher.max_time" : "searcher.max_length";
+    const YAML::Node max_length_node = r.node()["searcher"][timed ? "max_time" : "max_length"];
+    std::vector<std::tuple<std::string, YAML::Node, const Length*>> lengths = {
+        {"min_validation_period", r.node()["min_validation_period"], &c_.min_validation_period},
+        {"min_checkpoint_period", r.node()["min_checkpoint_period"], &c_.min_checkpoint_period}};
+    if (s.max_length) {
+      lengths.insert(lengths.begin(), {max_length_path, max_length_node, &*s.max_length});
+    }
+    for (const auto& [path, node, length] : lengths) {
+      if (!CheckLength(r, path, node, *length)) return;
+    }
+    if (trial_class_ && !s.max_length) {
+      r.FailAt(r.node()["searcher"], "searcher.max_length",
+               absl::StrCat("is required with entrypoint ", c_.entrypoint.back(),
+                            ": det's Trial runner trains each trial to the searcher's length"));
+      return;
+    }
+    // The shortest a trial's length can be: with the largest global batch size.
+    if (s.name == "adaptive_asha" &&
+        (!s.max_length || s.max_length->Batches(max_batch_size_, c_.records_per_epoch) < 1)) {
+      r.FailAt(max_length_node, max_length_path,
                "adaptive_asha needs a max_length of at least 1 batch");
       return;
     }
@@ -469,15 +592,133 @@ class SchemaReader {
         return;
       }
     }
-    if (c_.global_batch_size > 0 && c_.resources.slots_per_trial > 1 &&
-        c_.global_batch_size % c_.resources.slots_per_trial != 0) {
-      int64_t slots = c_.resources.slots_per_trial;
+    const int64_t slots = c_.resources.slots_per_trial;
+    if (c_.global_batch_size > 0 && slots > 1 && c_.global_batch_size % slots != 0) {
       int64_t per_slot = c_.global_batch_size / slots;
       warnings.push_back(absl::StrCat(
           "global_batch_size ", c_.global_batch_size, " is not divisible by slots_per_trial ",
           slots, ": each slot trains on ", per_slot, " records per batch (", per_slot * slots,
           " per global batch; ", c_.global_batch_size - per_slot * slots, " dropped)"));
     }
+    if (c_.SearchesGlobalBatchSize() && slots > 1 && !indivisible_example_.empty()) {
+      warnings.push_back(absl::StrCat(
+          "hyperparameters.global_batch_size is searched and some of its values (e.g. ",
+          indivisible_example_, ") are not divisible by slots_per_trial ", slots,
+          ": such a trial trains on floor(global_batch_size / ", slots,
+          ") records per slot and batch, the rest of each global batch dropped"));
+    }
+  }
+
+  // hyperparameters.global_batch_size, when present: a positive integer constant, or an int
+  // or categorical hyperparameter whose every value is a positive integer (Determined's
+  // check-global-batch-size). Sets c_.global_batch_size (constant) and the smallest and
+  // largest values a trial can get. False (after recording the error) when invalid.
+  bool CheckGlobalBatchSize(ObjectReader& r) {
+    const Hyperparameter* gbs = c_.hyperparameters.Find("global_batch_size");
+    if (gbs == nullptr) return true;
+    const YAML::Node node = r.node()["hyperparameters"]["global_batch_size"];
+    const std::string path = "hyperparameters.global_batch_size";
+    constexpr char kExpected[] =
+        "expected a positive integer, or an int or categorical hyperparameter whose values are "
+        "all positive integers";
+    auto positive = [](const std::string& json, int64_t* v) {
+      return absl::SimpleAtoi(json, v) && *v > 0;
+    };
+    int64_t v = 0;
+    switch (gbs->type) {
+      case Hyperparameter::Type::kConst:
+        if (!positive(gbs->value_json, &v)) {
+          r.FailAt(node, path, absl::StrCat(kExpected, ", got ", gbs->value_json));
+          return false;
+        }
+        c_.global_batch_size = v;
+        break;
+      case Hyperparameter::Type::kInt: {
+        const int64_t lo = static_cast<int64_t>(gbs->minval);
+        const int64_t hi = static_cast<int64_t>(gbs->maxval);
+        if (lo < 1) {
+          r.FailAt(node["minval"], path + ".minval",
+                   absl::StrCat("a searched global_batch_size needs minval >= 1, got ", lo));
+          return false;
+        }
+        // A value that is not a multiple of the slots, for the warning.
+        const int64_t slots = std::max(1, c_.resources.slots_per_trial);
+        for (int64_t x = lo; x <= hi && x < lo + slots; ++x) {
+          if (x % slots != 0) {
+            indivisible_example_ = absl::StrCat(x);
+            break;
+          }
+        }
+        break;
+      }
+      case Hyperparameter::Type::kCategorical:
+        for (size_t i = 0; i < gbs->vals_json.size(); ++i) {
+          if (!positive(gbs->vals_json[i], &v)) {
+            r.FailAt(node["vals"], path + ".vals",
+                     absl::StrCat("every value of a searched global_batch_size must be a "
+                                  "positive integer, got ", gbs->vals_json[i], " (item ", i, ")"));
+            return false;
+          }
+          if (indivisible_example_.empty() && c_.resources.slots_per_trial > 1 &&
+              v % c_.resources.slots_per_trial != 0) {
+            indivisible_example_ = absl::StrCat(v);
+          }
+        }
+        break;
+      case Hyperparameter::Type::kDouble:
+      case Hyperparameter::Type::kLog:
+      case Hyperparameter::Type::kObject: {
+        const char* what =
+            gbs->type == Hyperparameter::Type::kDouble ? "a double hyperparameter"
+            : gbs->type == Hyperparameter::Type::kLog  ? "a log hyperparameter"
+                                                       : "a group of hyperparameters";
+        r.FailAt(node, path,
+                 absl::StrCat(kExpected, ", got ", what,
+                              gbs->type == Hyperparameter::Type::kObject
+                                  ? ""
+                                  : " (a batch size is a whole number; Determined searches "
+                                    "it only as int or categorical)"));
+        return false;
+      }
+    }
+    std::tie(min_batch_size_, max_batch_size_) = GlobalBatchSizeRange(c_);
+    return true;
+  }
+
+  // A length in epochs or records needs the sizes that convert it to batches, for every
+  // global batch size a trial can get, and must stay within kMaxLengthBatches batches.
+  bool CheckLength(ObjectReader& r, const std::string& path, const YAML::Node& node,
+                   const Length& length) {
+    if (length.unit == Length::Unit::kRecords) {
+      if (max_batch_size_ == 0) {
+        r.FailAt(node, path,
+                 "a length in records needs hyperparameters.global_batch_size (N records are "
+                 "ceil(N / global_batch_size) batches)");
+        return false;
+      }
+      return true;  // At most `value` batches.
+    }
+    if (length.unit != Length::Unit::kEpochs) return true;
+    if (c_.records_per_epoch == 0 || max_batch_size_ == 0) {
+      r.FailAt(node, path,
+               "a length in epochs needs records_per_epoch and hyperparameters.global_batch_size");
+      return false;
+    }
+    if (c_.records_per_epoch / max_batch_size_ == 0) {
+      r.FailAt(node, path,
+               absl::StrCat("a length in epochs needs whole batches in an epoch: records_per_epoch ",
+                            c_.records_per_epoch, " is less than global_batch_size ",
+                            max_batch_size_));
+      return false;
+    }
+    const int64_t per_epoch = c_.records_per_epoch / min_batch_size_;
+    if (length.value > kMaxLengthBatches / per_epoch) {
+      r.FailAt(node, path,
+               absl::StrCat(length.value, " epochs of ", per_epoch, " batches is more than ",
+                            kMaxLengthBatches, " batches, the longest length accepted"));
+      return false;
+    }
+    return true;
   }
 
   // Points on the grid (saturating above kMaxGridTrials).
@@ -506,6 +747,14 @@ class SchemaReader {
 
   ExperimentConfig& c_;
   bool partial_;
+  // The smallest and largest global batch size a trial can get (CheckGlobalBatchSize); 0
+  // when the config has none.
+  int64_t min_batch_size_ = 0;
+  int64_t max_batch_size_ = 0;
+  // A searched global batch size that slots_per_trial does not divide, or "".
+  std::string indivisible_example_;
+  // The entrypoint is a Trial class (MODULE:CLASS), run by det.pytorch.run.
+  bool trial_class_ = false;
   // environment.image was given (see ContainerWarnings).
   bool has_image_ = false;
 };
@@ -587,6 +836,56 @@ void ReadCheckpointStorageConfig(ObjectReader& cs, bool required, CheckpointStor
   cs.Int("save_trial_latest", &s.save_trial_latest, 0, 1000000);
 }
 
+int64_t Length::Batches(int64_t global_batch_size, int64_t records_per_epoch) const {
+  switch (unit) {
+    case Unit::kBatches:
+      return value;
+    case Unit::kEpochs:
+      return global_batch_size > 0 ? value * (records_per_epoch / global_batch_size) : 0;
+    case Unit::kRecords:
+      return Ceil(value, global_batch_size);
+  }
+  return value;
+}
+
+bool ExperimentConfig::SearchesGlobalBatchSize() const {
+  const Hyperparameter* gbs = hyperparameters.Find("global_batch_size");
+  return gbs != nullptr && gbs->type != Hyperparameter::Type::kConst;
+}
+
+std::pair<int64_t, int64_t> GlobalBatchSizeRange(const ExperimentConfig& config) {
+  const Hyperparameter* gbs = config.hyperparameters.Find("global_batch_size");
+  if (gbs == nullptr) return {0, 0};
+  switch (gbs->type) {
+    case Hyperparameter::Type::kConst:
+      return {config.global_batch_size, config.global_batch_size};
+    case Hyperparameter::Type::kInt:
+      return {static_cast<int64_t>(gbs->minval), static_cast<int64_t>(gbs->maxval)};
+    case Hyperparameter::Type::kCategorical: {
+      int64_t lo = 0, hi = 0, v = 0;
+      for (const std::string& json : gbs->vals_json) {
+        if (!absl::SimpleAtoi(json, &v) || v <= 0) continue;
+        lo = lo == 0 ? v : std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      return {lo, hi};
+    }
+    default:
+      return {0, 0};
+  }
+}
+
+int64_t TrialGlobalBatchSize(const ExperimentConfig& config, absl::string_view hparams_json) {
+  if (!config.SearchesGlobalBatchSize()) return config.global_batch_size;
+  absl::StatusOr<YAML::Node> hparams = ParseYamlValue(hparams_json, "hyperparameters");
+  if (!hparams.ok() || !hparams->IsMap()) return 0;
+  const YAML::Node& map = *hparams;
+  const YAML::Node value = map["global_batch_size"];
+  int64_t v = 0;
+  if (!value || !value.IsScalar() || !absl::SimpleAtoi(value.Scalar(), &v) || v <= 0) return 0;
+  return v;
+}
+
 bool operator==(const Length& a, const Length& b) {
   return std::tie(a.unit, a.value) == std::tie(b.unit, b.value);
 }
@@ -596,10 +895,11 @@ bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
                                                  b.minval, b.maxval, b.base, b.count, b.fields);
 }
 bool operator==(const SearcherConfig& a, const SearcherConfig& b) {
-  return std::tie(a.name, a.metric, a.smaller_is_better, a.max_length, a.max_trials,
-                  a.max_concurrent_trials, a.divisor, a.max_rungs, a.mode) ==
-         std::tie(b.name, b.metric, b.smaller_is_better, b.max_length, b.max_trials,
-                  b.max_concurrent_trials, b.divisor, b.max_rungs, b.mode);
+  return std::tie(a.name, a.metric, a.smaller_is_better, a.max_length, a.time_metric,
+                  a.max_time, a.max_trials, a.max_concurrent_trials, a.divisor, a.max_rungs,
+                  a.mode) == std::tie(b.name, b.metric, b.smaller_is_better, b.max_length,
+                                      b.time_metric, b.max_time, b.max_trials,
+                                      b.max_concurrent_trials, b.divisor, b.max_rungs, b.mode);
 }
 bool operator==(const Device& a, const Device& b) {
   return std::tie(a.host_path, a.container_path, a.mode) ==

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,15 +20,16 @@
 
 namespace det::config {
 
-// A training length: `{batches: N}` or `{epochs: N}`.
+// A training length: `{batches: N}`, `{epochs: N}` or `{records: N}`; searcher.max_length
+// may also be a bare N (Determined 0.38's unitless length), which det counts in batches.
 struct Length {
-  enum class Unit { kBatches, kEpochs };
+  enum class Unit { kBatches, kEpochs, kRecords };
   Unit unit = Unit::kBatches;
   int64_t value = 0;
-  // In batches, given the batches of one epoch (0 when unknown).
-  int64_t Batches(int64_t batches_per_epoch) const {
-    return unit == Unit::kBatches ? value : value * batches_per_epoch;
-  }
+  // In batches for a trial whose global batch size is `global_batch_size`: batches as they
+  // are; epochs x (records_per_epoch / global_batch_size); records: ceil(value /
+  // global_batch_size). 0 when an epoch or record length meets an unknown (0) size.
+  int64_t Batches(int64_t global_batch_size, int64_t records_per_epoch) const;
 };
 
 // One hyperparameter, or (kObject) a nested group of them.
@@ -55,7 +57,15 @@ struct SearcherConfig {
   std::string name = "single";
   std::string metric;
   bool smaller_is_better = true;
-  Length max_length;
+  // Each trial's training length. Unset (single, grid, random without max_length, as in
+  // Determined 0.38): the searcher sets none; each trial trains until its script stops
+  // (its TrialSpec has target_batches 0 and an empty searcher.max_length_unit).
+  // adaptive_asha always has one: max_length, or its 0.38 form max_time of time_metric.
+  std::optional<Length> max_length;
+  // adaptive_asha's 0.38 form: "batches" or "epochs" and the length in it; max_length then
+  // holds the same length ({batches: max_time} or {epochs: max_time}). "" and 0 otherwise.
+  std::string time_metric;
+  int64_t max_time = 0;
   // random, adaptive_asha: trials in all.
   int max_trials = 1;
   // grid, random, adaptive_asha: trials running at once; 0: no limit. Default 16.
@@ -112,6 +122,9 @@ struct OptimizationsConfig {
 struct ExperimentConfig {
   std::string name;
   std::string description;
+  // The argv every worker runs (no shell). Determined's Trial form `entrypoint: MODULE:CLASS`
+  // (e.g. model_def:MNistTrial) becomes {"python3", "-m", "det.pytorch.run", MODULE:CLASS};
+  // the effective config keeps what the user wrote.
   std::vector<std::string> entrypoint;
   // The `hyperparameters` section: a kObject, members sorted by name.
   Hyperparameter hyperparameters{"", Hyperparameter::Type::kObject};
@@ -144,12 +157,15 @@ struct ExperimentConfig {
   // The free-form `data` section as a JSON object, "{}" when absent (handed to workers).
   std::string data_json = "{}";
 
-  // Global batch size from hyperparameters.global_batch_size (0 if absent).
+  // hyperparameters.global_batch_size when it is a constant; 0 when it is absent or
+  // searched (then each trial's is its own: TrialGlobalBatchSize).
   int64_t global_batch_size = 0;
-  // records_per_epoch / global_batch_size, or 0 when either is unknown.
+  // records_per_epoch / global_batch_size, or 0 when either is unknown (or searched).
   int64_t BatchesPerEpoch() const {
     return global_batch_size > 0 ? records_per_epoch / global_batch_size : 0;
   }
+  // hyperparameters.global_batch_size is an int or categorical hyperparameter.
+  bool SearchesGlobalBatchSize() const;
 };
 
 // Field-by-field equality (a stored effective config parses back to the same config).
@@ -193,6 +209,16 @@ absl::StatusOr<ParsedExperiment> ParseExperimentConfig(const ConfigInput& input,
 absl::StatusOr<ParsedExperiment> ParseExperimentConfig(absl::string_view text,
                                                        absl::string_view filename,
                                                        uint32_t seed_if_unset);
+
+// The global batch size of a trial whose hyperparameters (a JSON object, as the searcher
+// drew them) are `hparams_json`: config.global_batch_size when it is a constant, else the
+// trial's own `global_batch_size`; 0 when there is none (or it is not a positive integer).
+int64_t TrialGlobalBatchSize(const ExperimentConfig& config, absl::string_view hparams_json);
+
+// The smallest and largest global batch size a trial of `config` can get: the constant
+// twice, the bounds of an int, the extremes of a categorical; {0, 0} without one.
+// REQUIRES: `config` from ParseExperimentConfig.
+std::pair<int64_t, int64_t> GlobalBatchSizeRange(const ExperimentConfig& config);
 
 // The directory checkpoints go to: checkpoint_storage.host_path, or its storage_path
 // (absolute, or relative to host_path); "" when the experiment has no checkpoint_storage.

@@ -108,7 +108,8 @@ TEST(ExperimentConfig, ValidationErrors) {
       {m + "hyperparameters:\n  opt:\n    lr: {type: double, minval: 1}\n",
        "exp.yaml:9: hyperparameters.opt.lr.maxval: is required (a number)"},
       {m + "hyperparameters:\n  global_batch_size: 0\n",
-       "exp.yaml:8: hyperparameters.global_batch_size: expected a positive integer constant"},
+       "exp.yaml:8: hyperparameters.global_batch_size: expected a positive integer, or an int or "
+       "categorical hyperparameter whose values are all positive integers, got 0"},
       // Searchers.
       {"entrypoint: x\nsearcher: {name: adaptive, metric: m, max_length: {batches: 1}}\n",
        "exp.yaml:2: searcher.name: expected one of single, grid, random, adaptive_asha, got "
@@ -132,7 +133,8 @@ TEST(ExperimentConfig, ValidationErrors) {
       {Searcher("{name: adaptive_asha, metric: m, max_length: {batches: 0}, max_trials: 2}"),
        "exp.yaml:2: searcher.max_length: adaptive_asha needs a max_length of at least 1 batch"},
       {Searcher("{name: single, metric: m, max_length: {batches: 1, epochs: 2}}"),
-       "exp.yaml:2: searcher.max_length: expected exactly one of 'batches' or 'epochs', got both"},
+       "exp.yaml:2: searcher.max_length: expected exactly one of 'batches', 'epochs' or 'records', "
+       "got batches and epochs"},
       {Searcher("{name: grid, metric: m, max_length: {batches: 8}}",
                 "hyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\n"),
        "exp.yaml:4: hyperparameters.lr: the grid searcher needs 'count' (the number of points on "
@@ -245,7 +247,8 @@ labels: [x]
   EXPECT_EQ(c.searcher.max_rungs, 5);
   EXPECT_EQ(c.searcher.mode, "standard");
   EXPECT_FALSE(c.searcher.smaller_is_better);
-  EXPECT_EQ(c.searcher.max_length.Batches(c.BatchesPerEpoch()), 200);
+  ASSERT_TRUE(c.searcher.max_length.has_value());
+  EXPECT_EQ(c.searcher.max_length->Batches(c.global_batch_size, c.records_per_epoch), 200);
   EXPECT_EQ(c.resources.max_slots, 6);
   ASSERT_EQ(c.resources.devices.size(), 1u);
   EXPECT_EQ(c.resources.devices[0].mode, "mrw");
@@ -302,9 +305,319 @@ TEST(Templates, ValidationIsPartial) {
                                "hyperparameters: {lr: {type: double}}\n",
                                "t.yaml").ok());
   EXPECT_EQ(ValidateTemplate("searcher: {max_length: {batches: 1, epochs: 1}}\n", "t.yaml").message(),
-            "t.yaml:1: searcher.max_length: expected exactly one of 'batches' or 'epochs', got both");
+            "t.yaml:1: searcher.max_length: expected exactly one of 'batches', 'epochs' or 'records', "
+            "got batches and epochs");
   EXPECT_EQ(ValidateTemplate("bind_mounts: [{host_path: rel}]\n", "template t").message(),
             "template t:1: bind_mounts[0].host_path: expected an absolute path, got \"rel\"");
+}
+
+// Determined 0.38's config forms, accepted with its meaning (docs/configuration.md).
+
+// Parses `yaml`, which must be accepted, and checks that its effective config parses back
+// to the same config and the same YAML.
+ExperimentConfig Accepted(const std::string& yaml) {
+  auto parsed = ParseExperimentConfig(yaml, "exp.yaml", 7);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return {};
+  auto again = ParseExperimentConfig(parsed->effective_yaml, "effective", 99);
+  EXPECT_TRUE(again.ok()) << again.status();
+  if (again.ok()) {
+    EXPECT_TRUE(again->config == parsed->config) << parsed->effective_yaml;
+    EXPECT_EQ(again->effective_yaml, parsed->effective_yaml);
+  }
+  return parsed->config;
+}
+
+// The length `l` in batches for a trial of `config` with global batch size `batch`.
+int64_t InBatches(const ExperimentConfig& config, const Length& l, int64_t batch) {
+  return l.Batches(batch, config.records_per_epoch);
+}
+
+TEST(Determined038, SearchersWithoutALength) {
+  // single, random and grid need no max_length: the script decides the length.
+  for (const std::string& searcher :
+       {"{name: single, metric: loss}", "{name: random, metric: loss, max_trials: 3}",
+        "{name: grid, metric: loss}"}) {
+    SCOPED_TRACE(searcher);
+    ExperimentConfig c = Accepted(Searcher(searcher, "hyperparameters: {a: 1}\n"));
+    EXPECT_FALSE(c.searcher.max_length.has_value());
+    EXPECT_EQ(c.searcher.time_metric, "");
+  }
+  // adaptive_asha needs one, in either form.
+  EXPECT_EQ(Error(Searcher("{name: adaptive_asha, metric: loss, max_trials: 4}")),
+            "exp.yaml:2: searcher.max_time: is required: adaptive_asha needs a length, max_time "
+            "in time_metric (batches or epochs) or max_length");
+}
+
+TEST(Determined038, AdaptiveAshaTimeMetric) {
+  const std::string asha = "{name: adaptive_asha, metric: loss, max_trials: 4, ";
+  ExperimentConfig c = Accepted(Searcher(asha + "time_metric: batches, max_time: 1000}"));
+  ASSERT_TRUE(c.searcher.max_length.has_value());
+  EXPECT_EQ(c.searcher.time_metric, "batches");
+  EXPECT_EQ(c.searcher.max_time, 1000);
+  EXPECT_EQ(c.searcher.max_length->unit, Length::Unit::kBatches);
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, 0), 1000);
+  // The same search as max_length: {batches: 1000}.
+  ExperimentConfig legacy = Accepted(Searcher(asha + "max_length: {batches: 1000}}"));
+  EXPECT_TRUE(legacy.searcher.max_length == c.searcher.max_length);
+
+  // Epochs convert with records_per_epoch and the global batch size, as max_length's do.
+  c = Accepted(Searcher(asha + "time_metric: epochs, max_time: 3}",
+                        "records_per_epoch: 6400\nhyperparameters: {global_batch_size: 64}\n"));
+  EXPECT_EQ(c.searcher.max_length->unit, Length::Unit::kEpochs);
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, c.global_batch_size), 300);
+
+  const std::vector<ErrorCase> errors = {
+      {Searcher(asha + "time_metric: loss, max_time: 10}"),
+       "exp.yaml:2: searcher.time_metric: expected batches or epochs, got \"loss\": det's "
+       "adaptive_asha measures a trial's time by the batches it trained (epochs converted with "
+       "records_per_epoch), not by the value of a reported metric"},
+      {Searcher(asha + "time_metric: records, max_time: 10}"),
+       "exp.yaml:2: searcher.time_metric: expected batches or epochs, got \"records\": det's "
+       "adaptive_asha measures a trial's time by the batches it trained (epochs converted with "
+       "records_per_epoch), not by the value of a reported metric"},
+      {Searcher(asha + "time_metric: batches}"),
+       "exp.yaml:2: searcher.max_time: is required (an integer in [1, 1000000000000])"},
+      {Searcher(asha + "max_time: 10}"),
+       "exp.yaml:2: searcher.time_metric: is required with max_time (batches or epochs)"},
+      {Searcher(asha + "time_metric: batches, max_time: 0}"),
+       "exp.yaml:2: searcher.max_time: expected an integer in [1, 1000000000000], got \"0\""},
+      {Searcher(asha + "time_metric: batches, max_time: 10, max_length: {batches: 10}}"),
+       "exp.yaml:2: searcher.max_length: give either max_length or time_metric and max_time "
+       "(Determined 0.38's form), not both"},
+      {Searcher(asha + "time_metric: epochs, max_time: 2}"),
+       "exp.yaml:2: searcher.max_time: a length in epochs needs records_per_epoch and "
+       "hyperparameters.global_batch_size"},
+      {Searcher("{name: single, metric: loss, time_metric: batches, max_time: 10}"),
+       "exp.yaml:2: searcher.max_time: not a setting of the single searcher (only of "
+       "adaptive_asha)"},
+  };
+  for (const auto& e : errors) {
+    SCOPED_TRACE(e.yaml);
+    EXPECT_EQ(Error(e.yaml), e.message);
+  }
+}
+
+TEST(Determined038, UnitlessMaxLengthIsBatches) {
+  auto parsed = ParseExperimentConfig(Searcher("{name: single, metric: loss, max_length: 100}"),
+                                      "exp.yaml", 7);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->effective_yaml, HasSubstr("max_length: 100"));  // As written.
+  ExperimentConfig c = Accepted(Searcher("{name: single, metric: loss, max_length: 100}"));
+  ASSERT_TRUE(c.searcher.max_length.has_value());
+  EXPECT_EQ(c.searcher.max_length->unit, Length::Unit::kBatches);
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, 0), 100);
+  c = Accepted(Searcher("{name: adaptive_asha, metric: loss, max_trials: 2, max_length: 64}"));
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, 0), 64);
+
+  EXPECT_EQ(Error(Searcher("{name: single, metric: loss, max_length: lots}")),
+            "exp.yaml:2: searcher.max_length: expected a length: a number of batches, or "
+            "{batches: N}, {epochs: N} or {records: N}, got \"lots\"");
+  EXPECT_EQ(Error(Searcher("{name: single, metric: loss, max_length: -1}")),
+            "exp.yaml:2: searcher.max_length: expected an integer in [0, 1000000000000], got "
+            "\"-1\"");
+  EXPECT_EQ(Error(Searcher("{name: adaptive_asha, metric: loss, max_trials: 2, max_length: 0}")),
+            "exp.yaml:2: searcher.max_length: adaptive_asha needs a max_length of at least 1 "
+            "batch");
+  // Periods keep Determined's mapping form.
+  EXPECT_EQ(Error(std::string(kMinimal) + "min_validation_period: 100\n"),
+            "exp.yaml:7: min_validation_period: expected a mapping, got \"100\"");
+}
+
+TEST(Determined038, LengthsInRecords) {
+  ExperimentConfig c = Accepted(
+      Searcher("{name: single, metric: loss, max_length: {records: 1000}}",
+               "hyperparameters: {global_batch_size: 64}\nmin_validation_period: {records: 640}\n"
+               "min_checkpoint_period: {records: 1}\n"));
+  ASSERT_TRUE(c.searcher.max_length.has_value());
+  EXPECT_EQ(c.searcher.max_length->unit, Length::Unit::kRecords);
+  // N records are ceil(N / global_batch_size) batches.
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, c.global_batch_size), 16);
+  EXPECT_EQ(InBatches(c, c.min_validation_period, c.global_batch_size), 10);
+  EXPECT_EQ(InBatches(c, c.min_checkpoint_period, c.global_batch_size), 1);
+  c = Accepted(Searcher("{name: adaptive_asha, metric: loss, max_trials: 2, "
+                        "max_length: {records: 64}}",
+                        "hyperparameters: {global_batch_size: 64}\n"));
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, c.global_batch_size), 1);
+
+  const std::vector<ErrorCase> errors = {
+      {Searcher("{name: single, metric: loss, max_length: {records: 1000}}"),
+       "exp.yaml:2: searcher.max_length: a length in records needs "
+       "hyperparameters.global_batch_size (N records are ceil(N / global_batch_size) batches)"},
+      {std::string(kMinimal) + "min_checkpoint_period:\n  records: 10\n",
+       "exp.yaml:8: min_checkpoint_period: a length in records needs "
+       "hyperparameters.global_batch_size (N records are ceil(N / global_batch_size) batches)"},
+      {Searcher("{name: single, metric: loss, max_length: {epochs: 1, records: 10}}"),
+       "exp.yaml:2: searcher.max_length: expected exactly one of 'batches', 'epochs' or "
+       "'records', got epochs and records"},
+      {Searcher("{name: single, metric: loss, max_length: {records: 1000000000001}}"),
+       "exp.yaml:2: searcher.max_length.records: expected an integer in [0, 1000000000000], got "
+       "\"1000000000001\""},
+      {Searcher("{name: single, metric: loss, max_length: {recrods: 10}}"),
+       "exp.yaml:2: searcher.max_length: expected exactly one of 'batches', 'epochs' or "
+       "'records'"},
+  };
+  for (const auto& e : errors) {
+    SCOPED_TRACE(e.yaml);
+    EXPECT_EQ(Error(e.yaml), e.message);
+  }
+}
+
+TEST(Determined038, SearchedGlobalBatchSize) {
+  const std::string single = "{name: random, metric: loss, max_trials: 4, max_length: {epochs: 2}}";
+  ExperimentConfig c = Accepted(Searcher(
+      single, "records_per_epoch: 6400\nhyperparameters:\n  global_batch_size:\n"
+              "    type: categorical\n    vals: [32, 64, 128]\n"));
+  EXPECT_TRUE(c.SearchesGlobalBatchSize());
+  EXPECT_EQ(c.global_batch_size, 0);  // Each trial has its own.
+  EXPECT_EQ(GlobalBatchSizeRange(c), (std::pair<int64_t, int64_t>{32, 128}));
+  EXPECT_EQ(TrialGlobalBatchSize(c, R"({"global_batch_size":128,"lr":0.1})"), 128);
+  EXPECT_EQ(TrialGlobalBatchSize(c, R"({"global_batch_size":32})"), 32);
+  EXPECT_EQ(TrialGlobalBatchSize(c, R"({"lr":0.1})"), 0);
+  EXPECT_EQ(TrialGlobalBatchSize(c, "not json ["), 0);
+  // 2 epochs of 6400 records: 400 batches of 32, 100 of 128.
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, 32), 400);
+  EXPECT_EQ(InBatches(c, *c.searcher.max_length, 128), 100);
+
+  c = Accepted(Searcher(single, "records_per_epoch: 6400\nhyperparameters:\n"
+                                "  global_batch_size: {type: int, minval: 16, maxval: 256}\n"));
+  EXPECT_TRUE(c.SearchesGlobalBatchSize());
+  EXPECT_EQ(GlobalBatchSizeRange(c), (std::pair<int64_t, int64_t>{16, 256}));
+  EXPECT_EQ(TrialGlobalBatchSize(c, R"({"global_batch_size":100})"), 100);
+
+  // A constant is not searched; its range is itself.
+  c = Accepted(Searcher(single, "records_per_epoch: 6400\nhyperparameters:\n"
+                                "  global_batch_size: {type: const, val: 64}\n"));
+  EXPECT_FALSE(c.SearchesGlobalBatchSize());
+  EXPECT_EQ(c.global_batch_size, 64);
+  EXPECT_EQ(GlobalBatchSizeRange(c), (std::pair<int64_t, int64_t>{64, 64}));
+  EXPECT_EQ(TrialGlobalBatchSize(c, R"({"global_batch_size":64})"), 64);
+
+  // Values that slots_per_trial does not divide are a warning, as for a constant.
+  auto warned = ParseExperimentConfig(
+      Searcher(single, "records_per_epoch: 6400\nresources: {slots_per_trial: 4}\n"
+                       "hyperparameters:\n  global_batch_size: {type: categorical, vals: [32, 50]}\n"),
+      "exp.yaml", 1);
+  ASSERT_TRUE(warned.ok()) << warned.status();
+  ASSERT_EQ(warned->warnings.size(), 1u);
+  EXPECT_THAT(warned->warnings[0], HasSubstr("global_batch_size is searched and some of its values "
+                                             "(e.g. 50) are not divisible by slots_per_trial 4"));
+
+  const std::string m = std::string(kMinimal) + "hyperparameters:\n  global_batch_size:\n";
+  const std::vector<ErrorCase> errors = {
+      {m + "    type: int\n    minval: 0\n    maxval: 64\n",
+       "exp.yaml:10: hyperparameters.global_batch_size.minval: a searched global_batch_size "
+       "needs minval >= 1, got 0"},
+      {m + "    type: categorical\n    vals: [32, x]\n",
+       "exp.yaml:10: hyperparameters.global_batch_size.vals: every value of a searched "
+       "global_batch_size must be a positive integer, got \"x\" (item 1)"},
+      {m + "    type: categorical\n    vals: [32, 0.5]\n",
+       "exp.yaml:10: hyperparameters.global_batch_size.vals: every value of a searched "
+       "global_batch_size must be a positive integer, got 0.5 (item 1)"},
+      {m + "    type: log\n    minval: 4\n    maxval: 8\n    base: 2\n",
+       "exp.yaml:9: hyperparameters.global_batch_size: expected a positive integer, or an int or "
+       "categorical hyperparameter whose values are all positive integers, got a log "
+       "hyperparameter (a batch size is a whole number; Determined searches it only as int or "
+       "categorical)"},
+      {m + "    type: double\n    minval: 16\n    maxval: 64\n",
+       "exp.yaml:9: hyperparameters.global_batch_size: expected a positive integer, or an int or "
+       "categorical hyperparameter whose values are all positive integers, got a double "
+       "hyperparameter (a batch size is a whole number; Determined searches it only as int or "
+       "categorical)"},
+      {m + "    per_slot: 8\n",
+       "exp.yaml:9: hyperparameters.global_batch_size: expected a positive integer, or an int or "
+       "categorical hyperparameter whose values are all positive integers, got a group of "
+       "hyperparameters"},
+      // Every value a trial can get must leave whole batches in an epoch.
+      {Searcher("{name: single, metric: loss, max_length: {epochs: 1}}",
+                "records_per_epoch: 100\nhyperparameters:\n"
+                "  global_batch_size: {type: int, minval: 50, maxval: 128}\n"),
+       "exp.yaml:2: searcher.max_length: a length in epochs needs whole batches in an epoch: "
+       "records_per_epoch 100 is less than global_batch_size 128"},
+  };
+  for (const auto& e : errors) {
+    SCOPED_TRACE(e.yaml);
+    EXPECT_EQ(Error(e.yaml), e.message);
+  }
+}
+
+TEST(Determined038, TrialClassEntrypoint) {
+  const std::string searcher = "searcher: {name: single, metric: loss, max_length: 10}\n";
+  struct Case {
+    std::string entrypoint;
+    std::vector<std::string> argv;
+  };
+  const std::vector<Case> accepted = {
+      // Determined's Trial form runs under det's Trial runner.
+      {"model_def:MNistTrial", {"python3", "-m", "det.pytorch.run", "model_def:MNistTrial"}},
+      {"[model_def:MNistTrial]", {"python3", "-m", "det.pytorch.run", "model_def:MNistTrial"}},
+      {"pkg.model_def:trials.Nested_Trial2",
+       {"python3", "-m", "det.pytorch.run", "pkg.model_def:trials.Nested_Trial2"}},
+      // What ran before runs as it did.
+      {"python3 train.py", {"python3", "train.py"}},
+      {"./run.sh", {"./run.sh"}},
+      {"[python3, -m, det.launch.torch_distributed, python3, train.py]",
+       {"python3", "-m", "det.launch.torch_distributed", "python3", "train.py"}},
+      {"python3 -m det.pytorch.run model_def:MNistTrial",
+       {"python3", "-m", "det.pytorch.run", "model_def:MNistTrial"}},
+      {"./bin/a:b", {"./bin/a:b"}},
+      {"[python3, \"\"]", {"python3", ""}},
+  };
+  for (const Case& c : accepted) {
+    SCOPED_TRACE(c.entrypoint);
+    const std::string yaml = "entrypoint: " + c.entrypoint + "\n" + searcher;
+    EXPECT_EQ(Accepted(yaml).entrypoint, c.argv);
+    // The effective config keeps what the user wrote.
+    auto parsed = ParseExperimentConfig(yaml, "exp.yaml", 7);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    if (c.entrypoint == "model_def:MNistTrial") {
+      EXPECT_THAT(parsed->effective_yaml, HasSubstr("entrypoint: model_def:MNistTrial\n"));
+    }
+  }
+  const std::vector<ErrorCase> refused = {
+      {"entrypoint: \"\"\n" + searcher, "exp.yaml:1: entrypoint: must name a program to run"},
+      {"entrypoint: \"  \"\n" + searcher, "exp.yaml:1: entrypoint: must name a program to run"},
+      {"entrypoint: [\"\"]\n" + searcher,
+       "exp.yaml:1: entrypoint: the program to run (its first item) is empty"},
+      {"entrypoint: [\" \", train.py]\n" + searcher,
+       "exp.yaml:1: entrypoint: the program to run (its first item) is empty"},
+      {"entrypoint: model-def:MNistTrial\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"model-def:MNistTrial\""},
+      {"entrypoint: \"model_def:\"\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"model_def:\""},
+      {"entrypoint: a:b:C\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"a:b:C\""},
+      {"entrypoint: 1model:Trial\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"1model:Trial\""},
+      {"entrypoint: model_def..x:Trial\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"model_def..x:Trial\""},
+      {"entrypoint: [\"model_def:My Trial\"]\n" + searcher,
+       "exp.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names around "
+       "one colon, e.g. model_def:MNistTrial) or a program to run, got \"model_def:My Trial\""},
+      {"entrypoint: \":MNistTrial\"\n" + searcher,
+       "exp.yaml:1: entrypoint: \":MNistTrial\" names no module: det runs a Trial class as "
+       "MODULE:CLASS (e.g. model_def:MNistTrial), not a class of the context directory's "
+       "__init__.py"},
+  };
+  for (const auto& e : refused) {
+    SCOPED_TRACE(e.yaml);
+    EXPECT_EQ(Error(e.yaml), e.message);
+  }
+  // The Trial runner trains to the searcher's length: a Trial class needs one.
+  EXPECT_EQ(Error("entrypoint: model_def:MNistTrial\nsearcher: {name: single, metric: loss}\n"),
+            "exp.yaml:2: searcher.max_length: is required with entrypoint model_def:MNistTrial: "
+            "det's Trial runner trains each trial to the searcher's length");
+  // A template is checked by the same rules.
+  EXPECT_EQ(ValidateTemplate("entrypoint: model-def:T\n", "t.yaml").message(),
+            "t.yaml:1: entrypoint: expected a Trial class as MODULE:CLASS (dotted Python names "
+            "around one colon, e.g. model_def:MNistTrial) or a program to run, got \"model-def:T\"");
+  EXPECT_TRUE(ValidateTemplate("entrypoint: model_def:T\nsearcher: {time_metric: epochs}\n",
+                               "t.yaml").ok());
 }
 
 }  // namespace

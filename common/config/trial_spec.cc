@@ -1,5 +1,8 @@
 #include "common/config/trial_spec.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -7,32 +10,47 @@ namespace det::config {
 namespace {
 
 const char* UnitName(Length::Unit unit) {
-  return unit == Length::Unit::kEpochs ? "epochs" : "batches";
+  switch (unit) {
+    case Length::Unit::kBatches:
+      return "batches";
+    case Length::Unit::kEpochs:
+      return "epochs";
+    case Length::Unit::kRecords:
+      return "records";
+  }
+  return "batches";
 }
 
 }  // namespace
 
 v1::TrialSpec BuildTrialSpec(const ExperimentConfig& config, int64_t experiment_id,
                              const v1::Trial& trial) {
-  const int64_t per_epoch = config.BatchesPerEpoch();
+  const std::string hparams = trial.hparams_json().empty() ? "{}" : trial.hparams_json();
+  // The trial's own global batch size (a searched one differs between trials); every
+  // length in epochs or records becomes batches with it.
+  const int64_t batch = TrialGlobalBatchSize(config, hparams);
+  const int64_t records = config.records_per_epoch;
   v1::TrialSpec s;
   s.set_experiment_id(experiment_id);
   s.set_trial_id(trial.id());
   s.set_run_id(trial.run_id());
   s.set_trial_seed(trial.seed());
-  s.set_hparams_json(trial.hparams_json().empty() ? "{}" : trial.hparams_json());
-  s.set_global_batch_size(config.global_batch_size);
-  s.set_records_per_epoch(config.records_per_epoch);
-  s.set_batches_per_epoch(per_epoch);
+  s.set_hparams_json(hparams);
+  s.set_global_batch_size(batch);
+  s.set_records_per_epoch(records);
+  s.set_batches_per_epoch(batch > 0 ? records / batch : 0);
   s.set_scheduling_unit(config.scheduling_unit);
-  s.set_validation_period(config.min_validation_period.Batches(per_epoch));
-  s.set_checkpoint_period(config.min_checkpoint_period.Batches(per_epoch));
+  s.set_validation_period(config.min_validation_period.Batches(batch, records));
+  s.set_checkpoint_period(config.min_checkpoint_period.Batches(batch, records));
   v1::TrialSpec::Searcher& searcher = *s.mutable_searcher();
   searcher.set_metric(config.searcher.metric);
   searcher.set_smaller_is_better(config.searcher.smaller_is_better);
-  searcher.set_max_length_value(config.searcher.max_length.value);
-  searcher.set_max_length_unit(UnitName(config.searcher.max_length.unit));
-  searcher.set_max_length_batches(config.searcher.max_length.Batches(per_epoch));
+  // No max_length: value, unit and batches stay 0 and "" (the script decides the length).
+  if (const std::optional<Length>& max = config.searcher.max_length) {
+    searcher.set_max_length_value(max->value);
+    searcher.set_max_length_unit(UnitName(max->unit));
+    searcher.set_max_length_batches(max->Batches(batch, records));
+  }
   s.set_checkpoint_dir(CheckpointDirectory(config));
   s.set_checkpoint_policy(config.checkpoint_policy);
   s.set_deterministic(config.deterministic);

@@ -19,7 +19,12 @@ namespace det::config {
 inline constexpr char kTrialSpecEnv[] = "DET_TRIAL_SPEC";
 
 // The spec of `trial` (its id, run, seed, hyperparameters, target and latest checkpoint as
-// it starts this run) of experiment `experiment_id`, whose config is `config`.
+// it starts this run) of experiment `experiment_id`, whose config is `config`. Lengths in
+// epochs and records are converted to batches with the trial's own global batch size
+// (TrialGlobalBatchSize: a searched one comes from the trial's hyperparameters). Without
+// searcher.max_length (single, grid, random) the spec's searcher.max_length_unit is "" and
+// its max_length_value and max_length_batches are 0; with target_batches 0 (what the
+// searcher gives such a trial) that means no limit: the script decides when to stop.
 v1::TrialSpec BuildTrialSpec(const ExperimentConfig& config, int64_t experiment_id,
                              const v1::Trial& trial);
 

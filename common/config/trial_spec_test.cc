@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -78,6 +79,44 @@ TEST(BuildTrialSpec, FromTypedConfigAndTrial) {
            "checkpoint_dir": "/ckpt/a/b", "checkpoint_policy": "best",
            "aggregation_frequency": 1, "average_training_metrics": true,
            "bucket_bytes": "67108864", "data_json": "{}"})"},
+      // Determined 0.38's forms (docs/configuration.md).
+      {"no max_length: no limit",
+       "entrypoint: train\nsearcher: {name: single, metric: loss}\n",
+       R"({"scheduling_unit": "100", "searcher": {"metric": "loss", "smaller_is_better": true},
+           "checkpoint_policy": "best", "aggregation_frequency": 1,
+           "average_training_metrics": true, "bucket_bytes": "67108864", "data_json": "{}"})"},
+      {"unitless max_length counts batches",
+       "entrypoint: train\nsearcher: {name: single, metric: loss, max_length: 100}\n",
+       R"({"scheduling_unit": "100", "searcher": {"metric": "loss", "smaller_is_better": true,
+           "max_length_value": "100", "max_length_unit": "batches", "max_length_batches": "100"},
+           "checkpoint_policy": "best", "aggregation_frequency": 1,
+           "average_training_metrics": true, "bucket_bytes": "67108864", "data_json": "{}"})"},
+      {"records: ceil(N / global_batch_size) batches",
+       "entrypoint: train\nhyperparameters: {global_batch_size: 64}\n"
+       "searcher: {name: single, metric: loss, max_length: {records: 1000}}\n"
+       "min_validation_period: {records: 640}\nmin_checkpoint_period: {records: 65}\n",
+       R"({"global_batch_size": "64", "scheduling_unit": "100", "validation_period": "10",
+           "checkpoint_period": "2", "searcher": {"metric": "loss", "smaller_is_better": true,
+           "max_length_value": "1000", "max_length_unit": "records", "max_length_batches": "16"},
+           "checkpoint_policy": "best", "aggregation_frequency": 1,
+           "average_training_metrics": true, "bucket_bytes": "67108864", "data_json": "{}"})"},
+      {"adaptive_asha time_metric epochs",
+       "entrypoint: train\nrecords_per_epoch: 6400\nhyperparameters: {global_batch_size: 64}\n"
+       "searcher: {name: adaptive_asha, metric: loss, max_trials: 4, time_metric: epochs, "
+       "max_time: 2}\n",
+       R"({"global_batch_size": "64", "records_per_epoch": "6400", "batches_per_epoch": "100",
+           "scheduling_unit": "100", "searcher": {"metric": "loss", "smaller_is_better": true,
+           "max_length_value": "2", "max_length_unit": "epochs", "max_length_batches": "200"},
+           "checkpoint_policy": "best", "aggregation_frequency": 1,
+           "average_training_metrics": true, "bucket_bytes": "67108864", "data_json": "{}"})"},
+      {"adaptive_asha time_metric batches",
+       "entrypoint: train\n"
+       "searcher: {name: adaptive_asha, metric: loss, max_trials: 4, time_metric: batches, "
+       "max_time: 1000}\n",
+       R"({"scheduling_unit": "100", "searcher": {"metric": "loss", "smaller_is_better": true,
+           "max_length_value": "1000", "max_length_unit": "batches", "max_length_batches": "1000"},
+           "checkpoint_policy": "best", "aggregation_frequency": 1,
+           "average_training_metrics": true, "bucket_bytes": "67108864", "data_json": "{}"})"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -103,6 +142,42 @@ TEST(BuildTrialSpec, FromTypedConfigAndTrial) {
     d.ReportDifferencesToString(&diff);
     EXPECT_TRUE(d.Compare(*want, got)) << diff;
   }
+}
+
+// A searched global_batch_size: each trial's lengths in epochs and records are in its own
+// batches.
+TEST(BuildTrialSpec, SearchedGlobalBatchSizeIsTheTrials) {
+  const ExperimentConfig config = Parse(
+      "entrypoint: train\nrecords_per_epoch: 6400\n"
+      "hyperparameters:\n  global_batch_size: {type: categorical, vals: [32, 64, 128]}\n"
+      "searcher: {name: random, metric: loss, max_trials: 3, max_length: {epochs: 2}}\n"
+      "min_validation_period: {records: 1000}\nmin_checkpoint_period: {batches: 7}\n");
+  struct Want {
+    int64_t batch, per_epoch, max_length, validation;
+  };
+  for (const Want& w : {Want{32, 200, 400, 32}, Want{64, 100, 200, 16}, Want{128, 50, 100, 8}}) {
+    SCOPED_TRACE(w.batch);
+    v1::Trial t = Trial();
+    t.set_hparams_json(absl::StrCat(R"({"global_batch_size":)", w.batch, R"(,"lr":0.1})"));
+    v1::TrialSpec spec = BuildTrialSpec(config, 5, t);
+    EXPECT_EQ(spec.global_batch_size(), w.batch);
+    EXPECT_EQ(spec.records_per_epoch(), 6400);
+    EXPECT_EQ(spec.batches_per_epoch(), w.per_epoch);
+    EXPECT_EQ(spec.searcher().max_length_value(), 2);
+    EXPECT_EQ(spec.searcher().max_length_unit(), "epochs");
+    EXPECT_EQ(spec.searcher().max_length_batches(), w.max_length);
+    EXPECT_EQ(spec.validation_period(), w.validation);  // ceil(1000 / batch)
+    EXPECT_EQ(spec.checkpoint_period(), 7);
+  }
+}
+
+// Determined's `entrypoint: MODULE:CLASS` reaches the workers as det's Trial runner.
+TEST(BuildTrialSpec, TrialClassEntrypointRunsTheRunner) {
+  const ExperimentConfig config =
+      Parse("entrypoint: model_def:MNistTrial\nsearcher: {name: single, metric: loss, "
+            "max_length: {batches: 10}}\n");
+  EXPECT_EQ(config.entrypoint, (std::vector<std::string>{"python3", "-m", "det.pytorch.run",
+                                                         "model_def:MNistTrial"}));
 }
 
 TEST(BuildTrialSpec, EmptyHparamsAreAnObject) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,8 +19,7 @@ class SearchBase : public Searcher {
   SearchBase(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets)
       : config_(config),
         brackets_(std::move(brackets)),
-        gen_(static_cast<uint32_t>(config.experiment_seed)),
-        target_(config.searcher.max_length.Batches(config.BatchesPerEpoch())) {}
+        gen_(static_cast<uint32_t>(config.experiment_seed)) {}
 
   // Adopts the records of existing trials, replaying the generator past them.
   absl::Status Init(std::vector<TrialRecord> existing) {
@@ -87,6 +87,8 @@ class SearchBase : public Searcher {
   }
   // Called once the existing records are in place.
   virtual absl::Status Adopted() { return absl::OkStatus(); }
+  // The target (batches) of trial `index`. REQUIRES: 0 <= index < NumTrials().
+  int64_t Target(int index) const { return targets_[index]; }
 
   const config::ExperimentConfig config_;
   std::vector<AshaBracket> brackets_;
@@ -99,7 +101,15 @@ class SearchBase : public Searcher {
     t.bracket = bracket;
     t.hparams_json = Hyperparameters(index);
     t.seed = DrawTrialSeed(gen_);
-    t.target_batches = target_;
+    // searcher.max_length in the trial's batches (its own global batch size converts
+    // epochs and records); 0 without one: the trial's script decides its length.
+    const std::optional<config::Length>& max = config_.searcher.max_length;
+    t.target_batches =
+        max ? max->Batches(config::TrialGlobalBatchSize(config_, t.hparams_json),
+                           config_.records_per_epoch)
+            : 0;
+    if (static_cast<size_t>(index) >= targets_.size()) targets_.resize(index + 1);
+    targets_[index] = t.target_batches;
     return t;
   }
   int Created(int bracket) const {
@@ -113,7 +123,8 @@ class SearchBase : public Searcher {
   }
 
   Generator gen_;
-  int64_t target_;
+  // Per trial index: its target in batches.
+  std::vector<int64_t> targets_;
 };
 
 int Concurrency(const config::SearcherConfig& s, int max_trials) {
@@ -139,8 +150,11 @@ class GridSearch : public SearchBase {
 // trials that reached that rung so far; the others stop for good.
 class AshaSearch : public SearchBase {
  public:
-  AshaSearch(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets)
-      : SearchBase(config, std::move(brackets)) {
+  // `longest`: the max_length the brackets' rungs were computed for, the longest target a
+  // trial can have (with the smallest global batch size a trial can get).
+  AshaSearch(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets,
+             int64_t longest)
+      : SearchBase(config, std::move(brackets)), longest_(longest) {
     rung_values_.resize(brackets_.size());
     for (size_t b = 0; b < brackets_.size(); ++b) rung_values_[b].resize(brackets_[b].rungs.size());
   }
@@ -149,7 +163,7 @@ class AshaSearch : public SearchBase {
     if (index < 0 || index >= NumTrials() || !std::isfinite(metric)) return {};
     TrialRecord& r = records_[index];
     if (r.stopped || r.ended) return {};
-    const std::vector<int64_t>& rungs = brackets_[r.bracket].rungs;
+    const std::vector<int64_t> rungs = Rungs(index);
     // The top rung is max_length: reaching it ends the trial anyway.
     while (r.rung_metrics.size() + 1 < rungs.size() && batches >= rungs[r.rung_metrics.size()]) {
       const size_t rung = r.rung_metrics.size();
@@ -195,6 +209,25 @@ class AshaSearch : public SearchBase {
     return {rank, static_cast<int>(values.size())};
   }
 
+  // The rungs of trial `index` in its batches: its bracket's, which are for a trial of
+  // length `longest_`; for a shorter trial (a larger searched global batch size, with
+  // max_length in epochs or records), the same fractions of its own target, at least 1
+  // batch, the last its target.
+  std::vector<int64_t> Rungs(int index) const {
+    const std::vector<int64_t>& rungs = brackets_[records_[index].bracket].rungs;
+    const int64_t target = Target(index);
+    if (target == longest_ || longest_ <= 0) return rungs;
+    std::vector<int64_t> out;
+    for (size_t i = 0; i + 1 < rungs.size(); ++i) {
+      const int64_t scaled =
+          static_cast<int64_t>(static_cast<__int128>(rungs[i]) * target / longest_);
+      out.push_back(std::max<int64_t>(1, std::min(scaled, target)));
+    }
+    out.push_back(target);
+    return out;
+  }
+
+  int64_t longest_;
   // Per bracket, per rung: the recorded metrics (negated when larger is better), sorted.
   std::vector<std::vector<std::vector<double>>> rung_values_;
 };
@@ -240,7 +273,11 @@ std::vector<AshaBracket> AshaBrackets(const config::SearcherConfig& s, int64_t m
 absl::StatusOr<std::unique_ptr<Searcher>> NewSearcher(const config::ExperimentConfig& config,
                                                       std::vector<TrialRecord> existing) {
   const config::SearcherConfig& s = config.searcher;
-  const int64_t length = s.max_length.Batches(config.BatchesPerEpoch());
+  // The longest target a trial can get: with the smallest global batch size (0: no length).
+  const int64_t length =
+      s.max_length ? s.max_length->Batches(config::GlobalBatchSizeRange(config).first,
+                                           config.records_per_epoch)
+                   : 0;
   std::unique_ptr<SearchBase> searcher;
   if (s.name == "single") {
     searcher = std::make_unique<SearchBase>(config, std::vector<AshaBracket>{{{length}, 1, 1}});
@@ -250,7 +287,7 @@ absl::StatusOr<std::unique_ptr<Searcher>> NewSearcher(const config::ExperimentCo
   } else if (s.name == "grid") {
     searcher = std::make_unique<GridSearch>(config, Grid(config.hyperparameters));
   } else if (s.name == "adaptive_asha") {
-    searcher = std::make_unique<AshaSearch>(config, AshaBrackets(s, length));
+    searcher = std::make_unique<AshaSearch>(config, AshaBrackets(s, length), length);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("searcher.name: unknown searcher \"", s.name, "\""));
   }

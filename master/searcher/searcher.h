@@ -44,7 +44,9 @@ struct TrialRequest {
   std::string hparams_json;
   // In [0, 2^31-1].
   uint32_t seed = 0;
-  // Training length in batches.
+  // Training length in batches: searcher.max_length in this trial's batches (epochs and
+  // records converted with its own global batch size); 0 when the searcher has no
+  // max_length: the trial's script decides how long it trains.
   int64_t target_batches = 0;
 };
 
@@ -95,7 +97,10 @@ struct AshaBracket {
 };
 
 // The brackets adaptive_asha runs for `searcher` with max_length `max_length` batches
-// (docs/configuration.md, "adaptive_asha").
+// (docs/configuration.md, "adaptive_asha"). NewSearcher computes them for the longest target
+// a trial can get; with a searched global_batch_size and a length in epochs or records, a
+// trial with a shorter target has its rungs at the same fractions of its own target (at
+// least 1 batch; the last its target).
 std::vector<AshaBracket> AshaBrackets(const config::SearcherConfig& searcher,
                                       int64_t max_length);
 

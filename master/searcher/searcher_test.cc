@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/config/experiment_config.h"
@@ -157,7 +158,7 @@ TEST(AdaptiveAsha, Brackets) {
     yaml.insert(1, "name: adaptive_asha, metric: loss, ");
     if (yaml.find("max_length") == std::string::npos) yaml.insert(1, "max_length: {batches: 64}, ");
     config::ExperimentConfig c = Parse(yaml, "  a: 1\n");
-    auto brackets = AshaBrackets(c.searcher, c.searcher.max_length.value);
+    auto brackets = AshaBrackets(c.searcher, c.searcher.max_length->value);
     std::vector<std::vector<int64_t>> rungs;
     std::vector<int> trials, concurrent;
     for (const auto& b : brackets) {
@@ -255,6 +256,126 @@ TEST(AdaptiveAsha, RestoredSearcherDecidesTheSame) {
     Decision a = live->OnValidation(trial, 4, metric), b = restored->OnValidation(trial, 4, metric);
     EXPECT_EQ(a.stop, b.stop);
     EXPECT_EQ(a.reason, b.reason);
+  }
+}
+
+// Determined 0.38's forms (docs/configuration.md).
+
+TEST(Determined038, NoMaxLengthMeansNoTarget) {
+  for (const std::string& searcher : {"{name: single, metric: loss}",
+                                      "{name: random, metric: loss, max_trials: 3}"}) {
+    SCOPED_TRACE(searcher);
+    auto s = New(Parse(searcher, "  a: {type: int, minval: 1, maxval: 9}\n"));
+    auto trials = s->NextTrials();
+    ASSERT_FALSE(trials.empty());
+    for (const auto& t : trials) EXPECT_EQ(t.target_batches, 0);  // The script decides.
+    EXPECT_FALSE(s->OnValidation(0, 1000000, 0.5).stop);
+  }
+  auto grid = New(Parse("{name: grid, metric: loss}", "  a: {type: categorical, vals: [1, 2]}\n"));
+  auto trials = grid->NextTrials();
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[1].target_batches, 0);
+}
+
+TEST(Determined038, LengthForms) {
+  struct Case {
+    std::string searcher;
+    std::string rest;
+    int64_t target;
+  };
+  const std::vector<Case> cases = {
+      {"{name: single, metric: loss, max_length: 100}", "  a: 1\n", 100},
+      {"{name: single, metric: loss, max_length: {records: 1000}}", "  global_batch_size: 64\n", 16},
+      {"{name: single, metric: loss, max_length: {records: 1024}}", "  global_batch_size: 64\n", 16},
+      {"{name: adaptive_asha, metric: loss, max_trials: 2, time_metric: batches, max_time: 640}",
+       "  a: 1\n", 640},
+      {"{name: adaptive_asha, metric: loss, max_trials: 2, time_metric: epochs, max_time: 3}",
+       "  global_batch_size: 64\nrecords_per_epoch: 6400\n", 300},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.searcher);
+    auto s = New(Parse(c.searcher, c.rest));
+    for (const auto& t : s->NextTrials()) EXPECT_EQ(t.target_batches, c.target);
+  }
+}
+
+// adaptive_asha's 0.38 form is the same search as the max_length form of the same length.
+TEST(Determined038, TimeMetricSearchesAsMaxLength) {
+  const std::string common = "{name: adaptive_asha, metric: loss, max_trials: 6, max_rungs: 3, "
+                             "divisor: 2, mode: standard, ";
+  config::ExperimentConfig timed = Parse(common + "time_metric: epochs, max_time: 1}",
+                                         "  global_batch_size: 8\nrecords_per_epoch: 64\n");
+  config::ExperimentConfig legacy = Parse(common + "max_length: {epochs: 1}}",
+                                          "  global_batch_size: 8\nrecords_per_epoch: 64\n");
+  auto a = New(timed), b = New(legacy);
+  auto ta = a->NextTrials(), tb = b->NextTrials();
+  ASSERT_EQ(ta.size(), tb.size());
+  for (size_t i = 0; i < ta.size(); ++i) {
+    EXPECT_EQ(ta[i].bracket, tb[i].bracket);
+    EXPECT_EQ(ta[i].target_batches, 8);
+    EXPECT_EQ(tb[i].target_batches, 8);
+  }
+  for (const auto& [trial, batches, metric] :
+       std::vector<std::tuple<int, int64_t, double>>{{0, 2, 0.5}, {1, 2, 0.7}, {2, 4, 0.3}, {3, 4, 0.9}}) {
+    Decision da = a->OnValidation(trial, batches, metric), db = b->OnValidation(trial, batches, metric);
+    EXPECT_EQ(da.stop, db.stop);
+    EXPECT_EQ(da.reason, db.reason);
+  }
+}
+
+// A searched global_batch_size with lengths in epochs: each trial trains max_length in its
+// own batches, and its rungs are the same fractions of that length.
+TEST(Determined038, SearchedGlobalBatchSizeGivesEachTrialItsLength) {
+  const std::string space =
+      "  global_batch_size: {type: categorical, vals: [32, 64]}\nrecords_per_epoch: 6400\n";
+  // Rungs for the longest trial (global batch 32, 200 batches): 12, 50, 200.
+  config::ExperimentConfig c = Parse(
+      "{name: adaptive_asha, metric: loss, max_trials: 8, max_rungs: 3, mode: aggressive, "
+      "max_length: {epochs: 1}, max_concurrent_trials: 8}", space, 5);
+  auto s = New(c);
+  auto trials = s->NextTrials();
+  ASSERT_EQ(trials.size(), 8u);
+  int small = -1, large = -1;
+  for (const auto& t : trials) {
+    const int64_t batch = nlohmann::json::parse(t.hparams_json)["global_batch_size"].get<int64_t>();
+    EXPECT_EQ(t.target_batches, 6400 / batch) << t.hparams_json;
+    (batch == 32 ? small : large) = t.index;
+  }
+  ASSERT_GE(small, 0) << "no trial drew a global batch of 32; change the seed";
+  ASSERT_GE(large, 0) << "no trial drew a global batch of 64; change the seed";
+  // Global batch 64: 100 batches, rungs at 6 and 25.
+  EXPECT_FALSE(s->OnValidation(large, 5, 0.5).stop);
+  EXPECT_TRUE(s->Record(large).rung_metrics.empty());
+  EXPECT_FALSE(s->OnValidation(large, 6, 0.5).stop);
+  EXPECT_THAT(s->Record(large).rung_metrics, ElementsAre(0.5));
+  // Global batch 32: 200 batches, rungs at 12 and 50.
+  EXPECT_FALSE(s->OnValidation(small, 11, 0.4).stop);
+  EXPECT_TRUE(s->Record(small).rung_metrics.empty());
+  EXPECT_FALSE(s->OnValidation(small, 12, 0.4).stop);
+  EXPECT_THAT(s->Record(small).rung_metrics, ElementsAre(0.4));
+  // The next at rung 1 of a large-batch trial: after 25 of its 100 batches.
+  Decision d = s->OnValidation(large, 25, 0.9);
+  EXPECT_THAT(s->Record(large).rung_metrics, ElementsAre(0.5, 0.9));
+  EXPECT_FALSE(d.stop);  // Alone at rung 1.
+
+  // A restarted master rebuilds the same targets and rungs from the replayed draws.
+  std::vector<TrialRecord> records;
+  for (int i = 0; i < s->NumTrials(); ++i) records.push_back(s->Record(i));
+  auto restored = New(c, records);
+  for (int i = 0; i < 8; ++i) {
+    if (i == small || i == large) continue;
+    Decision a = s->OnValidation(i, 6400, 0.7), b = restored->OnValidation(i, 6400, 0.7);
+    EXPECT_EQ(a.stop, b.stop);
+    EXPECT_EQ(a.reason, b.reason);
+  }
+}
+
+TEST(Determined038, SearchedGlobalBatchSizeInRecords) {
+  auto s = New(Parse("{name: random, metric: loss, max_trials: 6, max_length: {records: 1000}}",
+                     "  global_batch_size: {type: int, minval: 10, maxval: 300}\n"));
+  for (const auto& t : s->NextTrials()) {
+    const int64_t batch = nlohmann::json::parse(t.hparams_json)["global_batch_size"].get<int64_t>();
+    EXPECT_EQ(t.target_batches, (1000 + batch - 1) / batch) << t.hparams_json;
   }
 }
 
