@@ -4,14 +4,18 @@
 It reads the launch contract torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT, ...) through init_process_group's env:// method, so the same file runs under
 `torchrun --nproc_per_node=N train.py` and as a det entrypoint (`python3 train.py`, see
-configs/examples/torch-ddp.yaml). Gloo on CPU.
+configs/examples/torch-ddp.yaml). It picks its device by itself: NCCL on cuda:LOCAL_RANK when
+torch sees a CUDA device (cuda:0 when CUDA_VISIBLE_DEVICES shows it one GPU, as det's CUDA
+slots do), Gloo on the CPU otherwise (CUDA_VISIBLE_DEVICES empty, as on det's CPU slots, or
+no CUDA in torch).
 
 Data: Fashion-MNIST from IDX files (--data-dir, e.g. Debian's dataset-fashion-mnist in
 /usr/share/datasets/fashion-mnist), or without --data-dir a small synthetic classification
 problem generated from --seed (the same on every rank).
 
-Prints, per rank: its place in the job, then its final loss and a hash of the final
-parameters (DDP keeps them identical on every rank, so every rank prints the same hash).
+Prints, per rank: its place in the job, its backend and device, then its final loss and a
+hash of the final parameters (DDP keeps them identical on every rank, so every rank prints
+the same hash).
 """
 import argparse
 import gc
@@ -71,8 +75,24 @@ def synthetic(seed, records, features=32, classes=4):
 def params_sha256(model):
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def pick_device():
+    """(backend, device): NCCL on a GPU when this process may use one, else Gloo on the CPU.
+
+    A GPU is used when torch has CUDA and CUDA_VISIBLE_DEVICES, if set, names a device (det
+    sets it empty on CPU slots and to the rank's GPU on CUDA slots; torchrun leaves it
+    alone). The rank takes cuda:LOCAL_RANK among the devices it sees, cuda:0 when it sees one.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return "gloo", torch.device("cpu")
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return "gloo", torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return "nccl", torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
 def main():
@@ -88,8 +108,11 @@ def main():
     args = parser.parse_args()
 
     start = time.time()
+    backend, device = pick_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     # env://: MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE come from the launcher.
-    dist.init_process_group("gloo")
+    dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     env = os.environ.get
     print("rank %d: world_size=%d local_rank=%s local_world_size=%s group_rank=%s "
@@ -97,6 +120,7 @@ def main():
           (rank, world, env("LOCAL_RANK"), env("LOCAL_WORLD_SIZE"), env("GROUP_RANK"),
            env("GROUP_WORLD_SIZE"), env("MASTER_ADDR"), env("MASTER_PORT"), os.getpid()),
           flush=True)
+    print("rank %d: backend=%s device=%s" % (rank, backend, device), flush=True)
     if args.global_batch_size % world != 0:
         raise SystemExit("--global-batch-size %d is not divisible by the world size %d" %
                          (args.global_batch_size, world))
@@ -109,8 +133,9 @@ def main():
     features = train.tensors[0].shape[1]
     classes = int(train.tensors[1].max()) + 1
     model = nn.Sequential(nn.Linear(features, args.hidden), nn.ReLU(),
-                          nn.Linear(args.hidden, classes))
-    ddp = DistributedDataParallel(model)
+                          nn.Linear(args.hidden, classes)).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True,
@@ -118,10 +143,11 @@ def main():
     loader = DataLoader(train, batch_size=args.global_batch_size // world, sampler=sampler,
                         drop_last=True)
 
-    step, loss = 0, torch.tensor(float("nan"))
+    step, loss = 0, torch.tensor(float("nan"), device=device)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = loss_fn(ddp(x), y)
             loss.backward()
@@ -138,8 +164,9 @@ def main():
     model.eval()
     with torch.no_grad():
         shard = range(rank, len(test), world)
-        x, y = test.tensors[0][shard], test.tensors[1][shard]
-        counts = torch.tensor([float((model(x).argmax(dim=1) == y).sum()), float(len(shard))])
+        x, y = test.tensors[0][shard].to(device), test.tensors[1][shard].to(device)
+        counts = torch.tensor([float((model(x).argmax(dim=1) == y).sum()), float(len(shard))],
+                              device=device)
     dist.all_reduce(counts)
     mean_loss = loss.detach().clone()
     dist.all_reduce(mean_loss)
