@@ -341,11 +341,18 @@ absl::Status ExperimentManager::SetSlots(const v1::SetExperimentSlotsRequest& re
     return absl::InvalidArgumentError(
         absl::StrCat("slots_per_trial: expected an integer >= 1, got ", slots));
   }
-  int64_t global = es.config.global_batch_size;
-  if (global > 0 && global % slots != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "slots_per_trial ", slots, " does not divide global_batch_size ", global,
-        ": the same global batch could not be kept (use a divisor of ", global, ")"));
+  // Each trial keeps its own global batch (a searched global_batch_size differs by trial):
+  // the new slot count must divide every unfinished trial's.
+  for (int64_t tid : es.trial_ids) {
+    const TrialState& t = registry_.trials.at(tid);
+    if (views::Terminal(t.trial.state())) continue;
+    int64_t global = config::TrialGlobalBatchSize(es.config, t.trial.hparams_json());
+    if (global > 0 && global % slots != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slots_per_trial ", slots, " does not divide global_batch_size ", global,
+          es.config.global_batch_size > 0 ? "" : absl::StrCat(" (trial ", tid, "'s)"),
+          ": the same global batch could not be kept (use a divisor of ", global, ")"));
+    }
   }
   if (std::string why = NeverFits(agents_.List(), es.experiment.resource_pool(), slots);
       !why.empty() && !req.force()) {

@@ -70,7 +70,7 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "268435456",
 # fixed-point library, as det's agents give workers), else the source tree (the torch/numpy
 # fallback: the same bits, slower; the cost table says which).
 BUNDLE = os.path.join(ROOT, "bazel-bin", "deploy", "python")
-SOURCE_PACKAGE = os.path.join(ROOT, "common", "harness", "python")
+SOURCE_PACKAGE = os.path.join(ROOT, "common", "worker", "python")
 
 FIRST = re.compile(r"BENCH first_step_unix=([0-9.]+)")
 DONE = re.compile(r"BENCH steps=\d+ samples=\d+ seconds=([0-9.]+) samples_per_s=([0-9.]+)"

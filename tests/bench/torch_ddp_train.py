@@ -49,7 +49,7 @@ def example_modules():
     """The CNN example's model and data modules: beside this script (a det context holds
     copies) or in the repository's example directory."""
     here = os.path.dirname(os.path.abspath(__file__))
-    example = os.path.join(here, "..", "..", "common", "harness", "python", "examples",
+    example = os.path.join(here, "..", "..", "common", "worker", "python", "examples",
                            "fashion_mnist_cnn")
     for d in (here, example):
         if os.path.exists(os.path.join(d, "model.py")):

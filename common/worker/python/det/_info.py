@@ -90,19 +90,32 @@ class TrialInfo:
         self.deterministic: bool = spec.deterministic
 
     def length_unit(self) -> str:
-        """The unit of searcher.max_length: "batches" or "epochs"."""
+        """The unit of searcher.max_length: "batches", "epochs" or "records" ("batches" also
+        when the searcher has no length: has_length() is then False)."""
         return self.spec.searcher.max_length_unit or "batches"
+
+    def has_length(self) -> bool:
+        """False for a searcher without max_length (Determined 0.38: the script decides how
+        long to train); target_batches is then 0."""
+        return bool(self.spec.searcher.max_length_unit)
 
     def to_batches(self, length: float) -> int:
         """`length` in the unit of searcher.max_length, as batches."""
-        if self.length_unit() == "epochs":
+        unit = self.length_unit()
+        if unit == "epochs":
             return int(round(length * self.batches_per_epoch))
+        if unit == "records":
+            gbs = self.spec.global_batch_size
+            return -(-int(length) // gbs) if gbs else 0
         return int(length)
 
     def from_batches(self, batches: int) -> int:
         """`batches` in the unit of searcher.max_length (whole units, rounded down)."""
-        if self.length_unit() == "epochs":
+        unit = self.length_unit()
+        if unit == "epochs":
             return batches // self.batches_per_epoch if self.batches_per_epoch else 0
+        if unit == "records":
+            return batches * self.spec.global_batch_size
         return batches
 
 

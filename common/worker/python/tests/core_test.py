@@ -281,6 +281,18 @@ class CoreTest(unittest.TestCase):
             self.assertFalse(core.preempt.should_preempt())
         self.assertEqual(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
 
+    def test_lengths_in_records_and_no_length(self):
+        # Global batch 64: 6,400 records are 100 batches; a partial batch counts whole.
+        with self.env(target_batches=100, max_length=(6400, "records")):
+            trial = det.get_cluster_info().trial
+            self.assertTrue(trial.has_length())
+            self.assertEqual(trial.to_batches(6400), 100)
+            self.assertEqual(trial.to_batches(6401), 101)
+            self.assertEqual(trial.from_batches(100), 6400)
+        # A searcher without max_length (Determined 0.38): no unit, target 0.
+        with self.env(target_batches=0, max_length=(0, "")):
+            self.assertFalse(det.get_cluster_info().trial.has_length())
+
     def test_searcher_operation_in_epochs(self):
         # 640 records / 64 per batch = 10 batches per epoch; the master asks for 20 batches.
         with self.env(target_batches=20, max_length=(4, "epochs")), det.core.init() as core:

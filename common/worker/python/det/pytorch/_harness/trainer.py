@@ -79,6 +79,12 @@ class Trainer:
         else:
             if test_mode:
                 raise ValueError("test_mode is only supported in local training mode.")
+            if max_length is None and not self._info.trial.has_length():
+                raise ValueError(
+                    "fit(max_length=None) trains to the searcher's length, and this "
+                    "experiment's searcher has none (searcher.max_length is optional, as in "
+                    "Determined 0.38): pass max_length=Batch(N) or Epoch(N), or set "
+                    "searcher.max_length")
             if latest_checkpoint is None and self._info.latest_checkpoint is not None:
                 logger.info("resuming from the trial's latest checkpoint %s",
                             self._info.latest_checkpoint)
