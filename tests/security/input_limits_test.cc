@@ -206,12 +206,17 @@ TEST_F(InputLimitsTest, UnauthenticatedBigPostsCostTheMasterKilobytesNotTheirBod
   for (auto& t : posts) t.join();
   done = true;
   sampler.join();
+  int refused = 0;
   for (const auto& [status, sent] : answers) {
-    // Refused (or, once many failed, slowed down) from the headers alone.
-    EXPECT_THAT(status, ::testing::AnyOf(HasSubstr(" 401 "), HasSubstr(" 429 "))) << status;
-    // Answered from the headers: the body was not waited for.
-    EXPECT_LT(sent, kBody) << "the master answered only once it had the whole body";
+    // Refused (or, once many failed, slowed down) from the headers alone. The master then
+    // closes the connection with the body unread, so the client may see the reset before
+    // the answer ("" here); either way it stopped taking the body.
+    EXPECT_THAT(status, ::testing::AnyOf(HasSubstr(" 401 "), HasSubstr(" 429 "), ""))
+        << status;
+    if (!status.empty()) ++refused;
+    EXPECT_LT(sent, kBody) << "the master took the whole body";
   }
+  EXPECT_GT(refused, 0);
   EXPECT_LT(peak, idle + 64 * 1024) << "idle " << idle << " KiB, peak " << peak << " KiB";
   EXPECT_GE(RssKiB(pid), 0);  // the master is still up
 }
