@@ -53,6 +53,8 @@ void AgentLiveness::CheckAgents() {
 
 absl::Status AgentLiveness::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp) {
   DET_CHECK_ON_LOOP(loop_);
+  // The secret first: without it, the caller learns nothing (not even which pools exist).
+  RETURN_IF_ERROR(agents_.CheckClusterSecret(req));
   std::string pool = req.resource_pool().empty() ? "default" : req.resource_pool();
   if (!FindPool(config_, pool)) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
+#include "common/status/status_macros.h"
 
 namespace det::master {
 namespace {
@@ -45,14 +46,19 @@ void AgentManager::Persist(const v1::Agent& agent) {
   if (!st.ok()) Logger("agents")->error("agent {}: cannot persist: {}", agent.id(), st.ToString());
 }
 
-absl::StatusOr<AgentManager::Admission> AgentManager::Register(
-    const v1::RegisterRequest& req) {
+absl::Status AgentManager::CheckClusterSecret(const v1::RegisterRequest& req) const {
   if (!options_.cluster_secret.empty() &&
       !SecretsEqual(req.cluster_secret(), options_.cluster_secret)) {
     Logger("agents")->warn("agent {} refused: wrong or missing cluster secret", req.agent_id());
     return absl::UnauthenticatedError(
         "cluster secret missing or wrong: set cluster_secret in agent.yaml or DET_CLUSTER_SECRET");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AgentManager::Admission> AgentManager::Register(
+    const v1::RegisterRequest& req) {
+  RETURN_IF_ERROR(CheckClusterSecret(req));
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id: must not be empty");
   ChiefEndpoint chief{req.advertise_address().empty() ? req.hostname() : req.advertise_address(),
                       req.chief_port_first(), req.chief_port_last()};

@@ -55,6 +55,9 @@ class AgentManager {
   // records in the store carry none): after a master restart the first registration of an
   // id is issued a new one.
   absl::StatusOr<Admission> Register(const v1::RegisterRequest& request);
+  // Unauthenticated unless `request` carries the cluster secret (when one is set): checked
+  // first, before anything of the request is looked at or answered.
+  absl::Status CheckClusterSecret(const v1::RegisterRequest& request) const;
   // OK when `session_id` is the agent's current session (and notes it alive); NotFound
   // otherwise, telling the agent to register again.
   absl::Status Touch(const std::string& agent_id, const std::string& session_id);

@@ -223,6 +223,23 @@ TEST_F(MasterTest, AnAgentWithoutAdvertiseAddressIsReachedByItsHostnameOnTheDefa
   EXPECT_EQ(launch.chief_port(), 29500);
 }
 
+// Issue 25: the resource-pool name was checked before the cluster secret, so a caller
+// without the secret learned which pools exist.
+TEST_F(MasterTest, TheClusterSecretIsCheckedBeforeAnythingElse) {
+  v1::RegisterRequest req;
+  req.set_agent_id("a1");
+  req.set_cluster_secret("not-the-secret");
+  req.set_resource_pool("no-such-pool");
+  v1::RegisterResponse resp;
+  absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
+  EXPECT_THAT(st.message(), Not(HasSubstr("no-such-pool")));
+  req.set_cluster_secret("secret");
+  st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("resource_pool 'no-such-pool'"));
+}
+
 TEST_F(MasterTest, ABadChiefPortRangeIsRefused) {
   v1::RegisterRequest req;
   req.set_agent_id("a1");
