@@ -92,7 +92,13 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   // neither, and acknowledged only once committed.
   v1::Trial updated = t->trial;
   updated.set_latest_checkpoint(c.storage_path());
-  if (absl::Status st = store_.AddCheckpoint(c, updated); !st.ok()) {
+  if (absl::Status st = store_.AddCheckpoint(c, updated); absl::IsAlreadyExists(st)) {
+    // The worker's mistake (a uuid used twice), not the store's: said plainly, not counted
+    // as a refused report.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "checkpoint.uuid: '", c.uuid(), "' is already registered; each checkpoint needs a "
+        "uuid of its own"));
+  } else if (!st.ok()) {
     Logger("master")->error("trial {}: cannot store checkpoint {}: {}", t->trial.id(), c.uuid(),
                             st.ToString());
     NoteRefusedReports(store_, *t, "checkpoint reports", 1, st);

@@ -358,6 +358,21 @@ TEST_F(CheckpointManagerTest, ACheckpointWithoutMetricsCarriesTheValidationAtIts
   EXPECT_EQ(got.checkpoint().metrics().at("validation_loss"), 0.4);
 }
 
+// Issue 25: a uuid reported twice (by another trial) answered INTERNAL with SQLite's text.
+TEST_F(CheckpointManagerTest, AUuidUsedTwiceIsRefusedPlainly) {
+  std::string session = h_->Register("a1", 2);
+  h_->CreateExperiment("dup-a");
+  v1::LaunchCommand first = h_->NextLaunch("a1", session);
+  h_->CreateExperiment("dup-b");
+  v1::LaunchCommand second = h_->NextLaunch("a1", session);
+  ASSERT_TRUE(h_->ReportCheckpoint(first, "c-1", 10).ok());
+  ASSERT_TRUE(h_->ReportCheckpoint(first, "c-1", 10).ok());  // a retry: the same report
+  absl::Status st = h_->ReportCheckpoint(second, "c-1", 10);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_EQ(st.message(), "checkpoint.uuid: 'c-1' is already registered; each checkpoint needs "
+                          "a uuid of its own");
+}
+
 TEST(AttachValidationMetricsTest, LaterRowsWinAndReportedMetricsStay) {
   std::vector<v1::Metrics> rows(3);
   rows[0].set_total_batches(5);

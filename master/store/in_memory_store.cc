@@ -19,7 +19,7 @@ absl::Status ForeignKeyError(const char* column, int64_t id) {
 }
 
 absl::Status UniqueError(const char* column, const std::string& key) {
-  return absl::InternalError(
+  return absl::AlreadyExistsError(
       absl::StrCat("store: UNIQUE constraint failed: ", column, " '", key, "'"));
 }
 

@@ -466,7 +466,7 @@ TEST_P(StoreConformanceTest, CheckpointsAreUniqueByUuidAndListedByBatchesThenTim
   ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("u-first", 1, 100, 9)).ok());
   ASSERT_TRUE(AddCheckpoint(StoredCheckpoint("other", 2, 50)).ok());
   EXPECT_THAT(AddCheckpoint(StoredCheckpoint("u-late", 1, 300)),
-              StatusIs(absl::StatusCode::kInternal, "UNIQUE constraint failed: checkpoints.uuid"));
+              StatusIs(absl::StatusCode::kAlreadyExists, "UNIQUE constraint failed: checkpoints.uuid"));
   auto cs = store_->GetCheckpoints(1);
   ASSERT_TRUE(cs.ok()) << cs.status();
   std::vector<std::string> uuids;
@@ -496,7 +496,7 @@ TEST_P(StoreConformanceTest, ACheckpointIsStoredWithItsTrialOrNotAtAll) {
   v1::Trial again = t;
   again.set_latest_checkpoint("/ckpt/elsewhere");
   EXPECT_THAT(store_->AddCheckpoint(StoredCheckpoint("u-1", t.id(), 200), again),
-              StatusIs(absl::StatusCode::kInternal, "UNIQUE constraint failed: checkpoints.uuid"));
+              StatusIs(absl::StatusCode::kAlreadyExists, "UNIQUE constraint failed: checkpoints.uuid"));
   EXPECT_EQ(store_->Load()->trials[0].latest_checkpoint(), "/ckpt/u-1");
 
   // A trial not stored: NotFound, and no checkpoint row is left behind.
@@ -690,7 +690,7 @@ TEST_P(StoreConformanceTest, UsersAndSessions) {
   ASSERT_TRUE(store_->InsertSession({"theirs", *other, 1000, 5000}).ok());
   EXPECT_THAT(
       store_->InsertSession({"live-a", *other, 0, 9000}),
-      StatusIs(absl::StatusCode::kInternal, "UNIQUE constraint failed: sessions.token_hash"));
+      StatusIs(absl::StatusCode::kAlreadyExists, "UNIQUE constraint failed: sessions.token_hash"));
   ASSERT_TRUE(store_->DeleteSession("gone").ok());
   ASSERT_TRUE(store_->DeleteSession("never-was").ok());
 

@@ -17,6 +17,10 @@ inline absl::Status SqlError(sqlite3* db, const std::string& what) {
   int code = sqlite3_errcode(db);
   std::string msg = absl::StrCat("database: ", what, ": ", sqlite3_errmsg(db));
   if (code == SQLITE_FULL) return absl::ResourceExhaustedError(msg + " (disk full)");
+  const int extended = sqlite3_extended_errcode(db);
+  if (extended == SQLITE_CONSTRAINT_UNIQUE || extended == SQLITE_CONSTRAINT_PRIMARYKEY) {
+    return absl::AlreadyExistsError(msg);
+  }
   if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN || code == SQLITE_PERM) {
     return absl::PermissionDeniedError(msg);
   }
