@@ -22,6 +22,10 @@ PACKAGES=(
   # reference BLAS.
   python3-torch python3-torchvision python3-grpcio python3-protobuf python3-numpy
   libopenblas0-pthread pybind11-dev
+  # det's wheel (//deploy:wheel) into a venv with pip, offline (//tests/packaging:wheel_test:
+  # python3-venv brings ensurepip's wheels); its Python tests under pytest, one JUnit case
+  # per test; mypy over the package (//common/worker/python:mypy_test) and its users.
+  python3-venv python3-pytest python3-mypy
 )
 
 # The CUDA toolkit with NCCL is not a Debian package: the build uses the one at
