@@ -6,6 +6,11 @@ sampler and deterministic mode."""
 from det import core
 from det._client import AllocationEndedError, MasterError
 from det._info import ClusterEnvironmentError, ClusterInfo, TrialInfo, get_cluster_info
+# A torch-free module: `import det` does not import torch.
+from det.pytorch._harness.errors import InvalidHP
 
-__all__ = ["AllocationEndedError", "ClusterEnvironmentError", "ClusterInfo", "MasterError",
-           "TrialInfo", "core", "get_cluster_info"]
+# Determined's logging format (det.LOG_FORMAT), for logging.basicConfig(format=...).
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
+
+__all__ = ["AllocationEndedError", "ClusterEnvironmentError", "ClusterInfo", "InvalidHP",
+           "LOG_FORMAT", "MasterError", "TrialInfo", "core", "get_cluster_info"]

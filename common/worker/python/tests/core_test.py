@@ -9,6 +9,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import unittest
@@ -56,6 +57,20 @@ class TlsTest(unittest.TestCase):
         with self.assertRaisesRegex(det.ClusterEnvironmentError,
                                     f"DET_MASTER_CERT_FILE: cannot read '{missing}'"):
             _client.master_channel(grpc, "127.0.0.1:1", {"DET_MASTER_CERT_FILE": missing})
+
+
+class TopLevelTest(unittest.TestCase):
+    def test_determineds_top_level_names_without_importing_torch(self):
+        # det.InvalidHP and det.LOG_FORMAT as in Determined; `import det` stays torch-free.
+        code = ("import logging, sys, det\n"
+                "logging.Formatter(det.LOG_FORMAT).format(logging.makeLogRecord({'msg': 'x'}))\n"
+                "assert issubclass(det.InvalidHP, Exception)\n"
+                "print('torch' in sys.modules)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+        self.assertEqual(out.strip(), "False")
+        import det.pytorch
+        self.assertIs(det.pytorch.InvalidHP, det.InvalidHP)
 
 
 class CoreTest(unittest.TestCase):
