@@ -19,9 +19,6 @@ from det import pytorch
 import data
 from model_def import FashionTrial
 
-# Determined's det.LOG_FORMAT.
-LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
-
 # The hyperparameters of a local run (on a cluster they come from the experiment config;
 # these are configs/examples/trial-const.yaml's).
 LOCAL_HPARAMS = {"global_batch_size": 64, "learning_rate": 0.002, "lr_decay": 0.7,
@@ -47,7 +44,7 @@ def run(max_length, validation_period, local: bool) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)
     parser = argparse.ArgumentParser()
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--batches", type=int, help="train this many batches")
