@@ -32,12 +32,20 @@ bazel_rc=${PIPESTATUS[0]}
 # Count test cases: for every target in Bazel's summary, the cases in its JUnit XML (every
 # shard's and every run's); a target that did not build or run, left no results or was
 # FLAKY counts as at least one failure.
-python3 - "$bazel_rc" "$summary" "$extra" "$started" <<'PY'
+python3 - "$bazel_rc" "$summary" "$extra" "$started" "$@" <<'PY'
 import os, re, sys
 import xml.etree.ElementTree as ET
 
 import time
 bazel_rc, summary, extra, started = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+# --runs_per_test of this invocation (passed through "$@"), for the layout of its results.
+runs = 1
+test_args = sys.argv[5:]
+for i, a in enumerate(test_args):
+    value = a.split("=", 1)[1] if a.startswith("--runs_per_test=") else (
+        test_args[i + 1] if a == "--runs_per_test" and i + 1 < len(test_args) else "")
+    if value.isdigit():
+        runs = int(value)
 passed = failed = skipped = 0
 # Cases run by this script itself (tests/build/cache_check.sh): "PASS name" / "FAIL name: ...".
 for line in open(extra, errors="replace"):
@@ -54,21 +62,28 @@ for line in open(summary, errors="replace"):
     target, status = m.groups()
     seen.add(target)
     pkg, name = target[2:].split(":")
-    # One test.xml per run: the target's own, or one per shard / per run of a sharded or
-    # repeated target (shard_1_of_4/test.xml, run_2_of_20/test.xml, ...).
-    # Earlier invocations may have left other layouts behind (run_1_of_20 of a repeated run):
-    # only the newest file's layout counts.
+    # One test.xml per run: the target's own, or one per shard and per run of a sharded or
+    # repeated target (shard_1_of_4/test.xml, run_2_of_20/test.xml, ...). Earlier
+    # invocations leave other layouts behind (run_N_of_20 of an earlier --runs_per_test=20,
+    # newer than a cached result's own test.xml): only this invocation's layout counts,
+    # from its --runs_per_test and whether the target is sharded.
     base = os.path.join("bazel-testlogs", pkg, name)
-    found = []
+    found = []  # (mtime, shard total or None, run total or None, path)
     for root, dirs, files in os.walk(base):
         dirs.sort()
         if "test.xml" in files:
+            rel = os.path.relpath(root, base)  # ".", "shard_2_of_4", "shard_2_of_4_run_1_of_3", ...
+            shard = re.search(r"shard_\d+_of_(\d+)", rel)
+            run = re.search(r"run_\d+_of_(\d+)", rel)
             path = os.path.join(root, "test.xml")
-            found.append((os.path.getmtime(path), os.path.relpath(root, base), path))
-    def layout(rel):  # "shard_2_of_4/run_1_of_3" -> "shard_N_of_4/run_N_of_3"
-        return re.sub(r"\d+_of_", "N_of_", rel)
-    newest = layout(max(found)[1]) if found else None
-    xmls = [path for _, rel, path in found if layout(rel) == newest]
+            found.append((os.path.getmtime(path), shard and int(shard.group(1)),
+                          run and int(run.group(1)), path))
+    found = [f for f in found if f[2] == (runs if runs > 1 else None)]
+    sharded = [f for f in found if f[1] is not None]
+    if sharded:
+        total = max(sharded)[1]  # the newest shard count (a changed shard_count leaves old ones)
+        found = [f for f in sharded if f[1] == total]
+    xmls = [f[3] for f in found]
     cases_passed = cases_failed = cases_skipped = 0
     if status in ("PASSED", "FAILED", "FLAKY"):
         for xml in xmls:
