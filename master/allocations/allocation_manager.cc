@@ -2,6 +2,7 @@
 
 #include "master/auth/linked_task_user.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -200,15 +201,16 @@ void AllocationManager::Kill(TrialState& t, const std::string& reason, absl::Dur
   SendKill(t, reason, grace);
 }
 
-void AllocationManager::Stop(TrialState& t, const std::string& reason, absl::Duration kill_grace) {
+void AllocationManager::Stop(TrialState& t, const std::string& reason, absl::Duration timeout) {
   DET_CHECK_ON_LOOP(loop_);
   if (t.killing) return;
   if (!t.asks_should_preempt) {
-    Kill(t, reason, kill_grace);
+    Kill(t, reason, timeout);
     return;
   }
   const ExperimentState& es = experiments_.at(t.trial.experiment_id());
-  const absl::Duration grace = es.config.stop_grace_period.value_or(stop_grace_period_);
+  absl::Duration grace = es.config.stop_grace_period.value_or(stop_grace_period_);
+  if (timeout > absl::ZeroDuration()) grace = std::min(grace, timeout);
   t.killing = true;
   t.kill_reason = reason;
   AnswerPreemptWaiters(t, absl::OkStatus());
@@ -218,7 +220,7 @@ void AllocationManager::Stop(TrialState& t, const std::string& reason, absl::Dur
                                     ") through should_preempt(): it has ",
                                     absl::FormatDuration(grace),
                                     " to checkpoint and exit before SIGTERM"));
-  turns_.PostAfter(grace, [this, trial_id, allocation, reason, kill_grace, grace] {
+  turns_.PostAfter(grace, [this, trial_id, allocation, reason, grace] {
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) return;
     TrialState& t = it->second;
@@ -226,7 +228,7 @@ void AllocationManager::Stop(TrialState& t, const std::string& reason, absl::Dur
     TrialEvent(trial_id, absl::StrCat("allocation ", allocation, " did not exit within ",
                                       absl::FormatDuration(grace),
                                       " of being asked to stop: SIGTERM"));
-    SendKill(t, reason, kill_grace);
+    SendKill(t, reason, absl::ZeroDuration());
   });
 }
 

@@ -55,11 +55,13 @@ class AllocationManager {
   void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
   // A stop the trial can cooperate with (pause, preemption, a searcher's early stop): when
   // its script asks should_preempt(), it is told to stop there and has the stop grace period
-  // (the experiment's stop_grace_period, else the master's) to checkpoint and exit; only
-  // then do the agents send SIGTERM (and SIGKILL after `kill_grace`). The trial log says
-  // which happened. A script that never asked is killed at once, as by Kill.
+  // (the experiment's stop_grace_period, else the master's; at most `timeout` when that is
+  // set) to checkpoint and exit; only then do the agents send SIGTERM (and SIGKILL after
+  // their kill_grace). The trial log says which happened. A script that never asked is
+  // killed at once, as by Kill(t, reason, timeout). `timeout`: a resource pool's
+  // preemption_timeout, the bound of the whole stop; zero: none.
   void Stop(TrialState& t, const std::string& reason,
-            absl::Duration kill_grace = absl::ZeroDuration());
+            absl::Duration timeout = absl::ZeroDuration());
   // master.yaml's stop_grace_period (default 5 minutes).
   void SetStopGracePeriod(absl::Duration grace) { stop_grace_period_ = grace; }
   // Kill for a more important trial: t is requeued once its run ends (not a restart); when

@@ -135,6 +135,25 @@ TEST_F(AllocationManagerTest, AScriptThatAsksShouldPreemptGetsTheGracePeriodBefo
   EXPECT_THAT(h_.Logs(trial), HasSubstr("did not exit within 3m of being asked to stop: SIGTERM"));
 }
 
+// A preemption is bounded by its pool's preemption_timeout: a script that asks gets at most
+// that long, not the (longer) stop grace period.
+TEST_F(AllocationManagerTest, APreemptionsGracePeriodIsAtMostThePoolsTimeout) {
+  std::string session = h_.Register("a1", 1);
+  const int64_t trial = h_.CreateExperiment("coop-preempted");
+  v1::LaunchCommand launch = h_.NextLaunch("a1", session);
+  v1::ShouldPreemptRequest ask;
+  ask.mutable_auth()->set_allocation_id(launch.allocation_id());
+  ask.mutable_auth()->set_token(launch.env().at("DET_ALLOCATION_TOKEN"));
+  v1::ShouldPreemptResponse answer;
+  h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [](absl::Status) {}); });
+  h_.Turn([&] {
+    h_.allocations.Preempt(h_.registry.trials.at(trial), "preempted by trial 9", absl::Seconds(60));
+  });
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("it has 1m to checkpoint and exit before SIGTERM"));
+  EXPECT_EQ(AdvancePolling(h_, absl::Seconds(59), "a1", session), 0);
+  EXPECT_EQ(AdvancePolling(h_, absl::Seconds(2), "a1", session), 1);
+}
+
 TEST_F(AllocationManagerTest, AScriptThatExitsInItsGracePeriodIsNotSignalled) {
   std::string session = h_.Register("a1", 1);
   const int64_t trial = h_.CreateExperiment("coop-exits");
