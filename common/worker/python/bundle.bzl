@@ -6,18 +6,26 @@
 imports the package. A file outside `strip_prefix` is an error naming it.
 """
 
-def _py_bundle_impl(ctx):
-    out = ctx.actions.declare_directory(ctx.attr.name)
+def package_files(ctx, rule_name):
+    """[(file, path in the package)] of ctx.attr.srcs, relative to ctx.attr.strip_prefix; a
+    file outside it fails the build, naming it. Shared by py_bundle and py_wheel, so that
+    the same srcs give the same tree in both."""
     prefix = ctx.attr.strip_prefix.rstrip("/") + "/"
-    files = []
-    commands = []
+    out = []
     for target in ctx.attr.srcs:
         for f in target.files.to_list():
             if not f.short_path.startswith(prefix):
-                fail("py_bundle %s: %s is not under %s" % (ctx.label, f.short_path, prefix))
-            rel = f.short_path[len(prefix):]
-            files.append(f)
-            commands.append('mkdir -p "$1/$(dirname %s)" && cp "%s" "$1/%s"' % (rel, f.path, rel))
+                fail("%s %s: %s is not under %s" % (rule_name, ctx.label, f.short_path, prefix))
+            out.append((f, f.short_path[len(prefix):]))
+    return out
+
+def _py_bundle_impl(ctx):
+    out = ctx.actions.declare_directory(ctx.attr.name)
+    files = []
+    commands = []
+    for f, rel in package_files(ctx, "py_bundle"):
+        files.append(f)
+        commands.append('mkdir -p "$1/$(dirname %s)" && cp "%s" "$1/%s"' % (rel, f.path, rel))
     ctx.actions.run_shell(
         inputs = files,
         outputs = [out],

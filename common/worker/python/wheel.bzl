@@ -10,17 +10,15 @@ Each package directory in `typed` gets an empty PEP 561 `py.typed` marker in the
 The writer runs under /usr/bin/python3 -I: the action needs no PATH and no site-packages.
 """
 
+load(":bundle.bzl", "package_files")
+
 def _py_wheel_impl(ctx):
     out = ctx.actions.declare_directory(ctx.attr.name)
-    prefix = ctx.attr.strip_prefix.rstrip("/") + "/"
     files = []
     specs = []
-    for target in ctx.attr.srcs:
-        for f in target.files.to_list():
-            if not f.short_path.startswith(prefix):
-                fail("py_wheel %s: %s is not under %s" % (ctx.label, f.short_path, prefix))
-            files.append(f)
-            specs.append("%s=%s" % (f.short_path[len(prefix):], f.path))
+    for f, rel in package_files(ctx, "py_wheel"):
+        files.append(f)
+        specs.append("%s=%s" % (rel, f.path))
     args = ctx.actions.args()
     args.add("-I")
     args.add(ctx.file._writer)
