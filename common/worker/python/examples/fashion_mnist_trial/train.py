@@ -41,6 +41,8 @@ def run(max_length, validation_period, local: bool) -> None:
         trainer = pytorch.Trainer(trial, train_context)
         trainer.fit(max_length=max_length, validation_period=validation_period,
                     latest_checkpoint=latest_checkpoint)
+        # Dropped before init() ends the process group (the trial holds the DDP model).
+        del trainer, trial
 
 
 def main() -> None:

@@ -55,5 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             reporting_period=pytorch.Batch(int(spec.spec.scheduling_unit) or 100),
             checkpoint_policy=spec.checkpoint_policy or "best",
             latest_checkpoint=info.latest_checkpoint)
+        # Before init() tears the process group down: the trial holds the DDP models.
+        del trainer, trial
     return 0
 
