@@ -41,12 +41,14 @@ class TinyTrial(pytorch.PyTorchTrial):
                 frequency=context.get_hparams().get("lr_frequency", 1))
         self.log_path = context.get_hparam("log")
         self.rank = context.distributed.get_rank()
+        self._log(kind="init", initial_batch=context.get_initial_batch())
 
     def _log(self, **record) -> None:
         with open(self.log_path, "a") as f:
             f.write(json.dumps(dict(record, rank=self.rank)) + "\n")
 
     def build_training_data_loader(self):
+        self._log(kind="loader", initial_batch=self.context.get_initial_batch())
         return pytorch.DataLoader(IndexedData(), batch_size=self.context.get_per_slot_batch_size(),
                                   shuffle=self.context.get_hparams().get("shuffle", True))
 

@@ -180,6 +180,8 @@ class LocalTest(unittest.TestCase):
         second, _ = self.fit(max_length=pytorch.Batch(20), latest_checkpoint=ckpt,
                              checkpoint_policy="none")
         self.assertEqual(second.recorder.events[0], ("startup", 7))
+        # fit(latest_checkpoint=...) is read after the trial is built: the loaders see it.
+        self.assertEqual([r["initial_batch"] for r in records(self.log, "loader")], [0, 7])
         self.assertEqual(second.recorder.restored, {"events_so_far": len(
             first.recorder.events) - 1})
         train = records(self.log, "train")
@@ -339,6 +341,9 @@ class ClusterTest(unittest.TestCase):
                                                  latest_checkpoint=latest))
         train = records(self.log, "train")
         self.assertEqual([r["batch_idx"] for r in train], list(range(12)))
+        # The resumed trial knows its first batch when it is built (the spec's checkpoint).
+        self.assertEqual([r["initial_batch"] for r in records(self.log, "init")], [0, 5])
+        self.assertEqual([r["initial_batch"] for r in records(self.log, "loader")], [0, 5])
         epoch0 = [i for r in train[:8] for i in r["ids"]]
         self.assertEqual(sorted(epoch0), list(range(64)))
         self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])

@@ -4,6 +4,7 @@ with, over a det.core Context."""
 
 import contextlib
 import gc
+import json
 import logging
 import os
 import random
@@ -176,6 +177,8 @@ class PyTorchTrialContext(_ReducerContext):
         return self._trial_seed
 
     def get_initial_batch(self) -> int:
+        """The batch training starts at: 0 on a first run, the latest checkpoint's batch
+        when the trial resumes (a pause, a restart, a preemption)."""
         return self._steps_completed
 
     def get_stop_requested(self) -> bool:
@@ -386,6 +389,23 @@ def _set_random_seeds(seed: int) -> None:
     torch.random.manual_seed(seed)
 
 
+def _latest_steps_completed(checkpoint_path: Optional[str]) -> int:
+    """The batch the trial's latest checkpoint was taken at (its metadata.json's
+    steps_completed), what get_initial_batch() answers before fit() reads the checkpoint
+    itself; 0 on a first run or when the metadata cannot be read (logged)."""
+    if not checkpoint_path:
+        return 0
+    metadata = os.path.join(checkpoint_path, "metadata.json")
+    try:
+        with open(metadata) as f:
+            steps = json.load(f).get("steps_completed", 0)
+    except (OSError, ValueError, AttributeError) as e:
+        logger.warning("cannot read the latest checkpoint's batch from %s (%s): "
+                       "get_initial_batch() says 0 until the Trainer restores it", metadata, e)
+        return 0
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else 0
+
+
 @contextlib.contextmanager
 def init(*, hparams: Optional[Dict[str, Any]] = None, exp_conf: Optional[Dict[str, Any]] = None,
          distributed: Optional[core.DistributedContext] = None, aggregation_frequency: int = 1,
@@ -413,6 +433,7 @@ def init(*, hparams: Optional[Dict[str, Any]] = None, exp_conf: Optional[Dict[st
     trial_seed: Optional[int] = None
     steps_completed = 0
     if info is not None:
+        steps_completed = _latest_steps_completed(info.latest_checkpoint_path)
         trial_seed = info.trial.trial_seed
         hparams = hparams if hparams is not None else dict(info.trial.hparams)
         exp_conf = exp_conf if exp_conf is not None else _config_from_spec(info)

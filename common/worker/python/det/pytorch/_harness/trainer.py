@@ -198,6 +198,7 @@ class _Controller:
         self.state = {**_fresh_state(self.trial_id),
                       **{k: v for k, v in state.items() if k in _fresh_state(0)}}
         self.best_validation = state.get("best_validation")
+        self.context._steps_completed = self.state["batches_trained"]
 
     def _build_loaders(self) -> None:
         train = self.trial.build_training_data_loader()
