@@ -192,8 +192,11 @@ def main() -> None:
         # releases the previous collective's tensors (holding the group's lock, waiting for
         # the GIL). The barrier lets the workers finish; destroy_process_group() then drops
         # the last reference. (Seen here: 1 run in 2 of core_api_test's killed-rank case hung
-        # a rank at exit.)
-        dist.barrier()
+        # a rank at exit.) NCCL's barrier is told its device: torch 2.x warns when it guesses.
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
         dist.destroy_process_group()
 
 

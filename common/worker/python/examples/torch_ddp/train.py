@@ -179,7 +179,11 @@ def main():
     # worker thread still releases a collective's tensors.
     ddp = optimizer = None
     gc.collect()
-    dist.barrier()
+    # NCCL's barrier is told its device: torch 2.x warns when it has to guess it.
+    if backend == "nccl":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
     dist.destroy_process_group()
 
 
