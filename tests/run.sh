@@ -25,6 +25,10 @@ trap 'rm -f "$summary" "$extra"' EXIT
 echo "== build cache across shells"
 tests/build/cache_check.sh //... | tee "$extra"
 
+# GCC ignores ABSL_GUARDED_BY and friends; Clang's analysis checks them (one case).
+echo "== thread safety (clang -Wthread-safety)"
+tests/build/thread_safety.sh | tee -a "$extra"
+
 echo "== testing"
 bazel test //... --test_output=errors "$@" 2>&1 | tee "$summary"
 bazel_rc=${PIPESTATUS[0]}
@@ -47,7 +51,8 @@ for i, a in enumerate(test_args):
     if value.isdigit():
         runs = int(value)
 passed = failed = skipped = 0
-# Cases run by this script itself (tests/build/cache_check.sh): "PASS name" / "FAIL name: ...".
+# Cases run by this script itself (tests/build/cache_check.sh, thread_safety.sh): "PASS name" /
+# "FAIL name: ...".
 for line in open(extra, errors="replace"):
     if line.startswith("PASS "):
         passed += 1

@@ -593,8 +593,10 @@ EnvironmentVariables CurrentEnvironment() {
 EnvironmentVariables MergeEnvironment(EnvironmentVariables base,
                                       const EnvironmentVariables& overrides) {
   for (const auto& [name, value] : overrides) {
+    // A structured binding cannot be captured by a lambda before C++20 (Clang refuses it).
+    const std::string& key = name;
     auto it = std::find_if(base.begin(), base.end(),
-                           [&](const auto& entry) { return entry.first == name; });
+                           [&key](const auto& entry) { return entry.first == key; });
     if (it != base.end()) {
       it->second = value;
     } else {

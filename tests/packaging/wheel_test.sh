@@ -84,13 +84,15 @@ import det
 import det._proto.worker_pb2
 import det._proto.worker_pb2_grpc
 import det.core
+import det.experimental.client  # the SDK, with det._proto.api_pb2(_grpc)
 import det.launch.torch_distributed
 import det.pytorch
 from det.pytorch import deterministic
 
 assert sys.prefix != sys.base_prefix, "not running in the venv"
 site = os.path.realpath(sysconfig.get_paths()["platlib"])
-for module in (det, det.core, det.pytorch, det._proto.worker_pb2, deterministic):
+for module in (det, det.core, det.pytorch, det._proto.worker_pb2, deterministic,
+               det.experimental.client):
     path = os.path.realpath(module.__file__)
     assert path.startswith(site + os.sep), f"{module.__name__} comes from {path}, not {site}"
     print(f"{module.__name__}: {path}")
