@@ -26,10 +26,25 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(torch_distributed.command(["--", "python3.11", "t.py"], "/p"), ["/p", "t.py"])
         self.assertEqual(torch_distributed.command(["python", "t.py"], "/p"), ["/p", "t.py"])
         self.assertEqual(torch_distributed.command(["./run.sh", "a"], "/p"), ["./run.sh", "a"])
-        with self.assertRaisesRegex(torch_distributed.LaunchError, "--trial .* not supported"):
-            torch_distributed.command(["--trial", "model_def:Trial"], "/p")
         with self.assertRaisesRegex(torch_distributed.LaunchError, "usage"):
             torch_distributed.command([], "/p")
+
+    def test_trial_runs_under_the_trial_runner(self):
+        runner = ["/p", "-m", "det.pytorch.run", "model_def:MNistTrial"]
+        self.assertEqual(torch_distributed.command(["--trial", "model_def:MNistTrial"], "/p"),
+                         runner)
+        self.assertEqual(torch_distributed.command(["--trial=model_def:MNistTrial"], "/p"),
+                         runner)
+        for bad, why in [(["--trial"], "needs MODULE:CLASS"),
+                         (["--trial", "model_def"], "needs MODULE:CLASS.*'model_def'"),
+                         (["--trial", ":Trial"], "needs MODULE:CLASS"),
+                         (["--trial", "m:T", "extra"], "nothing after MODULE:CLASS, got extra")]:
+            with self.assertRaisesRegex(torch_distributed.LaunchError, why):
+                torch_distributed.command(bad, "/p")
+        # As a process off-cluster: the runner itself says it needs an allocation.
+        r = run(["--trial", "model_def:MNistTrial"], {})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("det.pytorch.run: not in a det allocation", r.stderr)
 
     def test_inside_an_allocation_the_agents_environment_passes_through(self):
         r = run(["python3", "-c", PRINT_ENV, "a", "b"],

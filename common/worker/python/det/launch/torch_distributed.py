@@ -1,10 +1,12 @@
 """`python3 -m det.launch.torch_distributed [--] python3 train.py ARGS...`
+`python3 -m det.launch.torch_distributed --trial MODULE:CLASS` (Determined's Trial form)
 
 Determined's torch_distributed launcher starts torchrun; det's agent already starts one
 process per slot with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), so this launcher checks that environment
 and execs the script in place: a leading python/python3/pythonX.Y runs as this interpreter
-(sys.executable). Outside a det allocation it runs the script as a single process (RANK 0 of
+(sys.executable). `--trial MODULE:CLASS` trains that PyTorchTrial with det's Trial runner
+(`python3 -m det.pytorch.run MODULE:CLASS`), as Determined's launcher did. Outside a det allocation it runs the script as a single process (RANK 0 of
 1, MASTER_ADDR 127.0.0.1 and a free MASTER_PORT)."""
 
 import os
@@ -14,7 +16,8 @@ import sys
 from typing import List, Mapping, MutableMapping
 
 REQUIRED = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
-USAGE = "usage: python3 -m det.launch.torch_distributed [--] COMMAND [ARGS...]"
+USAGE = ("usage: python3 -m det.launch.torch_distributed [--] COMMAND [ARGS...]\n"
+         "       python3 -m det.launch.torch_distributed --trial MODULE:CLASS")
 
 
 class LaunchError(Exception):
@@ -52,15 +55,29 @@ def command(argv: List[str], executable: str) -> List[str]:
     if not args:
         raise LaunchError(USAGE)
     if args[0].startswith("-"):
-        if args[0] == "--trial":
-            raise LaunchError("det.launch.torch_distributed: --trial (Determined's Trial API) is "
-                              "not supported; det runs Core API scripts: " + USAGE)
+        if args[0] == "--trial" or args[0].startswith("--trial="):
+            return _trial_command(args, executable)
         raise LaunchError(f"det.launch.torch_distributed: unknown option {args[0]} (the agent "
                           "starts one process per slot, so torchrun's options do not apply); "
                           + USAGE)
     if re.fullmatch(r"python(3(\.\d+)?)?", os.path.basename(args[0])):
         return [executable] + args[1:]
     return args
+
+
+def _trial_command(args: List[str], executable: str) -> List[str]:
+    """`--trial MODULE:CLASS` (or `--trial=MODULE:CLASS`) as det's Trial runner command."""
+    spec = args[0].partition("=")[2] if args[0].startswith("--trial=") else (
+        args[1] if len(args) > 1 else "")
+    rest = args[1:] if args[0].startswith("--trial=") else args[2:]
+    module, sep, cls = spec.partition(":")
+    if not (module and sep and cls):
+        raise LaunchError("det.launch.torch_distributed: --trial needs MODULE:CLASS (e.g. "
+                          f"--trial model_def:MNistTrial), got {spec!r}\n" + USAGE)
+    if rest:
+        raise LaunchError("det.launch.torch_distributed: --trial takes nothing after "
+                          f"MODULE:CLASS, got {' '.join(rest)}\n" + USAGE)
+    return [executable, "-m", "det.pytorch.run", spec]
 
 
 def main(argv: List[str], env: MutableMapping[str, str]) -> None:
