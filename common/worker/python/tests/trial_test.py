@@ -219,6 +219,9 @@ class LocalTest(unittest.TestCase):
     def test_evaluate_full_dataset(self):
         self.fit(trial_model.FullDatasetTrial, max_length=pytorch.Batch(2))
         self.assertEqual([m["records"] for g, _, m in self.reports if g == "validation"], [16])
+        # The trial's own "batches" is kept; "epochs" is added (2 batches: epoch 0).
+        self.assertEqual([(m["batches"], m["epochs"]) for g, _, m in self.reports
+                          if g == "validation"], [(99.0, 0)])
 
     def test_lr_scheduler_step_modes(self):
         def lrs(mode, batches, freq=1, aggregation=None):
@@ -322,6 +325,9 @@ class ClusterTest(unittest.TestCase):
                          [2, 4, 6, 8, 10, 12])
         self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
         self.assertEqual(service.rows("training")[0].values["batch_idx_metric"], 0.5)
+        # Every validation says the trial's batches and epochs (an epoch is 8 batches here).
+        self.assertEqual([(r.values["batches"], r.values["epochs"])
+                          for r in service.rows("validation")], [(4, 0), (8, 1), (12, 1)])
         # Policy "best": a checkpoint after each validation that beat the trial's best.
         self.assertGreaterEqual(len(service.checkpoints), 1)
         self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)

@@ -463,6 +463,10 @@ class _Controller:
         for callback in self.callbacks.values():
             callback.on_validation_end(metrics)
         self.state["last_val"] = self.state["batches_trained"]
+        # As Determined's Trial API: the trial's batches and epochs go with every validation
+        # (unless the trial reports its own), so that searcher.time_metric can name them.
+        metrics["batches"] = metrics.get("batches", self.state["batches_trained"])
+        metrics["epochs"] = metrics.get("epochs", self.state["epochs_trained"])
 
         searcher_value = None
         if self.searcher_metric:
