@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,23 @@ absl::Status WriteCredential(const std::string& path, const std::string& credent
     return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
   }
   return WritePrivateFile(path, credential + "\n");
+}
+
+// A credential this agent proposes at its first registration: 32 bytes of the kernel's
+// random generator, hex. Kept before it is sent, so that an answer lost on the way (or a
+// crash right after) does not leave the master holding a credential the agent never saw.
+absl::StatusOr<std::string> NewCredential() {
+  unsigned char raw[32];
+  size_t got = 0;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
+    got += static_cast<size_t>(n);
+  }
+  std::string hex;
+  for (unsigned char b : raw) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return hex;
 }
 
 }  // namespace
@@ -185,7 +203,8 @@ absl::Status Agent::RegisterOnce() {
   }
   auto resp = client_.Register(req);
   if (!resp.ok()) {
-    if (absl::IsUnauthenticated(resp.status()) || absl::IsAlreadyExists(resp.status())) {
+    if (absl::IsUnauthenticated(resp.status()) || absl::IsAlreadyExists(resp.status()) ||
+        absl::IsPermissionDenied(resp.status())) {
       Logger("agent")->error("the master at {} refused agent {}: {}", config_.master,
                              config_.agent_id, std::string(resp.status().message()));
     } else {
@@ -198,8 +217,10 @@ absl::Status Agent::RegisterOnce() {
     // Kept for the next registration (this process's or a restarted one's).
     absl::Status kept = WriteCredential(CredentialPath(config_.work_dir), resp->agent_credential());
     if (!kept.ok()) {
-      Logger("agent")->error("cannot keep the agent credential (a restarted agent must wait for "
-                             "the master to see this one go): {}", kept.ToString());
+      Logger("agent")->error("cannot keep the agent credential (this process keeps it in "
+                             "memory; a restarted agent will be refused until an admin runs "
+                             "det agent reset-credential {}): {}",
+                             config_.agent_id, kept.ToString());
     }
   }
   absl::MutexLock l(&mu_);
@@ -232,8 +253,27 @@ absl::Status Agent::Run() {
   }
   Restore();
   {
+    std::string credential = ReadCredential(CredentialPath(config_.work_dir));
+    if (credential.empty()) {
+      // Not enrolled yet (or the file is lost: then the master refuses this id until an
+      // admin runs det agent reset-credential, and enrols it with this one).
+      absl::StatusOr<std::string> fresh = NewCredential();
+      if (fresh.ok()) {
+        credential = *fresh;
+        absl::Status kept = WriteCredential(CredentialPath(config_.work_dir), credential);
+        if (!kept.ok()) {
+          Logger("agent")->error("cannot keep the agent credential (this process keeps it in "
+                                 "memory; a restarted agent will be refused until an admin "
+                                 "runs det agent reset-credential {}): {}",
+                                 config_.agent_id, kept.ToString());
+        }
+      } else {
+        Logger("agent")->warn("cannot make an agent credential ({}); the master issues one",
+                              fresh.status().ToString());
+      }
+    }
     absl::MutexLock l(&mu_);
-    credential_ = ReadCredential(CredentialPath(config_.work_dir));
+    credential_ = std::move(credential);
   }
   poller_ = std::thread([this] { PollLoop(); });
   outbox_thread_ = std::thread([this] { OutboxLoop(); });

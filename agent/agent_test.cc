@@ -619,19 +619,23 @@ TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   EXPECT_EQ(master.dropped(), 0);
 }
 
-// The credential the master issues is kept in work_dir/run (0600: no worker reads it) and
-// presented by the next agent process, so that only it may take the id back while the
-// master still sees the first one connected.
+// Before its first registration the agent makes a credential (32 random bytes, hex) and
+// keeps it in work_dir/run (0600: no worker reads it), then proposes it; the one the master
+// answers with is kept in its place and presented by the next agent process, so that only
+// it may take the id back (the master refuses the id to anyone else, connected or not).
 TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
+  const std::string path = dir_ + "/work/run/agent_credential";
+  std::string proposed;
   {
     FakeMasterClient first;
     first.IssueCredential("c0ffee");
     RunningAgent agent(config_, first, options_);
     ASSERT_TRUE(first.WaitFor([&] { return !first.registers().empty(); }));
-    EXPECT_EQ(first.registers()[0].agent_credential(), "");
+    proposed = first.registers()[0].agent_credential();
     EXPECT_TRUE(agent.Stop().ok());
   }
-  const std::string path = dir_ + "/work/run/agent_credential";
+  EXPECT_EQ(proposed.size(), 64u);
+  EXPECT_EQ(proposed.find_first_not_of("0123456789abcdef"), std::string::npos) << proposed;
   struct stat st;
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -642,6 +646,18 @@ TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
   ASSERT_TRUE(second.WaitFor([&] { return !second.registers().empty(); }));
   EXPECT_EQ(second.registers()[0].agent_credential(), "c0ffee");
   EXPECT_TRUE(agent.Stop().ok());
+
+  // Another work_dir: another credential.
+  FakeMasterClient third;
+  config::AgentConfig other = config_;
+  other.work_dir = dir_ + "/work-2";
+  RunningAgent agent2(other, third, options_);
+  ASSERT_TRUE(third.WaitFor([&] { return !third.registers().empty(); }));
+  EXPECT_EQ(third.registers()[0].agent_credential().size(), 64u);
+  EXPECT_NE(third.registers()[0].agent_credential(), proposed);
+  EXPECT_EQ(Slurp(other.work_dir + "/run/agent_credential"),
+            third.registers()[0].agent_credential() + "\n");
+  EXPECT_TRUE(agent2.Stop().ok());
 }
 
 // Registration tells the master where other agents reach this one and which ports it lends

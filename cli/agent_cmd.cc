@@ -1,4 +1,4 @@
-// det agent|a list|enable|disable
+// det agent|a list|enable|disable|reset-credential
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -33,6 +33,15 @@ absl::Status SetEnabled(CliContext& ctx, const std::string& id, bool enable, boo
   return absl::OkStatus();
 }
 
+absl::Status ResetCredential(CliContext& ctx, const std::string& id) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::ResetAgentCredentialResponse r, api->ResetAgentCredential(id));
+  ctx.out << "Reset the credential of agent " << r.agent().id()
+          << ": its next registration is issued a new one (start the agent now; nothing it "
+             "ran before is reattached)\n";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterAgentCommands(CLI::App& app, CliContext& ctx) {
@@ -54,6 +63,12 @@ void RegisterAgentCommands(CLI::App& app, CliContext& ctx) {
   disable->callback([&ctx, id, drain] {
     ctx.action = [&ctx, id, drain] { return SetEnabled(ctx, *id, false, *drain); };
   });
+  CLI::App* reset = group->add_subcommand(
+      "reset-credential",
+      "admins: re-enrol a disconnected agent that lost its credential (its next registration "
+      "is issued a new one)");
+  reset->add_option("AGENT_ID", *id, "agent ID")->required();
+  reset->callback([&ctx, id] { ctx.action = [&ctx, id] { return ResetCredential(ctx, *id); }; });
 }
 
 }  // namespace det::cli

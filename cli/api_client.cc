@@ -398,6 +398,14 @@ absl::StatusOr<v1::DisableAgentResponse> ApiClient::DisableAgent(const std::stri
               options_.deadline, address_);
 }
 
+absl::StatusOr<v1::ResetAgentCredentialResponse> ApiClient::ResetAgentCredential(
+    const std::string& agent_id) {
+  v1::ResetAgentCredentialRequest request;
+  request.set_agent_id(agent_id);
+  return Call(*rpc_->stub, &v1::Api::Stub::ResetAgentCredential, "ResetAgentCredential",
+              request, options_.deadline, address_);
+}
+
 absl::StatusOr<v1::ListJobsResponse> ApiClient::ListJobs(const std::string& resource_pool) {
   v1::ListJobsRequest request;
   request.set_resource_pool(resource_pool);

@@ -90,6 +90,8 @@ class ApiClient {
   absl::StatusOr<v1::ListAgentsResponse> ListAgents();
   absl::StatusOr<v1::EnableAgentResponse> EnableAgent(const std::string& agent_id);
   absl::StatusOr<v1::DisableAgentResponse> DisableAgent(const std::string& agent_id, bool drain);
+  absl::StatusOr<v1::ResetAgentCredentialResponse> ResetAgentCredential(
+      const std::string& agent_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const std::string& resource_pool);
   absl::Status UpdateJobPriority(int64_t experiment_id, int32_t priority);
   absl::StatusOr<v1::ListTasksResponse> ListTasks();

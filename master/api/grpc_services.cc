@@ -161,6 +161,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(DeleteCheckpoints)
   DET_SERVE_API(EnableAgent)
   DET_SERVE_API(DisableAgent)
+  DET_SERVE_API(ResetAgentCredential)
   DET_SERVE_API(ListJobs)
   DET_SERVE_API(UpdateJobPriority)
   DET_SERVE_API(ListTasks)
@@ -200,7 +201,14 @@ class ApiService final : public v1::Api::CallbackService {
 class AgentService final : public v1::AgentService::CallbackService {
  public:
   explicit AgentService(AgentHandler& h) : h_(h) {}
-  DET_SERVE(AgentHandler, Register)
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::RegisterRequest* req,
+                                     v1::RegisterResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    h_.RegisterFrom(ctx->peer(), *req, resp,
+                    [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    return reactor;
+  }
   DET_SERVE(AgentHandler, Heartbeat)
   DET_SERVE(AgentHandler, PollCommands)
   DET_SERVE(AgentHandler, ReportLaunched)

@@ -55,6 +55,7 @@ class ApiHandler {
   virtual void ListAgents(const Caller& caller, const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
   virtual void EnableAgent(const Caller& caller, const v1::EnableAgentRequest& request, v1::EnableAgentResponse* response, Done done) = 0;
   virtual void DisableAgent(const Caller& caller, const v1::DisableAgentRequest& request, v1::DisableAgentResponse* response, Done done) = 0;
+  virtual void ResetAgentCredential(const Caller& caller, const v1::ResetAgentCredentialRequest& request, v1::ResetAgentCredentialResponse* response, Done done) = 0;
   virtual void ListJobs(const Caller& caller, const v1::ListJobsRequest& request, v1::ListJobsResponse* response, Done done) = 0;
   virtual void UpdateJobPriority(const Caller& caller, const v1::UpdateJobPriorityRequest& request, v1::UpdateJobPriorityResponse* response, Done done) = 0;
   virtual void ListTasks(const Caller& caller, const v1::ListTasksRequest& request, v1::ListTasksResponse* response, Done done) = 0;
@@ -85,6 +86,12 @@ class AgentHandler {
  public:
   virtual ~AgentHandler() = default;
   virtual void Register(const v1::RegisterRequest& request, v1::RegisterResponse* response, Done done) = 0;
+  // Register, from the caller at `peer` (its address as gRPC names it; logged with a
+  // refused or enrolling registration).
+  virtual void RegisterFrom(const std::string& peer, const v1::RegisterRequest& request,
+                            v1::RegisterResponse* response, Done done) {
+    Register(request, response, std::move(done));
+  }
   virtual void Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response, Done done) = 0;
   virtual void PollCommands(const v1::PollCommandsRequest& request, v1::PollCommandsResponse* response, Done done) = 0;
   virtual void ReportLaunched(const v1::ReportLaunchedRequest& request, v1::ReportLaunchedResponse* response, Done done) = 0;

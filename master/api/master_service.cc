@@ -256,6 +256,17 @@ void MasterService::DisableAgent(const Caller& caller, const v1::DisableAgentReq
   });
 }
 
+void MasterService::ResetAgentCredential(const Caller& caller,
+                                         const v1::ResetAgentCredentialRequest& req,
+                                         v1::ResetAgentCredentialResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "reset agent credentials"));
+    RETURN_IF_ERROR(m_.agents.ResetCredential(req.agent_id(), caller.user.username()));
+    *resp->mutable_agent() = *m_.agents.Find(req.agent_id());
+    return absl::OkStatus();
+  });
+}
+
 void MasterService::ListJobs(const Caller&, const v1::ListJobsRequest& req,
                              v1::ListJobsResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
@@ -357,7 +368,13 @@ void MasterService::RemoveTemplate(const Caller& caller, const v1::RemoveTemplat
 
 void MasterService::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp,
                              Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.liveness.Register(req, resp); });
+  RegisterFrom("", req, resp, std::move(done));
+}
+
+void MasterService::RegisterFrom(const std::string& peer, const v1::RegisterRequest& req,
+                                 v1::RegisterResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done),
+                [this, peer, &req, resp] { return m_.liveness.Register(req, resp, peer); });
 }
 
 void MasterService::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*,

@@ -102,6 +102,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                    v1::EnableAgentResponse*, Done) override;
   void DisableAgent(const Caller&, const v1::DisableAgentRequest&,
                     v1::DisableAgentResponse*, Done) override;
+  void ResetAgentCredential(const Caller&, const v1::ResetAgentCredentialRequest&,
+                            v1::ResetAgentCredentialResponse*, Done) override;
   void ListJobs(const Caller&, const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;
   void UpdateJobPriority(const Caller&, const v1::UpdateJobPriorityRequest&,
                          v1::UpdateJobPriorityResponse*, Done) override;
@@ -119,6 +121,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
 
   // AgentHandler.
   void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;
+  void RegisterFrom(const std::string& peer, const v1::RegisterRequest&, v1::RegisterResponse*,
+                    Done) override;
   void Heartbeat(const v1::HeartbeatRequest&, v1::HeartbeatResponse*, Done) override;
   void PollCommands(const v1::PollCommandsRequest&, v1::PollCommandsResponse*, Done) override;
   void ReportLaunched(const v1::ReportLaunchedRequest&, v1::ReportLaunchedResponse*,

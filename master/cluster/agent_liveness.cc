@@ -51,7 +51,8 @@ void AgentLiveness::CheckAgents() {
   turns_.PostAfter(kAgentCheckPeriod, [this] { CheckAgents(); });
 }
 
-absl::Status AgentLiveness::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp) {
+absl::Status AgentLiveness::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp,
+                                     const std::string& peer) {
   DET_CHECK_ON_LOOP(loop_);
   // The secret first: without it, the caller learns nothing (not even which pools exist).
   RETURN_IF_ERROR(agents_.CheckClusterSecret(req));
@@ -61,13 +62,20 @@ absl::Status AgentLiveness::Register(const v1::RegisterRequest& req, v1::Registe
         "agent ", req.agent_id(), ": resource_pool '", pool,
         "' is not defined in the master's resource_pools"));
   }
-  ASSIGN_OR_RETURN(AgentManager::Admission admitted, agents_.Register(req));
+  ASSIGN_OR_RETURN(AgentManager::Admission admitted, agents_.Register(req, peer));
   resp->set_session_id(admitted.session_id);
   resp->set_agent_credential(admitted.credential);
   resp->set_heartbeat_interval_ms(static_cast<int32_t>(
       absl::ToInt64Milliseconds(std::min(absl::Seconds(5), config_.agent_timeout / 3))));
   const std::string& agent_id = req.agent_id();
   std::set<std::string> running(req.running_allocations().begin(), req.running_allocations().end());
+  if (admitted.enrolled) {
+    // Not proven to be the agent that ran them (a new id, or one an admin reset): it gets
+    // none of them; whatever runs there is stopped, and what was placed on the id is lost
+    // (rescheduled).
+    for (const auto& alloc_id : running) resp->add_kill_allocations(alloc_id);
+    running.clear();
+  }
   // What the agent still runs and we want: reattach. What we do not want: kill.
   for (const auto& alloc_id : running) {
     if (checkpoints_.Reattach(agent_id, alloc_id)) continue;

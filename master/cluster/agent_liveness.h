@@ -38,7 +38,11 @@ class AgentLiveness {
   // Checks for silent agents now and every second after.
   void CheckAgents();
 
-  absl::Status Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp);
+  // `peer`: the caller's address (logged with a refused or enrolling registration). A
+  // registration that enrolls the id (AgentManager::Admission::enrolled) reattaches
+  // nothing: what it claims to run is killed and what was placed on the id is lost.
+  absl::Status Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp,
+                        const std::string& peer = "");
   absl::Status Heartbeat(const v1::HeartbeatRequest& req);
 
  private:

@@ -1,19 +1,38 @@
 #include "master/cluster/agent_manager.h"
 
-#include <random>
+#include <sodium.h>
 
+#include <cstdlib>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 
 namespace det::master {
 namespace {
 
-std::string RandomHex(int bytes) {
-  static thread_local std::random_device rd;
-  std::string out;
-  for (int i = 0; i < bytes; ++i) absl::StrAppend(&out, absl::Hex(rd() & 0xff, absl::kZeroPad2));
+std::string Hex(const unsigned char* bytes, size_t n) {
+  std::string out(2 * n + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes, n);
+  out.pop_back();
   return out;
+}
+
+std::string RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  randombytes_buf(raw.data(), raw.size());
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+// What the store keeps of a credential: its SHA-256, hex. A credential is 32 random bytes,
+// so a fast hash suffices (as for session tokens); no one can guess one from its hash.
+std::string CredentialHash(const std::string& credential) {
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(credential.data()),
+                     credential.size());
+  return Hex(digest, sizeof(digest));
 }
 
 // Compares secrets without leaking where they differ through timing.
@@ -24,15 +43,46 @@ bool SecretsEqual(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// Whether `credential` has a credential's form (32 bytes, lowercase hex), as an agent
+// proposes one at its first registration.
+bool WellFormedCredential(const std::string& credential) {
+  if (credential.size() != 64) return false;
+  for (char c : credential) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Who a registration came from, for the log: the caller's address and what it said.
+std::string Who(const v1::RegisterRequest& req, const std::string& peer) {
+  // What the caller said is escaped: it may not forge lines of the log.
+  std::string who = absl::StrCat("from ", peer.empty() ? "an unknown address" : peer,
+                                 " (hostname '", absl::CHexEscape(req.hostname()), "'");
+  if (req.running_allocations_size() > 0) {
+    absl::StrAppend(&who, ", claiming allocations ",
+                    absl::CHexEscape(absl::StrJoin(req.running_allocations(), ", ")));
+  }
+  return who + ")";
+}
+
 }  // namespace
 
 AgentManager::AgentManager(Clock& clock, EventLoop& loop, Store& store, Options options)
-    : clock_(clock), loop_(loop), store_(store), options_(std::move(options)) {}
+    : clock_(clock), loop_(loop), store_(store), options_(std::move(options)) {
+  if (sodium_init() < 0) {
+    // Only fails when the system has no usable randomness: no credential can be issued.
+    Logger("agents")->critical("libsodium cannot initialize");
+    std::abort();
+  }
+}
 
-void AgentManager::Restore(const std::vector<v1::Agent>& agents) {
+void AgentManager::Restore(const std::vector<v1::Agent>& agents,
+                           const std::map<std::string, std::string>& credential_hashes) {
   for (const auto& a : agents) {
     Entry& e = agents_[a.id()];
     e.agent = a;
+    auto hash = credential_hashes.find(a.id());
+    if (hash != credential_hashes.end()) e.credential_hash = hash->second;
     e.agent.set_connected(false);
     for (auto& s : *e.agent.mutable_slots()) {
       s.clear_allocation_id();
@@ -57,9 +107,33 @@ absl::Status AgentManager::CheckClusterSecret(const v1::RegisterRequest& req) co
 }
 
 absl::StatusOr<AgentManager::Admission> AgentManager::Register(
-    const v1::RegisterRequest& req) {
+    const v1::RegisterRequest& req, const std::string& peer) {
   RETURN_IF_ERROR(CheckClusterSecret(req));
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id: must not be empty");
+  auto known = agents_.find(req.agent_id());
+  // The id's credential before anything else of the request is looked at.
+  const bool enrolled_before = known != agents_.end() && !known->second.credential_hash.empty();
+  if (enrolled_before &&
+      !SecretsEqual(CredentialHash(req.agent_credential()), known->second.credential_hash)) {
+    const bool connected = known->second.agent.connected();
+    Logger("agents")->warn(
+        "registration as agent {} refused: the request has {} agent credential and the agent "
+        "is {}; it came {}",
+        req.agent_id(), req.agent_credential().empty() ? "no" : "a wrong",
+        connected ? "connected" : "disconnected", Who(req, peer));
+    if (connected) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "agent id '", req.agent_id(), "' is connected: registering under it needs the agent "
+          "credential the master issued to that agent (kept in its work_dir as "
+          "run/agent_credential); start this agent with another agent_id"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "agent id '", req.agent_id(), "' is enrolled: registering under it needs the agent "
+        "credential the master issued to that agent (kept in its work_dir as "
+        "run/agent_credential), ", req.agent_credential().empty() ? "none was sent" : "another was sent",
+        ". An agent that lost its credential is re-enrolled by an admin: det agent "
+        "reset-credential ", req.agent_id()));
+  }
   ChiefEndpoint chief{req.advertise_address().empty() ? req.hostname() : req.advertise_address(),
                       req.chief_port_first(), req.chief_port_last()};
   if (chief.port_first == 0 && chief.port_last == 0) {
@@ -71,22 +145,11 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
         "agent ", req.agent_id(), ": chief_port_range: expected 1 <= first <= last <= 65535, got ",
         chief.port_first, "..", chief.port_last));
   }
-  auto known = agents_.find(req.agent_id());
-  const bool credential_ok = known == agents_.end() || known->second.credential.empty() ||
-                             SecretsEqual(req.agent_credential(), known->second.credential);
-  if (!credential_ok && known->second.agent.connected()) {
-    Logger("agents")->warn("registration as agent {} refused: it is connected and the request "
-                           "has {} agent credential", req.agent_id(),
-                           req.agent_credential().empty() ? "no" : "a wrong");
-    return absl::AlreadyExistsError(absl::StrCat(
-        "agent id '", req.agent_id(), "' is connected: registering under it needs the agent "
-        "credential the master issued to that agent (kept in its work_dir as agent_credential); "
-        "start this agent with another agent_id"));
-  }
-  Entry& e = agents_[req.agent_id()];
-  bool returning = e.agent.registered_time_ms() != 0;
+  const bool returning = known != agents_.end() && known->second.agent.registered_time_ms() != 0;
   std::map<std::string, std::string> used;
-  for (const auto& s : e.agent.slots()) used[s.id()] = s.allocation_id();
+  if (known != agents_.end()) {
+    for (const auto& s : known->second.agent.slots()) used[s.id()] = s.allocation_id();
+  }
 
   v1::Agent agent;
   agent.set_id(req.agent_id());
@@ -95,7 +158,7 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
   agent.set_worker_python(req.worker_python());
   agent.set_worker_torch_version(req.worker_torch_version());
   agent.set_resource_pool(req.resource_pool().empty() ? "default" : req.resource_pool());
-  agent.set_enabled(returning ? e.agent.enabled() : true);
+  agent.set_enabled(returning ? known->second.agent.enabled() : true);
   agent.set_connected(true);
   agent.set_registered_time_ms(clock_.NowMs());
   agent.set_last_heartbeat_ms(clock_.NowMs());
@@ -106,7 +169,31 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
     slot->set_allocation_id(used.count(s.id()) ? used[s.id()] : "");
     slot->set_agent_id(req.agent_id());
   }
-  Persist(agent);
+  Admission admitted;
+  std::string credential_hash;
+  if (enrolled_before) {
+    admitted.credential = req.agent_credential();
+    credential_hash = known->second.credential_hash;
+    Persist(agent);
+  } else {
+    // Enrolment: the credential's hash is stored before anyone is told the credential.
+    admitted.enrolled = true;
+    // The agent's own proposal (kept in its work_dir before it asked: an answer lost on the
+    // way costs nothing), else a new one.
+    admitted.credential =
+        WellFormedCredential(req.agent_credential()) ? req.agent_credential() : RandomHex(32);
+    credential_hash = CredentialHash(admitted.credential);
+    absl::Status stored = store_.SetAgentCredential(agent, credential_hash);
+    if (!stored.ok()) {
+      Logger("agents")->error("agent {}: cannot store its credential; registration refused: {}",
+                              req.agent_id(), stored.ToString());
+      return absl::Status(stored.code(),
+                          absl::StrCat("agent ", req.agent_id(),
+                                       ": the master cannot store its credential: ",
+                                       stored.message()));
+    }
+  }
+  Entry& e = agents_[req.agent_id()];
   if (e.waiter) {
     e.waiter(absl::AbortedError("agent registered again"), {});
     e.waiter = nullptr;
@@ -115,17 +202,42 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
   e.agent = std::move(agent);
   e.chief = std::move(chief);
   e.session_id = RandomHex(16);
-  if (!credential_ok) {
-    Logger("agents")->warn("agent {} came back without its agent credential; issued a new one",
-                           req.agent_id());
-  }
-  if (e.credential.empty() || !credential_ok) e.credential = RandomHex(32);
+  e.credential_hash = std::move(credential_hash);
   e.last_seen = clock_.Now();
   e.queued.clear();
-  Logger("agents")->info("agent {} {} with {} slots (pool {})", req.agent_id(),
+  admitted.session_id = e.session_id;
+  if (admitted.enrolled && known != agents_.end()) {
+    Logger("agents")->warn(
+        "agent {} enrolled anew {}: the master kept no credential for it (reset by an admin, "
+        "or stored by a master that kept none); issued a new one; nothing it ran before is "
+        "reattached",
+        req.agent_id(), Who(req, peer));
+  }
+  Logger("agents")->info("agent {} {} with {} slots (pool {}) {}{}", req.agent_id(),
                          returning ? "reconnected" : "registered", req.slots_size(),
-                         e.agent.resource_pool());
-  return Admission{e.session_id, e.credential};
+                         e.agent.resource_pool(), Who(req, peer),
+                         admitted.enrolled ? "; issued its agent credential" : "");
+  return admitted;
+}
+
+absl::Status AgentManager::ResetCredential(const std::string& agent_id, const std::string& by) {
+  if (agent_id.empty()) return absl::InvalidArgumentError("agent_id: must not be empty");
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return absl::NotFoundError(absl::StrCat("agent ", agent_id, " not found"));
+  Entry& e = it->second;
+  if (e.agent.connected()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "agent ", agent_id, " is connected: its credential can be reset only while it is "
+        "disconnected (stop it, or wait until the master lists it disconnected), so that a live "
+        "agent's id is not handed to whoever registers next"));
+  }
+  RETURN_IF_ERROR(store_.SetAgentCredential(e.agent, ""));
+  e.credential_hash.clear();
+  Logger("agents")->warn(
+      "agent {}: credential reset by '{}'; the next registration under the id is enrolled and "
+      "issued a new one (allocations it claims are not reattached)",
+      agent_id, by);
+  return absl::OkStatus();
 }
 
 absl::Status AgentManager::Touch(const std::string& agent_id, const std::string& session_id) {

@@ -37,24 +37,43 @@ class AgentManager {
 
   AgentManager(Clock& clock, EventLoop& loop, Store& store, Options options);
 
-  // Agents known from the store; all start disconnected.
-  void Restore(const std::vector<v1::Agent>& agents);
+  // Agents known from the store; all start disconnected. `credential_hashes`: each
+  // enrolled agent's credential hash (StoreSnapshot::agent_credential_hashes).
+  void Restore(const std::vector<v1::Agent>& agents,
+               const std::map<std::string, std::string>& credential_hashes);
 
   struct Admission {
     std::string session_id;
-    // The agent's credential: issued at its first registration with this master process,
-    // presented by the agent (RegisterRequest.agent_credential) at every later one.
+    // The agent's credential, presented (RegisterRequest.agent_credential) at every later
+    // registration of its id.
     std::string credential;
+    // True when this registration enrolled the id (gave it its credential) rather than
+    // proving it with the id's credential: nothing of what the id ran before may be
+    // handed to it (its running allocations are not reattached).
+    bool enrolled = false;
   };
   // Admits (or re-admits) an agent: a new session id. Slot usage recorded for the agent is
-  // kept. Unauthenticated without the right secret. While an agent is connected, a
-  // registration under its id without its credential is refused (ALREADY_EXISTS naming the
-  // id): no one else with the cluster secret can take over a live agent. A disconnected
-  // agent (silent for agent_timeout) may come back without it (e.g. restarted with a fresh
-  // work_dir) and is issued a new one. Credentials live in this process only (agent
-  // records in the store carry none): after a master restart the first registration of an
-  // id is issued a new one.
-  absl::StatusOr<Admission> Register(const v1::RegisterRequest& request);
+  // kept. Unauthenticated without the right secret. `peer` (the caller's address, as gRPC
+  // names it) is only logged.
+  //
+  // Agent credentials: the first registration of an id, and the first after an admin's
+  // ResetCredential, enrolls it: its credential is the one the request proposes (32 bytes,
+  // lowercase hex: an agent makes and keeps one before it first registers), else a new
+  // random one; its SHA-256 is stored with the agent before the answer (a store error
+  // refuses the registration). Every later registration of the id must present it,
+  // whether the agent is connected or not and across master restarts: without it, or
+  // with another, the registration is refused, ALREADY_EXISTS while the agent is
+  // connected, PERMISSION_DENIED otherwise, each naming the id, and the attempt is logged
+  // with `peer` and the hostname it gave. Agents stored by a master that kept no
+  // credentials enroll at their next registration.
+  absl::StatusOr<Admission> Register(const v1::RegisterRequest& request,
+                                     const std::string& peer = "");
+  // An admin's re-enrolment of `agent_id` (whose agent lost its credential): forgets the
+  // credential (in the store first), so that the id's next registration enrolls it.
+  // InvalidArgument for an empty id, NotFound for an unknown agent; FailedPrecondition
+  // while it is connected (a live agent's id is not handed to whoever registers next).
+  // `by` (the admin) is logged.
+  absl::Status ResetCredential(const std::string& agent_id, const std::string& by);
   // Unauthenticated unless `request` carries the cluster secret (when one is set): checked
   // first, before anything of the request is looked at or answered.
   absl::Status CheckClusterSecret(const v1::RegisterRequest& request) const;
@@ -101,7 +120,9 @@ class AgentManager {
     v1::Agent agent;
     ChiefEndpoint chief;
     std::string session_id;
-    std::string credential;  // Empty until the agent registers with this process.
+    // SHA-256 (hex) of the agent's credential; empty: not enrolled (its next registration
+    // enrolls it).
+    std::string credential_hash;
     absl::Time last_seen;
     std::deque<v1::AgentCommand> queued;
     PollDone waiter;

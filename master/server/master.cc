@@ -149,7 +149,7 @@ absl::Status Master::Restore() {
   cluster_id_ = snap.cluster_id;
   service_.SetClusterId(cluster_id_);
   RETURN_IF_ERROR(users_.Restore());
-  agents_.Restore(snap.agents);
+  agents_.Restore(snap.agents, snap.agent_credential_hashes);
   experiments_.SetDefaultCheckpointStorage(config_.checkpoint_storage);
   allocations_.SetStopGracePeriod(config_.stop_grace_period);
   RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -69,11 +70,15 @@ class MasterTest : public ::testing::Test {
     req.set_advertise_address(advertise);
     req.set_chief_port_first(first);
     req.set_chief_port_last(last);
+    // As a real agent keeps it in its work_dir: a known id needs its credential.
+    req.set_agent_credential(credentials_[id]);
     v1::RegisterResponse resp;
     absl::Status st = Sync<AgentHandler>(&master_->service(), &AgentHandler::Register, req, &resp);
     EXPECT_TRUE(st.ok()) << st;
+    credentials_[id] = resp.agent_credential();
     return resp.session_id();
   }
+  std::map<std::string, std::string> credentials_;  // agent id -> its agent credential
 
   int64_t CreateExperiment(const std::string& name, int slots = 1) {
     v1::CreateExperimentRequest req;

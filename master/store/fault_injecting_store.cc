@@ -121,6 +121,12 @@ absl::Status FaultInjectingStore::UpsertAgent(const v1::Agent& agent) {
   return store_.UpsertAgent(agent);
 }
 
+absl::Status FaultInjectingStore::SetAgentCredential(const v1::Agent& agent,
+                                                     const std::string& credential_hash) {
+  RETURN_IF_ERROR(BeforeWrite("SetAgentCredential"));
+  return store_.SetAgentCredential(agent, credential_hash);
+}
+
 absl::Status FaultInjectingStore::AddMetrics(const std::vector<v1::Trial>& trials,
                                              const std::vector<v1::Metrics>& metrics) {
   RETURN_IF_ERROR(BeforeWrite("AddMetrics"));

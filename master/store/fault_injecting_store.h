@@ -3,7 +3,7 @@
 // read.
 //
 // Writes are the calls that change stored state: InsertExperiment, UpdateExperiment,
-// InsertTrial, UpdateTrial, UpsertAllocation, UpsertAgent, AddMetrics, SupersedeMetrics,
+// InsertTrial, UpdateTrial, UpsertAllocation, UpsertAgent, SetAgentCredential, AddMetrics, SupersedeMetrics,
 // AddLogs, AddCheckpoint, InsertCheckpointGcTask, UpdateCheckpointGcTask, DeleteExperiment, PutTemplate,
 // DeleteTemplate, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
 // InsertSession, DeleteSession, DeleteUserSessions. Every other call is a read (Load and
@@ -73,6 +73,8 @@ class FaultInjectingStore : public Store {
   absl::Status UpsertAllocation(const v1::Allocation& allocation,
                                 const std::string& token) override;
   absl::Status UpsertAgent(const v1::Agent& agent) override;
+  absl::Status SetAgentCredential(const v1::Agent& agent,
+                                  const std::string& credential_hash) override;
   absl::Status AddMetrics(const std::vector<v1::Trial>& trials,
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,

@@ -59,6 +59,12 @@ std::vector<Call> Writes() {
          agent.set_id("agent");
          return s.UpsertAgent(agent);
        }},
+      {"SetAgentCredential",
+       [](Store& s) {
+         v1::Agent agent;
+         agent.set_id("agent");
+         return s.SetAgentCredential(agent, "hash");
+       }},
       {"AddMetrics",
        [=](Store& s) {
          v1::Metrics m;

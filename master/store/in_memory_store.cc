@@ -67,6 +67,7 @@ absl::StatusOr<StoreSnapshot> InMemoryStore::Load() {
   for (const AllocationRow* row : open)
     snap.open_allocations.emplace_back(row->allocation, row->token);
   for (const auto& [id, agent] : agents_) snap.agents.push_back(agent);
+  snap.agent_credential_hashes = agent_credential_hashes_;
   for (const auto& [id, task] : gc_tasks_) snap.checkpoint_gc_tasks.push_back(task);
   return snap;
 }
@@ -173,6 +174,18 @@ absl::Status InMemoryStore::UpsertAllocation(const v1::Allocation& allocation,
 absl::Status InMemoryStore::UpsertAgent(const v1::Agent& agent) {
   absl::MutexLock lock(&mu_);
   agents_[agent.id()] = agent;
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryStore::SetAgentCredential(const v1::Agent& agent,
+                                               const std::string& credential_hash) {
+  absl::MutexLock lock(&mu_);
+  agents_[agent.id()] = agent;
+  if (credential_hash.empty()) {
+    agent_credential_hashes_.erase(agent.id());
+  } else {
+    agent_credential_hashes_[agent.id()] = credential_hash;
+  }
   return absl::OkStatus();
 }
 

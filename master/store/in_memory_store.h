@@ -47,6 +47,8 @@ class InMemoryStore : public Store {
   absl::Status UpsertAllocation(const v1::Allocation& allocation,
                                 const std::string& token) override;
   absl::Status UpsertAgent(const v1::Agent& agent) override;
+  absl::Status SetAgentCredential(const v1::Agent& agent,
+                                  const std::string& credential_hash) override;
   absl::Status AddMetrics(const std::vector<v1::Trial>& trials,
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
@@ -129,6 +131,8 @@ class InMemoryStore : public Store {
   std::map<int64_t, v1::Trial> trials_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, AllocationRow> allocations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Agent> agents_ ABSL_GUARDED_BY(mu_);
+  // Agent id -> credential hash; absent: none.
+  std::map<std::string, std::string> agent_credential_hashes_ ABSL_GUARDED_BY(mu_);
   // Per trial, in report order.
   std::map<int64_t, std::vector<v1::Metrics>> metrics_ ABSL_GUARDED_BY(mu_);
   // Per trial, by id.

@@ -302,6 +302,37 @@ TEST_P(StoreConformanceTest, AgentsAreUpsertedAndLoadedById) {
   EXPECT_EQ(snap->agents[2].id(), "zeta");
 }
 
+// An agent's credential hash is set with its row, kept by later UpsertAgents (a heartbeat's
+// or a disconnect's write), loaded by id, and cleared with "" (an admin's reset).
+TEST_P(StoreConformanceTest, AgentCredentialHashesAreKeptAcrossUpsertsAndCleared) {
+  v1::Agent a;
+  a.set_id("a");
+  a.set_hostname("first");
+  ASSERT_TRUE(store_->SetAgentCredential(a, "hash-a").ok());
+  v1::Agent b;
+  b.set_id("b");
+  ASSERT_TRUE(store_->UpsertAgent(b).ok());
+  a.set_hostname("second");
+  ASSERT_TRUE(store_->UpsertAgent(a).ok());
+  auto snap = store_->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->agents.size(), 2u);
+  EXPECT_EQ(snap->agents[0].hostname(), "second");
+  EXPECT_EQ(snap->agent_credential_hashes,
+            (std::map<std::string, std::string>{{"a", "hash-a"}}));
+
+  // A new agent enrolled in one write; then a's cleared.
+  v1::Agent c;
+  c.set_id("c");
+  ASSERT_TRUE(store_->SetAgentCredential(c, "hash-c").ok());
+  ASSERT_TRUE(store_->SetAgentCredential(a, "").ok());
+  snap = store_->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->agents.size(), 3u);
+  EXPECT_EQ(snap->agent_credential_hashes,
+            (std::map<std::string, std::string>{{"c", "hash-c"}}));
+}
+
 v1::Metrics Row(int64_t trial, const std::string& group, int64_t batches, double value,
                 int32_t run = 0) {
   v1::Metrics m;

@@ -133,6 +133,11 @@ ALTER TABLE users ADD COLUMN agent_gid INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE experiments ADD COLUMN context_sha256 TEXT NOT NULL DEFAULT '';
 )sql",
+    // 9: the SHA-256 (hex) of each agent's credential; '' for agents stored before, or
+    // reset by an admin (their next registration enrolls them anew).
+    R"sql(
+ALTER TABLE agents ADD COLUMN credential_hash TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

@@ -140,8 +140,12 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
     RETURN_IF_ERROR(s.status());
   }
   {
-    Stmt s(db_, "SELECT data FROM agents ORDER BY id");
-    while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.agents.emplace_back(), "agents"));
+    Stmt s(db_, "SELECT data, credential_hash FROM agents ORDER BY id");
+    while (s.Step()) {
+      RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.agents.emplace_back(), "agents"));
+      std::string hash = s.Text(1);
+      if (!hash.empty()) snap.agent_credential_hashes[snap.agents.back().id()] = std::move(hash);
+    }
     RETURN_IF_ERROR(s.status());
   }
   {
@@ -262,6 +266,15 @@ absl::Status SqliteStore::UpsertAgent(const v1::Agent& agent) {
          "INSERT INTO agents (id, data) VALUES (?, ?) "
          "ON CONFLICT(id) DO UPDATE SET data = excluded.data");
   return s.Bind(1, agent.id()).BindBlob(2, agent.SerializeAsString()).Run();
+}
+
+absl::Status SqliteStore::SetAgentCredential(const v1::Agent& agent,
+                                             const std::string& credential_hash) {
+  Stmt s(db_,
+         "INSERT INTO agents (id, data, credential_hash) VALUES (?, ?, ?) "
+         "ON CONFLICT(id) DO UPDATE SET data = excluded.data, "
+         "credential_hash = excluded.credential_hash");
+  return s.Bind(1, agent.id()).BindBlob(2, agent.SerializeAsString()).Bind(3, credential_hash).Run();
 }
 
 absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,

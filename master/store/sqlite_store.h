@@ -39,6 +39,8 @@ class SqliteStore : public Store {
   absl::Status UpsertAllocation(const v1::Allocation& allocation,
                                 const std::string& token) override;
   absl::Status UpsertAgent(const v1::Agent& agent) override;
+  absl::Status SetAgentCredential(const v1::Agent& agent,
+                                  const std::string& credential_hash) override;
   absl::Status AddMetrics(const std::vector<v1::Trial>& trials,
                           const std::vector<v1::Metrics>& metrics) override;
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,

@@ -35,7 +35,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 8);
+    EXPECT_EQ((*store)->SchemaVersion(), 9);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -402,14 +402,15 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
                      "ALTER TABLE users DROP COLUMN agent_uid; "
                      "ALTER TABLE users DROP COLUMN agent_group; "
                      "ALTER TABLE users DROP COLUMN agent_gid; "
-                     "ALTER TABLE experiments DROP COLUMN context_sha256; PRAGMA user_version=4'";
+                     "ALTER TABLE experiments DROP COLUMN context_sha256; "
+                     "ALTER TABLE agents DROP COLUMN credential_hash; PRAGMA user_version=4'";
   ASSERT_EQ(std::system(down.c_str()), 0);
 
   v1::CheckpointGcTask task;
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 8);
+    EXPECT_EQ((*store)->SchemaVersion(), 9);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok()) << snap.status();
     ASSERT_EQ(snap->experiments.size(), 1u);

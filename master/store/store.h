@@ -4,6 +4,7 @@
 #define DET_MASTER_STORE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,10 @@ struct StoreSnapshot {
   // Allocations not yet ended, with their worker tokens.
   std::vector<std::pair<v1::Allocation, std::string>> open_allocations;
   std::vector<v1::Agent> agents;
+  // Each enrolled agent's credential as its SHA-256 (hex), by agent id; an agent absent
+  // here has none (never enrolled, stored before credentials were kept, or reset by an
+  // admin).
+  std::map<std::string, std::string> agent_credential_hashes;
   std::string cluster_id;
   // Every checkpoint garbage-collection task, ended ones included, by id.
   std::vector<v1::CheckpointGcTask> checkpoint_gc_tasks;
@@ -91,7 +96,13 @@ class Store {
 
   virtual absl::Status UpsertAllocation(const v1::Allocation& allocation,
                                         const std::string& token) = 0;
+  // Writes the agent's row; its credential hash, if any, is kept.
   virtual absl::Status UpsertAgent(const v1::Agent& agent) = 0;
+  // Writes the agent's row (as UpsertAgent) and sets its credential hash (SHA-256 of the
+  // credential, hex) in one statement: both or neither. "" clears it (the agent's next
+  // registration enrolls it anew).
+  virtual absl::Status SetAgentCredential(const v1::Agent& agent,
+                                          const std::string& credential_hash) = 0;
 
   // Appends metric rows and writes `trials` (with their updated summaries) in one
   // transaction.

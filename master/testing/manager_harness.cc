@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "gtest/gtest.h"
@@ -64,7 +65,7 @@ absl::Status ManagerHarness::Start() {
   Turn([&] {
     st = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(StoreSnapshot snap, store.Load());
-      agents.Restore(snap.agents);
+      agents.Restore(snap.agents, snap.agent_credential_hashes);
       RETURN_IF_ERROR(experiments.Restore(std::move(snap.experiments), std::move(snap.trials)));
       checkpoints.Restore(std::move(snap.checkpoint_gc_tasks));
       allocations.Restore(std::move(snap.open_allocations));
@@ -128,13 +129,22 @@ absl::Status ManagerHarness::ReportMetrics(const v1::LaunchCommand& launch,
   return *acked;
 }
 
+std::string ManagerHarness::AgentCredential(const std::string& id) {
+  std::string hex = absl::BytesToHexString(id);
+  hex.resize(64, '0');
+  return hex;
+}
+
 std::string ManagerHarness::Register(const std::string& id, int slots,
                                      const std::vector<std::string>& running,
                                      v1::RegisterResponse* resp) {
   v1::RegisterResponse own;
   if (resp == nullptr) resp = &own;
   absl::Status st;
-  Turn([&] { st = liveness.Register(RegisterRequest(id, slots, running), resp); });
+  v1::RegisterRequest req = RegisterRequest(id, slots, running);
+  // As a real agent keeps it in its work_dir: a known id needs its credential.
+  req.set_agent_credential(AgentCredential(id));
+  Turn([&] { st = liveness.Register(req, resp); });
   EXPECT_TRUE(st.ok()) << st;
   return resp->session_id();
 }

@@ -51,7 +51,11 @@ class ManagerHarness {
   // stored (the group commit's turn ran) or refused.
   absl::Status ReportMetrics(const v1::LaunchCommand& launch, const std::vector<v1::Metrics>& rows,
                              int rank = 0);
-  // Registers agent `id` still running `running`; returns its session.
+  // Agent `id`'s credential in every harness: 64 hex digits made from the id.
+  static std::string AgentCredential(const std::string& id);
+  // Registers agent `id` still running `running`, with AgentCredential(id) (which its
+  // first registration enrolls it with, and which every later harness over the same store
+  // presents again); returns its session.
   std::string Register(const std::string& id, int slots,
                        const std::vector<std::string>& running = {},
                        v1::RegisterResponse* resp = nullptr);
