@@ -18,7 +18,7 @@ import unittest
 import torch
 
 from det import pytorch
-from tests import fake_master, trial_model
+from tests import fake_master, tfevents, trial_model
 
 REPORT = re.compile(r"det \(off-cluster, not reported\): (\w+) metrics at batch (\d+): (.*)$")
 PYTHONPATH = os.pathsep.join(p for p in sys.path if p)
@@ -109,7 +109,7 @@ class LocalTest(unittest.TestCase):
 
     def checkpoints(self):
         return sorted((os.path.join(self.storage, d) for d in os.listdir(self.storage)
-                       if not d.startswith(".")), key=os.path.getmtime)
+                       if not d.startswith(".") and d != "tensorboard"), key=os.path.getmtime)
 
     def test_periods_reports_and_checkpoint_contents(self):
         trial, context = self.fit(max_length=pytorch.Batch(10),
@@ -122,9 +122,18 @@ class LocalTest(unittest.TestCase):
         self.assertEqual(training[0][1]["batch_idx_metric"], 0.5)
         self.assertEqual(training[2][1]["batch_idx_metric"], 4.0)
         self.assertEqual(training[1][1]["rank_metric"], 0.0)
+        self.assertEqual([(m["batches"], m["epochs"]) for _, m in training[:2]], [(2, 0), (4, 0)])
         self.assertIsInstance(training[0][1]["loss"], float)
         validation = [(b, m) for g, b, m in self.reports if g == "validation"]
         self.assertEqual([b for b, _ in validation], [5, 10])
+        # The same metrics in TensorBoard (Determined's names), copied to the storage.
+        tb = os.path.join(self.storage, "tensorboard", "experiment", "0", "trial", "0")
+        [events] = [os.path.join(tb, f) for f in os.listdir(tb) if "tfevents" in f]
+        series = tfevents.scalars(events)
+        self.assertEqual([(s, round(v, 6)) for s, v in series["Determined/batch_idx_metric"]],
+                         [(b, round(m["batch_idx_metric"], 6)) for b, m in training])
+        self.assertEqual([s for s, _ in series["Determined/val_validation_loss"]], [5, 10])
+        self.assertEqual(series["Determined/val_batches"], [(5, 5.0), (10, 10.0)])
         # Validation: every batch of the 16-record set, averaged (first ids 0, 4, 8, 12).
         self.assertEqual(validation[0][1]["first_id"], 6.0)
         self.assertEqual(len(records(self.log, "eval")), 8)
@@ -170,7 +179,7 @@ class LocalTest(unittest.TestCase):
         whole, _ = self.fit(max_length=pytorch.Batch(20), log=whole_log,
                             checkpoint_policy="none")
         whole_train = records(whole_log, "train")
-        os.remove(os.path.join(self.storage, os.listdir(self.storage)[0]) + "/state_dict.pth")
+        os.remove(os.path.join(self.checkpoints()[0], "state_dict.pth"))
         # Interrupted: stopped after batch 7 (set_stop_requested), then resumed to 20.
         first, _ = self.fit(max_length=pytorch.Batch(20), hparams={"stop_at": 6},
                             checkpoint_policy="none")

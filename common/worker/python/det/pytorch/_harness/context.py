@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import pathlib
 import random
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -17,7 +18,7 @@ import torch.distributed
 import det
 from det import core
 
-from . import data as _data
+from . import data as _data, tensorboard as _tensorboard
 from .errors import InvalidExperimentException
 from .lr_scheduler import LRScheduler
 from .reducer import _ReducerContext
@@ -92,6 +93,7 @@ class PyTorchTrialContext(_ReducerContext):
         self._managed_training = managed_training
         self._debug_enabled = debug_enabled
         self._enable_tensorboard_logging = enable_tensorboard_logging
+        self._tensorboard_writer: Any = None
         if isinstance(aggregation_frequency, bool) or not isinstance(aggregation_frequency, int) \
                 or aggregation_frequency < 1:
             raise InvalidExperimentException(
@@ -197,8 +199,24 @@ class PyTorchTrialContext(_ReducerContext):
         return self._enable_tensorboard_logging
 
     def set_enable_tensorboard_logging(self, enable: bool) -> None:
-        """Accepted for compatibility; det writes no TensorBoard files."""
+        """Whether the Trainer writes the reported metrics to get_tensorboard_writer()
+        (default: True)."""
         self._enable_tensorboard_logging = bool(enable)
+
+    def get_tensorboard_path(self) -> pathlib.Path:
+        """The directory for TensorBoard files: det copies what is written there into the
+        checkpoint storage (<storage>/tensorboard/experiment/<id>/trial/<id>/) after each
+        metrics report."""
+        return self._core.train.get_tensorboard_path()
+
+    def get_tensorboard_writer(self) -> Any:
+        """A SummaryWriter on get_tensorboard_path(), made on first use: torch's when the
+        `tensorboard` package is installed, else det's writer of scalars (add_scalar,
+        add_scalars)."""
+        if self._tensorboard_writer is None:
+            self._tensorboard_writer = _tensorboard.summary_writer(
+                str(self.get_tensorboard_path()))
+        return self._tensorboard_writer
 
     def _require_training(self) -> int:
         if self._current_batch_idx is None:
@@ -455,6 +473,8 @@ def init(*, hparams: Optional[Dict[str, Any]] = None, exp_conf: Optional[Dict[st
     # exit), torch 1.13 aborts ("terminate called without an active exception", seen 1 run in
     # 20 of trial_test). The context lets go of what it wrapped; the caller should drop its
     # trial before leaving the `with` block (det.pytorch.run does).
+    if context._tensorboard_writer is not None:
+        context._tensorboard_writer.close()
     context.models.clear()
     context.optimizers.clear()
     gc.collect()

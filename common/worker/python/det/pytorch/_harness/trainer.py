@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from . import data as _data, reducer as _reducer
+from . import data as _data, reducer as _reducer, tensorboard as _tensorboard
 from .callback import PyTorchCallback
 from .context import PyTorchTrialContext
 from .errors import InvalidExperimentException, InvalidHP
@@ -403,10 +403,21 @@ class _Controller:
         avg, per_batch = _reducer.average_training(self.dist.allgather, batch_metrics)
         avg.update(self._numbers("training", self.context.reduce_metrics(for_training=True)))
         if self.is_chief and avg:
+            # As Determined's Trial API: the trial's batches and epochs go with every report
+            # (unless the trial reports its own).
+            avg["batches"] = avg.get("batches", self.state["batches_trained"])
+            avg["epochs"] = avg.get("epochs", self.state["epochs_trained"])
+            self._log_tensorboard("training", avg)
             self.core.train.report_training_metrics(
                 steps_completed=self.state["batches_trained"], metrics=avg)
         for callback in self.callbacks.values():
             callback.on_training_workload_end(avg_metrics=avg, batch_metrics=per_batch)
+
+    def _log_tensorboard(self, group: str, metrics: Dict[str, Any]) -> None:
+        """Before the report: det.core copies the TensorBoard directory after each report."""
+        if self.context.get_enable_tensorboard_logging():
+            _tensorboard.log_metrics(self.context.get_tensorboard_writer(), group,
+                                     self.state["batches_trained"], metrics)
 
     def _numbers(self, what: str, metrics: Dict[str, Any]) -> Dict[str, float]:
         return _data._numbers(f"{what} reducer", metrics)
@@ -484,6 +495,7 @@ class _Controller:
         if better:
             self.best_validation = searcher_value
         if self.is_chief:
+            self._log_tensorboard("validation", metrics)
             self.core.train.report_validation_metrics(
                 steps_completed=self.state["batches_trained"], metrics=metrics)
         if not self._checkpoint_is_current() and (
