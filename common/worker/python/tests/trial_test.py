@@ -201,6 +201,25 @@ class LocalTest(unittest.TestCase):
         self.assertEqual([r["epoch_idx"] for r in train], [0] * 16 + [1] * 4)
         self.assertTrue(torch.equal(second.model.weight, whole.model.weight))
 
+    def test_set_profiler_writes_traces_to_the_tensorboard_directory(self):
+        class Profiled(trial_model.TinyTrial):
+            def __init__(self, context):
+                super().__init__(context)
+                context.set_profiler(activities=[torch.profiler.ProfilerActivity.CPU],
+                                     schedule=torch.profiler.schedule(wait=1, warmup=1,
+                                                                      active=2))
+        self.fit(Profiled, max_length=pytorch.Batch(6), reporting_period=pytorch.Batch(1))
+        tb = os.path.join(self.storage, "tensorboard", "experiment", "0", "trial", "0")
+        traces = [f for f in os.listdir(tb) if f.endswith(".pt.trace.json")]
+        self.assertEqual(len(traces), 1, os.listdir(tb))
+        with open(os.path.join(tb, traces[0])) as f:
+            trace = json.load(f)
+        # The schedule's two active steps, each a ProfilerStep#N span around a training
+        # batch (torch versions number them differently).
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace  # Both forms.
+        steps = {e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+        self.assertEqual(len(steps), 2, steps)
+
     def test_shuffle_false_keeps_the_data_set_order(self):
         self.fit(max_length=pytorch.Batch(3), hparams={"shuffle": False})
         self.assertEqual([r["ids"] for r in records(self.log, "train")],

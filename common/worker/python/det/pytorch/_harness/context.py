@@ -209,6 +209,15 @@ class PyTorchTrialContext(_ReducerContext):
         metrics report."""
         return self._core.train.get_tensorboard_path()
 
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Profiles training with torch.profiler.profile(*args, **kwargs), its traces written
+        to get_tensorboard_path() (TensorBoard's PyTorch Profiler tab reads them); the
+        Trainer steps it after every training batch. Pass a `schedule` to bound what it
+        records."""
+        self.profiler = torch.profiler.profile(
+            *args, on_trace_ready=torch.profiler.tensorboard_trace_handler(
+                str(self.get_tensorboard_path())), **kwargs)
+
     def get_tensorboard_writer(self) -> Any:
         """A SummaryWriter on get_tensorboard_path(), made on first use: torch's when the
         `tensorboard` package is installed, else det's writer of scalars (add_scalar,

@@ -249,6 +249,8 @@ class _Controller:
                     self._load(pathlib.Path(path))
             for callback in self.callbacks.values():
                 callback.on_training_start()
+            if self.context.profiler is not None:
+                stack.enter_context(self.context.profiler)
             self._run()
 
     def _close_batches(self) -> None:
@@ -347,6 +349,8 @@ class _Controller:
                 for callback in self.callbacks.values():
                     callback.on_training_epoch_start(epoch_idx)
             metrics.append(self._train_batch(batch, epoch_idx, batch_idx))
+            if self.context.profiler is not None:
+                self.context.profiler.step()
             self.state["batches_trained"] += 1
             epoch_end = in_epoch == epoch_len - 1
             if epoch_end:
