@@ -6,30 +6,15 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/scheduler/scheduler_testing.h"
 
 namespace det::master::scheduler {
 namespace {
 
 using ::testing::HasSubstr;
 
-// An agent `id` with `size` slots of which the first `used` are taken.
-AgentView Agent(const std::string& id, int size, int used = 0, std::string pool = "default") {
-  AgentView a;
-  a.id = id;
-  a.pool = pool;
-  a.num_slots = size;
-  for (int i = used; i < size; ++i) a.free_slots.push_back(absl::StrCat(i));
-  return a;
-}
-
-Request Req(const std::string& id, int slots, int priority = 42, int64_t seq = 0) {
-  Request r;
-  r.id = id;
-  r.slots = slots;
-  r.priority = priority;
-  r.seq = seq;
-  return r;
-}
+using fixtures::Agent;
+using fixtures::Req;
 
 // "agent:slot,slot;agent:..." for one placement.
 std::string Where(const Decision& d, const std::string& id) {

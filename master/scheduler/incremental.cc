@@ -1,0 +1,537 @@
+#include "master/scheduler/incremental.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <queue>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::master::scheduler {
+namespace {
+
+std::string Plural(int n, const char* word) {
+  return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
+}
+
+[[noreturn]] void Impossible(const char* what) {
+  std::fprintf(stderr, "IncrementalScheduler: %s\n", what);
+  std::abort();
+}
+
+bool SameAgent(const AgentView& a, const AgentView& b) {
+  return a.id == b.id && a.pool == b.pool && a.num_slots == b.num_slots &&
+         a.enabled == b.enabled && a.free_slots == b.free_slots;
+}
+
+bool SameRequest(const Request& a, const Request& b) {
+  return a.id == b.id && a.slots == b.slots && a.priority == b.priority && a.seq == b.seq &&
+         a.pool == b.pool && a.group == b.group && a.group_max_slots == b.group_max_slots;
+}
+
+}  // namespace
+
+struct IncrementalScheduler::Agent {
+  AgentView view;
+  Pool* pool = nullptr;
+  // Slots the running pass has taken, from the front of view.free_slots; 0 between passes.
+  int taken = 0;
+  int free() const { return view.enabled ? static_cast<int>(view.free_slots.size()) - taken : 0; }
+};
+
+struct IncrementalScheduler::Req {
+  Request r;
+  Key key{};
+  // The last pass that visited this request, and what became of it there.
+  uint64_t pass = 0;
+  Outcome out;
+};
+
+namespace {
+struct AgentById {
+  template <typename A>
+  bool operator()(const A* a, const A* b) const {
+    return a->view.id < b->view.id;
+  }
+};
+}  // namespace
+
+struct IncrementalScheduler::Pool {
+  explicit Pool(std::string n) : name(std::move(n)) {}
+  using ById = std::set<Agent*, AgentById>;
+
+  std::string name;
+  int agents = 0, enabled = 0, total_free = 0;
+  std::map<int, int> count_by_size;  // Enabled agents with slots, by size.
+  std::vector<ById> by_free;         // Enabled agents by free slot count.
+  std::map<int, ById> idle_by_size;  // Enabled agents with every slot free, by size.
+  // This pool's requests in pass order; those with slots and zero-slot ones apart.
+  absl::btree_set<Key> with_slots, zero_slot;
+  // Those with slots again, by (priority, slots): where a pass looks past the blocker.
+  std::map<std::pair<int, int>, absl::btree_set<Key>> by_priority_size;
+
+  // The last pass: the first request with slots that could not be placed, and what the
+  // pool offered when it failed and after each placement that followed.
+  const Req* blocker = nullptr;
+  struct Snapshot {
+    Key after;  // Holds for requests after this one (until the next snapshot).
+    int most_free = 0, total_free = 0;
+    std::vector<std::pair<int, int>> idle;  // (size, idle agents), sizes largest first.
+  };
+  std::vector<Snapshot> since_blocker;
+
+  void Enqueue(const Key& k, int slots) {
+    if (slots == 0) {
+      zero_slot.insert(k);
+      return;
+    }
+    with_slots.insert(k);
+    by_priority_size[{k.priority, slots}].insert(k);
+  }
+  void Dequeue(const Key& k, int slots) {
+    if (slots == 0) {
+      zero_slot.erase(k);
+      return;
+    }
+    with_slots.erase(k);
+    auto it = by_priority_size.find({k.priority, slots});
+    it->second.erase(k);
+    if (it->second.empty()) by_priority_size.erase(it);
+  }
+  int MostFree() const {
+    for (int f = static_cast<int>(by_free.size()) - 1; f > 0; --f) {
+      if (!by_free[f].empty()) return f;
+    }
+    return 0;
+  }
+  int Idle(int size) const {
+    auto it = idle_by_size.find(size);
+    return it == idle_by_size.end() ? 0 : static_cast<int>(it->second.size());
+  }
+  // Whether a request of `slots` > 0 would be placed now.
+  bool Fits(int slots) const {
+    if (agents == 0 || enabled == 0) return false;
+    if (slots <= largest()) return MostFree() >= slots;
+    for (auto it = count_by_size.rbegin(); it != count_by_size.rend(); ++it) {
+      if (slots % it->first == 0 && Idle(it->first) >= slots / it->first) return true;
+    }
+    return false;
+  }
+  void Snap(const Key& after) {
+    Snapshot s{after, MostFree(), total_free, {}};
+    for (auto it = count_by_size.rbegin(); it != count_by_size.rend(); ++it) {
+      s.idle.push_back({it->first, Idle(it->first)});
+    }
+    since_blocker.push_back(std::move(s));
+  }
+
+  int largest() const { return count_by_size.empty() ? 0 : count_by_size.rbegin()->first; }
+};
+
+IncrementalScheduler::IncrementalScheduler(Fit fit) : fit_(fit) {}
+IncrementalScheduler::~IncrementalScheduler() = default;
+
+IncrementalScheduler::Pool& IncrementalScheduler::PoolNamed(const std::string& name) {
+  auto it = pools_.find(name);
+  if (it == pools_.end()) it = pools_.emplace(name, std::make_unique<Pool>(name)).first;
+  return *it->second;
+}
+
+void IncrementalScheduler::Index(Agent* a) {
+  Pool& p = *a->pool;
+  int f = a->free();
+  if (static_cast<int>(p.by_free.size()) <= f) p.by_free.resize(f + 1);
+  p.by_free[f].insert(a);
+  p.total_free += f;
+  if (f == a->view.num_slots && f > 0) p.idle_by_size[f].insert(a);
+}
+
+void IncrementalScheduler::Unindex(Agent* a) {
+  Pool& p = *a->pool;
+  int f = a->free();
+  p.by_free[f].erase(a);
+  p.total_free -= f;
+  if (f == a->view.num_slots && f > 0) p.idle_by_size[f].erase(a);
+}
+
+void IncrementalScheduler::AddAgentToPool(Agent* a) {
+  a->pool = &PoolNamed(a->view.pool);
+  Pool& p = *a->pool;
+  ++p.agents;
+  if (!a->view.enabled) return;
+  ++p.enabled;
+  if (a->view.num_slots > 0) ++p.count_by_size[a->view.num_slots];
+  Index(a);
+}
+
+void IncrementalScheduler::RemoveAgentFromPool(Agent* a) {
+  Pool& p = *a->pool;
+  --p.agents;
+  if (!a->view.enabled) return;
+  --p.enabled;
+  if (a->view.num_slots > 0 && --p.count_by_size[a->view.num_slots] == 0) {
+    p.count_by_size.erase(a->view.num_slots);
+  }
+  Unindex(a);
+}
+
+void IncrementalScheduler::SetAgent(const AgentView& agent) {
+  auto it = agents_.find(agent.id);
+  if (it != agents_.end()) {
+    if (SameAgent(it->second->view, agent)) return;
+    RemoveAgentFromPool(it->second.get());
+    it->second->view = agent;
+  } else {
+    it = agents_.emplace(agent.id, std::make_unique<Agent>()).first;
+    it->second->view = agent;
+  }
+  AddAgentToPool(it->second.get());
+  Changed();
+}
+
+void IncrementalScheduler::RemoveAgent(const std::string& id) {
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return;
+  RemoveAgentFromPool(it->second.get());
+  agents_.erase(it);
+  Changed();
+}
+
+void IncrementalScheduler::SetRequest(const Request& request) {
+  auto it = requests_.find(request.id);
+  Req* q;
+  if (it != requests_.end()) {
+    q = it->second.get();
+    if (SameRequest(q->r, request)) return;
+    PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+    q->r = request;
+  } else {
+    auto owned = std::make_unique<Req>();
+    q = owned.get();
+    q->r = request;
+    q->key.arrival = next_arrival_++;
+    q->key.req = q;
+    requests_.emplace(request.id, std::move(owned));
+  }
+  q->key.priority = request.priority;
+  q->key.seq = request.seq;
+  PoolNamed(request.pool).Enqueue(q->key, request.slots);
+  Changed();
+}
+
+void IncrementalScheduler::RemoveRequest(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Req* q = it->second.get();
+  PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+  requests_.erase(it);
+  Changed();
+}
+
+void IncrementalScheduler::SetGroupUsed(const std::string& group, int slots) {
+  auto it = group_used_.find(group);
+  if (slots == 0) {
+    if (it == group_used_.end()) return;
+    group_used_.erase(it);
+  } else {
+    if (it != group_used_.end() && it->second == slots) return;
+    group_used_[group] = slots;
+  }
+  Changed();
+}
+
+bool IncrementalScheduler::Place(Pool& p, Req& q, Placement* out) {
+  const int slots = q.r.slots;
+  if (p.agents == 0) {
+    q.out = {Outcome::kNoAgents};
+    return false;
+  }
+  if (p.enabled == 0) {
+    q.out = {Outcome::kDisabled, p.agents};
+    return false;
+  }
+  const int top = static_cast<int>(p.by_free.size()) - 1;
+  if (slots == 0) {
+    for (int f = top; f >= 0; --f) {
+      if (!p.by_free[f].empty()) {
+        out->agents.push_back({(*p.by_free[f].begin())->view.id, {}});
+        return true;
+      }
+    }
+    q.out = {Outcome::kNoAgents};
+    return false;
+  }
+  if (slots <= p.largest()) {
+    Agent* chosen = nullptr;
+    if (fit_ == Fit::kBestFit) {
+      for (int f = slots; f <= top && !chosen; ++f) {
+        if (!p.by_free[f].empty()) chosen = *p.by_free[f].begin();
+      }
+    } else {
+      for (int f = top; f >= slots && !chosen; --f) {
+        if (!p.by_free[f].empty()) chosen = *p.by_free[f].begin();
+      }
+    }
+    if (!chosen) {
+      int most_free = 0;
+      for (int f = top; f > 0; --f) {
+        if (!p.by_free[f].empty()) {
+          most_free = f;
+          break;
+        }
+      }
+      q.out = {Outcome::kSingle, most_free, p.total_free};
+      return false;
+    }
+    if (chosen->taken == 0) touched_.push_back(chosen);
+    Unindex(chosen);
+    auto first = chosen->view.free_slots.begin() + chosen->taken;
+    out->agents.push_back({chosen->view.id, std::vector<std::string>(first, first + slots)});
+    chosen->taken += slots;
+    Index(chosen);
+    return true;
+  }
+  // Multi-agent: whole idle agents of one size, the largest size that can provide N.
+  bool why = false;
+  for (auto it = p.count_by_size.rbegin(); it != p.count_by_size.rend(); ++it) {
+    const int size = it->first;
+    if (slots % size != 0) continue;
+    const int needed = slots / size;
+    auto idle_it = p.idle_by_size.find(size);
+    const int idle = idle_it == p.idle_by_size.end() ? 0 : static_cast<int>(idle_it->second.size());
+    if (idle >= needed) {
+      std::vector<Agent*> take;
+      for (auto a = idle_it->second.begin(); static_cast<int>(take.size()) < needed; ++a) {
+        take.push_back(*a);
+      }
+      for (Agent* a : take) {
+        touched_.push_back(a);  // Idle: nothing taken from it yet in this pass.
+        Unindex(a);
+        out->agents.push_back({a->view.id, a->view.free_slots});
+        a->taken = static_cast<int>(a->view.free_slots.size());
+        Index(a);
+      }
+      return true;
+    }
+    if (!why) {
+      q.out = {Outcome::kMulti, needed, size, idle, it->second};
+      why = true;
+    }
+  }
+  if (!why) q.out = {Outcome::kSizes};
+  return false;
+}
+
+const std::vector<Placement>& IncrementalScheduler::Schedule() {
+  if (fresh_) return placements_;
+  ++pass_;
+  visited_ = 0;
+  placements_.clear();
+  group_pass_.clear();
+  touched_.clear();
+
+  // A k-way merge, in pass order, of request streams. Each pool starts with two: its
+  // requests with slots, and its zero-slot ones. Once the pool has a blocker, its first
+  // stream ends (the pass holds back everything less important) and is replaced by one
+  // stream per size among the rest of the blocker's priority; a size's stream ends when
+  // the pool can no longer fit that size (free slots only shrink during a pass, so none
+  // after it would fit either: they wait for the reason the pool's snapshot gives).
+  enum class Kind { kWithSlots, kZeroSlot, kSize };
+  struct Stream {
+    absl::btree_set<Key>::const_iterator it, end;
+    Pool* pool;
+    Kind kind;
+    int slots;  // kSize: the size.
+  };
+  std::vector<Stream> streams;
+  for (auto& [name, p] : pools_) {
+    p->blocker = nullptr;
+    p->since_blocker.clear();
+    if (!p->with_slots.empty()) {
+      streams.push_back({p->with_slots.begin(), p->with_slots.end(), p.get(), Kind::kWithSlots, 0});
+    }
+    if (!p->zero_slot.empty()) {
+      streams.push_back({p->zero_slot.begin(), p->zero_slot.end(), p.get(), Kind::kZeroSlot, 0});
+    }
+  }
+  auto later = [](const std::pair<Key, size_t>& a, const std::pair<Key, size_t>& b) {
+    return b.first < a.first;
+  };
+  std::priority_queue<std::pair<Key, size_t>, std::vector<std::pair<Key, size_t>>, decltype(later)>
+      heap(later);
+  for (size_t i = 0; i < streams.size(); ++i) heap.push({*streams[i].it, i});
+
+  while (!heap.empty()) {
+    auto [key, i] = heap.top();
+    heap.pop();
+    Stream* s = &streams[i];
+    if (s->kind == Kind::kSize && !s->pool->Fits(s->slots)) continue;
+    Req& q = *key.req;
+    ++visited_;
+    q.pass = pass_;
+    bool capped = false;
+    if (q.r.group_max_slots > 0 && q.r.slots > 0) {
+      const int held = HeldBefore(q);
+      if (held + q.r.slots > q.r.group_max_slots) {
+        q.out = {Outcome::kCapped, held};
+        capped = true;
+      }
+    }
+    Pool& pool = *s->pool;
+    if (!capped) {
+      Placement pl;
+      pl.request_id = q.r.id;
+      if (Place(pool, q, &pl)) {
+        q.out = {Outcome::kPlaced};
+        if (!q.r.group.empty() && q.r.slots > 0) {
+          GroupPass& g = group_pass_[q.r.group];
+          g.keys.push_back(key);
+          g.slots_after.push_back((g.slots_after.empty() ? 0 : g.slots_after.back()) + q.r.slots);
+        }
+        placements_.push_back(std::move(pl));
+        if (pool.blocker && q.r.slots > 0) pool.Snap(key);
+      } else if (s->kind == Kind::kSize) {
+        Impossible("a request of a size the pool fits was not placed");
+      } else if (q.r.slots > 0 && !pool.blocker) {
+        pool.blocker = &q;
+        pool.Snap(key);
+        // The rest of the blocker's priority, one stream per size (this may grow
+        // `streams`: `s` is not used after).
+        auto first = pool.by_priority_size.lower_bound({q.r.priority, 0});
+        for (auto it = first; it != pool.by_priority_size.end() && it->first.first == q.r.priority; ++it) {
+          auto next = it->second.upper_bound(key);
+          if (next == it->second.end()) continue;
+          streams.push_back({next, it->second.end(), &pool, Kind::kSize, it->first.second});
+          heap.push({*next, streams.size() - 1});
+        }
+        continue;  // The stream of requests with slots ends here.
+      }
+    }
+    s = &streams[i];
+    if (++s->it == s->end) continue;
+    heap.push({*s->it, i});
+  }
+  // Back to the state between passes: the caller reports what it starts (SetAgent).
+  for (Agent* a : touched_) {
+    Unindex(a);
+    a->taken = 0;
+    Index(a);
+  }
+  touched_.clear();
+  fresh_ = true;
+  return placements_;
+}
+
+int IncrementalScheduler::HeldBefore(const Req& q) const {
+  int held = 0;
+  if (auto u = group_used_.find(q.r.group); u != group_used_.end()) held = u->second;
+  if (q.r.group.empty()) return held;
+  auto g = group_pass_.find(q.r.group);
+  if (g == group_pass_.end()) return held;
+  const auto& keys = g->second.keys;
+  size_t n = std::lower_bound(keys.begin(), keys.end(), q.key) - keys.begin();
+  return n == 0 ? held : held + g->second.slots_after[n - 1];
+}
+
+std::string IncrementalScheduler::Reason(const Req& q) const {
+  const Request& r = q.r;
+  const std::string& pool = r.pool;
+  Outcome out = q.out;
+  if (q.pass != pass_) {
+    // Not visited: held back by max_slots, or else waiting behind its pool's blocker.
+    const int held = r.group_max_slots > 0 && r.slots > 0 ? HeldBefore(q) : 0;
+    if (r.group_max_slots > 0 && r.slots > 0 && held + r.slots > r.group_max_slots) {
+      out = {Outcome::kCapped, held};
+    } else {
+      auto p = pools_.find(pool);
+      if (p == pools_.end() || !p->second->blocker || r.slots == 0) {
+        Impossible("a request the pass did not visit has no blocker");
+      }
+      const Pool& pl = *p->second;
+      const Req* b = pl.blocker;
+      if (r.priority > b->r.priority) {
+        return absl::StrCat("waiting behind ", b->r.id, " (priority ", b->r.priority, ")");
+      }
+      // Of the blocker's priority, a size the pool could no longer fit: what the pool
+      // offered then.
+      auto snap = std::upper_bound(pl.since_blocker.begin(), pl.since_blocker.end(), q.key,
+                                   [](const Key& k, const Pool::Snapshot& s) { return k < s.after; });
+      if (snap == pl.since_blocker.begin()) Impossible("a skipped request before its blocker");
+      --snap;
+      if (pl.agents == 0) {
+        out = {Outcome::kNoAgents};
+      } else if (pl.enabled == 0) {
+        out = {Outcome::kDisabled, pl.agents};
+      } else if (r.slots <= pl.largest()) {
+        out = {Outcome::kSingle, snap->most_free, snap->total_free};
+      } else {
+        out = {Outcome::kSizes};
+        for (const auto& [size, idle] : snap->idle) {
+          if (r.slots % size != 0) continue;
+          out = {Outcome::kMulti, r.slots / size, size, idle, pl.count_by_size.at(size)};
+          break;
+        }
+      }
+    }
+  }
+  switch (out.kind) {
+    case Outcome::kPlaced:
+      return "";
+    case Outcome::kCapped:
+      return absl::StrCat("max_slots ", r.group_max_slots, " of its experiment reached (",
+                          Plural(out.a, "slot"), " in use, needs ", r.slots, " more)");
+    case Outcome::kNoAgents:
+      return absl::StrCat("no agents in resource pool '", pool, "'");
+    case Outcome::kDisabled:
+      return absl::StrCat("all ", Plural(out.a, "agent"), " in resource pool '", pool,
+                          "' are disabled");
+    case Outcome::kSingle:
+      return absl::StrCat("needs ", Plural(r.slots, "free slot"),
+                          " on one agent; the most free on any agent in resource pool '", pool,
+                          "' is ", out.a, " (", out.b, " free in all)");
+    case Outcome::kMulti:
+      return absl::StrCat("needs ", out.a, " idle ", out.b, "-slot agents in resource pool '",
+                          pool, "'; ", out.c, " of ", out.d, " are idle");
+    case Outcome::kSizes: {
+      std::string sizes;
+      for (const auto& [size, count] : pools_.at(pool)->count_by_size) {
+        absl::StrAppend(&sizes, sizes.empty() ? "" : " or ", size);
+      }
+      return absl::StrCat(r.slots, " slots requested; agents in resource pool '", pool,
+                          "' have ", sizes, " slots; a multi-agent trial must use a multiple of that");
+    }
+  }
+  return "";
+}
+
+std::string IncrementalScheduler::WaitingReason(const std::string& id) const {
+  if (!fresh_) Impossible("WaitingReason() about a pass the state has changed since");
+  auto it = requests_.find(id);
+  return it == requests_.end() ? "" : Reason(*it->second);
+}
+
+bool IncrementalScheduler::Capped(const std::string& id) const {
+  if (!fresh_) Impossible("Capped() about a pass the state has changed since");
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  const Req& q = *it->second;
+  if (q.pass == pass_) return q.out.kind == Outcome::kCapped;
+  return q.r.group_max_slots > 0 && q.r.slots > 0 &&
+         HeldBefore(q) + q.r.slots > q.r.group_max_slots;
+}
+
+Decision IncrementalScheduler::ToDecision() const {
+  if (!fresh_) Impossible("ToDecision() about a pass the state has changed since");
+  Decision d;
+  d.placements = placements_;
+  for (const auto& [id, q] : requests_) {
+    if (q->pass == pass_ && q->out.kind == Outcome::kPlaced) continue;
+    d.waiting[id] = Reason(*q);
+    if (Capped(id)) d.capped.insert(id);
+  }
+  return d;
+}
+
+}  // namespace det::master::scheduler

@@ -1,0 +1,268 @@
+// IncrementalScheduler against Schedule() (the full recomputation) on seeded, randomized
+// sequences of changes: after every change both must place the same requests on the same
+// slots, in the same order, and give every waiting request the same reason.
+#include "master/scheduler/incremental.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/scheduler/scheduler.h"
+#include "master/scheduler/scheduler_testing.h"
+
+namespace det::master::scheduler {
+namespace {
+
+// "id@agent:slot,slot;agent:...|id@..." for comparing placements with readable diffs.
+std::string Describe(const std::vector<Placement>& placements) {
+  std::vector<std::string> out;
+  for (const auto& p : placements) {
+    std::vector<std::string> parts;
+    for (const auto& a : p.agents) parts.push_back(a.agent_id + ":" + absl::StrJoin(a.slots, ","));
+    out.push_back(p.request_id + "@" + absl::StrJoin(parts, ";"));
+  }
+  return absl::StrJoin(out, "|");
+}
+
+// The same state twice: as plain containers for Schedule(), and in an IncrementalScheduler
+// fed every change as it happens.
+class Twin {
+ public:
+  Twin(uint64_t seed, Fit fit) : rng_(seed), fit_(fit), inc_(fit) {}
+
+  void Step() {
+    switch (Pick(12)) {
+      case 0:
+      case 1:
+        AddAgent();
+        break;
+      case 2:
+        if (!agents_.empty()) {
+          std::string id = RandomKey(agents_);
+          agents_.erase(id);
+          inc_.RemoveAgent(id);
+        }
+        break;
+      case 3:  // Slots freed or taken outside the scheduler.
+        if (!agents_.empty()) {
+          AgentView& a = agents_[RandomKey(agents_)];
+          a.free_slots = RandomFree(a.num_slots);
+          inc_.SetAgent(a);
+        }
+        break;
+      case 4:
+        if (!agents_.empty()) {
+          AgentView& a = agents_[RandomKey(agents_)];
+          a.enabled = !a.enabled;
+          inc_.SetAgent(a);
+        }
+        break;
+      case 5:
+      case 6:
+      case 7:
+        AddRequest(absl::StrCat(Pick(2) ? "r" : "gc-", next_++));
+        break;
+      case 8:
+        if (!requests_.empty()) {
+          std::string id = RandomKey(requests_);
+          requests_.erase(id);
+          order_.erase(std::find(order_.begin(), order_.end(), id));
+          inc_.RemoveRequest(id);
+        }
+        break;
+      case 9:  // Priority (or size, or pool) changed.
+        if (!requests_.empty()) {
+          Request& r = requests_[RandomKey(requests_)];
+          switch (Pick(3)) {
+            case 0: r.priority = RandomPriority(); break;
+            case 1: r.slots = RandomSlots(); break;
+            default: r.pool = RandomPool(); break;
+          }
+          inc_.SetRequest(r);
+        }
+        break;
+      case 10: {
+        std::string group = absl::StrCat("exp-", Pick(3));
+        int slots = Pick(3) == 0 ? 0 : Pick(10);
+        if (slots == 0) {
+          group_used_.erase(group);
+        } else {
+          group_used_[group] = slots;
+        }
+        inc_.SetGroupUsed(group, slots);
+        break;
+      }
+      default:
+        StartLastPass();
+        break;
+    }
+  }
+
+  // Runs both and compares everything they decide.
+  void Compare(const std::string& where) {
+    SCOPED_TRACE(where);
+    std::vector<AgentView> agents;
+    for (const auto& [id, a] : agents_) agents.push_back(a);
+    std::shuffle(agents.begin(), agents.end(), rng_);  // Agent order must not matter.
+    std::vector<Request> queue;
+    for (const auto& id : order_) queue.push_back(requests_.at(id));
+    Decision want = Schedule(agents, queue, fit_, group_used_);
+    const std::vector<Placement>& got = inc_.Schedule();
+    ASSERT_EQ(Describe(got), Describe(want.placements));
+    Decision all = inc_.ToDecision();
+    ASSERT_EQ(all.waiting, want.waiting);
+    ASSERT_EQ(all.capped, want.capped);
+    for (const auto& [id, why] : want.waiting) {
+      ASSERT_EQ(inc_.WaitingReason(id), why) << id;
+      ASSERT_EQ(inc_.Capped(id), want.capped.count(id) == 1) << id;
+    }
+    for (const auto& p : want.placements) ASSERT_EQ(inc_.WaitingReason(p.request_id), "");
+    // A second pass with nothing changed is the same pass.
+    ASSERT_EQ(Describe(inc_.Schedule()), Describe(want.placements));
+    last_ = want.placements;
+  }
+
+ private:
+  int Pick(int n) { return static_cast<int>(rng_() % n); }
+  template <typename M>
+  std::string RandomKey(const M& m) {
+    auto it = m.begin();
+    std::advance(it, Pick(static_cast<int>(m.size())));
+    return it->first;
+  }
+  std::string RandomPool() {
+    static const char* kPools[] = {"default", "default", "default", "gpu", "empty"};
+    return kPools[Pick(5)];
+  }
+  int RandomPriority() {
+    static const int kPriorities[] = {1, 10, 42, 42, 42, 50, 99};
+    return kPriorities[Pick(7)];
+  }
+  int RandomSlots() {
+    static const int kSlots[] = {0, 1, 1, 1, 2, 2, 3, 4, 8, 12, 16, 24};
+    return kSlots[Pick(12)];
+  }
+  std::vector<std::string> RandomFree(int size) {
+    std::vector<std::string> free;
+    const int mode = Pick(3);  // Idle, full, or some of each.
+    for (int s = 0; s < size; ++s) {
+      if (mode == 0 || (mode == 2 && Pick(2))) free.push_back(absl::StrCat(s));
+    }
+    return free;
+  }
+
+  void AddAgent() {
+    static const int kSizes[] = {0, 1, 2, 4, 4, 8, 8, 8};
+    AgentView a;
+    a.id = absl::StrCat("agent-", Pick(60));  // Reuses ids: a rejoining agent.
+    a.pool = Pick(4) == 0 ? "gpu" : "default";
+    a.num_slots = kSizes[Pick(8)];
+    a.free_slots = RandomFree(a.num_slots);
+    a.enabled = Pick(10) != 0;
+    agents_[a.id] = a;
+    inc_.SetAgent(a);
+  }
+
+  void AddRequest(const std::string& id) {
+    Request r;
+    r.id = id;
+    r.slots = RandomSlots();
+    r.priority = RandomPriority();
+    r.seq = Pick(40);  // Ties on (priority, seq) are broken by arrival.
+    r.pool = RandomPool();
+    if (Pick(2)) {
+      r.group = absl::StrCat("exp-", Pick(3));
+      static const int kMax[] = {0, 2, 4, 8, 16};
+      r.group_max_slots = kMax[Pick(5)];
+    }
+    requests_[id] = r;
+    order_.push_back(id);
+    inc_.SetRequest(r);
+  }
+
+  // What the master does with a pass's placements: the slots become used and the requests
+  // leave the queue.
+  void StartLastPass() {
+    for (const auto& p : last_) {
+      if (!requests_.count(p.request_id)) continue;
+      bool present = true;
+      for (const auto& share : p.agents) present = present && agents_.count(share.agent_id);
+      if (!present) continue;
+      for (const auto& share : p.agents) {
+        AgentView& a = agents_[share.agent_id];
+        for (const auto& slot : share.slots) {
+          a.free_slots.erase(std::remove(a.free_slots.begin(), a.free_slots.end(), slot),
+                             a.free_slots.end());
+        }
+        inc_.SetAgent(a);
+      }
+      requests_.erase(p.request_id);
+      order_.erase(std::find(order_.begin(), order_.end(), p.request_id));
+      inc_.RemoveRequest(p.request_id);
+    }
+    last_.clear();
+  }
+
+  std::mt19937_64 rng_;
+  Fit fit_;
+  IncrementalScheduler inc_;
+  std::map<std::string, AgentView> agents_;
+  std::map<std::string, Request> requests_;
+  std::vector<std::string> order_;  // Request ids in the order they were first set.
+  std::map<std::string, int> group_used_;
+  std::vector<Placement> last_;
+  int next_ = 0;
+};
+
+class Randomized : public ::testing::TestWithParam<std::tuple<int, Fit>> {};
+
+TEST_P(Randomized, SameAsAFullRecomputationAfterEveryChange) {
+  const auto [seed, fit] = GetParam();
+  Twin twin(seed, fit);
+  for (int step = 0; step < 400; ++step) {
+    twin.Step();
+    if (step % 2 == 0) twin.Compare(absl::StrCat("seed ", seed, " step ", step));
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, Randomized,
+                         ::testing::Combine(::testing::Range(1, 41),
+                                            ::testing::Values(Fit::kBestFit, Fit::kWorstFit)));
+
+using fixtures::Agent;
+using fixtures::Req;
+
+TEST(IncrementalScheduler, VisitsOnlyWhatABlockerDoesNotHoldBack) {
+  IncrementalScheduler s(Fit::kBestFit);
+  s.SetAgent(Agent("a", 4, 2));
+  s.SetRequest(Req("big", 4, 10, 1));
+  for (int i = 0; i < 1000; ++i) s.SetRequest(Req(absl::StrCat("low-", i), 1, 50, 2 + i));
+  s.SetRequest(Req("gc", 0, 60, 5000));
+  EXPECT_TRUE(s.Schedule().size() == 1u && s.Schedule()[0].request_id == "gc");
+  EXPECT_EQ(s.last_pass_visited(), 2u);  // big, then gc; the 1,000 wait behind big.
+  EXPECT_EQ(s.WaitingReason("low-999"), "waiting behind big (priority 10)");
+  EXPECT_THAT(s.WaitingReason("big"), ::testing::HasSubstr("needs 4 free slots on one agent"));
+  EXPECT_EQ(s.ToDecision().waiting.size(), 1001u);
+}
+
+TEST(IncrementalScheduler, APassLeavesTheClusterAsItWas) {
+  IncrementalScheduler s(Fit::kBestFit);
+  s.SetAgent(Agent("a", 2));
+  s.SetRequest(Req("t1", 2, 42, 1));
+  ASSERT_EQ(s.Schedule().size(), 1u);
+  // The placement was not started (no SetAgent): a new request sees the same free slots.
+  s.RemoveRequest("t1");
+  s.SetRequest(Req("t2", 2, 42, 2));
+  ASSERT_EQ(s.Schedule().size(), 1u);
+  EXPECT_EQ(s.Schedule()[0].agents[0].slots, (std::vector<std::string>{"0", "1"}));
+}
+
+}  // namespace
+}  // namespace det::master::scheduler
