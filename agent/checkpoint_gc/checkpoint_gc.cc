@@ -46,7 +46,7 @@ absl::Status DeleteCheckpoints(const v1::CheckpointGcSpec& spec, std::ostream& o
   absl::Status first;
   int failed = 0;
   for (const v1::Checkpoint& c : spec.checkpoints()) {
-    absl::Status st = DeleteCheckpointFiles(c);
+    absl::Status st = DeleteCheckpointFiles(c, spec.storage_root());
     if (st.ok()) {
       out << "deleted checkpoint " << c.uuid() << " (" << c.storage_path() << ")" << std::endl;
       continue;

@@ -29,9 +29,10 @@ absl::Status WriteCheckpointGcSpec(const std::string& path, const v1::Checkpoint
 // NotFound or InvalidArgument naming the path when it cannot be read or parsed.
 absl::StatusOr<v1::CheckpointGcSpec> ReadCheckpointGcSpec(const std::string& path);
 
-// Deletes every checkpoint directory of `spec` (DeleteCheckpointFiles, common/checkpoint:
-// a path that is not absolute or does not end in "/<uuid>" is refused and nothing of it
-// is deleted; one already gone is success), going on past failures. Writes one line per
+// Deletes every checkpoint directory of `spec` beneath spec.storage_root()
+// (DeleteCheckpointFiles, common/checkpoint: a path that is not absolute, does not end in
+// "/<uuid>", lies outside the root or passes a symbolic link below it is refused and
+// nothing of it is deleted; one already gone is success), going on past failures. Writes one line per
 // checkpoint: "deleted checkpoint UUID (PATH)" to `out`, or the reason to `err`. OK when
 // every directory is gone; otherwise the status of the first failure, its message naming
 // the checkpoint, with the number of failures.

@@ -40,6 +40,7 @@ v1::Checkpoint Make(const std::string& dir, const std::string& uuid) {
 TEST(DeleteCheckpoints, DeletesEachDirectoryAndSaysSoPerCheckpoint) {
   std::string dir = TempDir();
   v1::CheckpointGcSpec spec;
+  spec.set_storage_root(dir);
   *spec.add_checkpoints() = Make(dir, "u-1");
   *spec.add_checkpoints() = Make(dir, "u-2");
   v1::Checkpoint gone;  // Deleted by an earlier run of the task: success.
@@ -61,6 +62,7 @@ TEST(DeleteCheckpoints, RefusesPathsThatAreNotTheCheckpointsOwnAndGoesOn) {
   std::string dir = TempDir();
   std::ofstream(dir + "/keep.txt") << "not a checkpoint";
   v1::CheckpointGcSpec spec;
+  spec.set_storage_root(dir);
   v1::Checkpoint root;  // The storage root itself: does not end in the uuid.
   root.set_uuid("u-root");
   root.set_storage_path(dir);
@@ -88,9 +90,46 @@ TEST(DeleteCheckpoints, RefusesPathsThatAreNotTheCheckpointsOwnAndGoesOn) {
   EXPECT_THAT(err.str(), HasSubstr("checkpoint u-esc: refusing"));
 }
 
+// The attack of the review (N6): a checkpoint "registered" under a link in the storage
+// root that names a victim directory elsewhere, and one outside the root altogether.
+TEST(DeleteCheckpoints, RefusesAPathOutsideItsStorageRoot) {
+  const std::string root = TempDir();
+  const std::string elsewhere = TempDir();
+  Make(elsewhere, "victim");
+  ASSERT_EQ(symlink(elsewhere.c_str(), (root + "/link").c_str()), 0);
+  v1::CheckpointGcSpec spec;
+  spec.set_storage_root(root);
+  v1::Checkpoint through_link;
+  through_link.set_uuid("victim");
+  through_link.set_storage_path(root + "/link/victim");
+  *spec.add_checkpoints() = through_link;
+  v1::Checkpoint outside;
+  outside.set_uuid("victim");
+  outside.set_storage_path(elsewhere + "/victim");
+  *spec.add_checkpoints() = outside;
+  std::stringstream out, err;
+  absl::Status st = DeleteCheckpoints(spec, out, err);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("'" + root + "/link' is a symbolic link, and deletion follows none"));
+  EXPECT_THAT(err.str(), HasSubstr("refusing to delete '" + elsewhere +
+                                   "/victim': not inside the checkpoint storage root '" + root +
+                                   "'"));
+  EXPECT_TRUE(Exists(elsewhere + "/victim/model.bin"));
+  EXPECT_EQ(out.str(), "");
+
+  // A spec without a root deletes nothing.
+  spec.clear_storage_root();
+  spec.clear_checkpoints();
+  *spec.add_checkpoints() = Make(root, "u-1");
+  EXPECT_EQ(DeleteCheckpoints(spec, out, err).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Exists(root + "/u-1/model.bin"));
+}
+
 TEST(RunCheckpointGc, ReadsItsSpecFileAndExitsWithTheOutcome) {
   std::string dir = TempDir();
   v1::CheckpointGcSpec spec;
+  spec.set_storage_root(dir);
   *spec.add_checkpoints() = Make(dir, "u-1");
   std::string path = dir + "/spec.json";
   ASSERT_TRUE(WriteCheckpointGcSpec(path, spec).ok());

@@ -6,6 +6,7 @@
 #define DET_COMMON_CHECKPOINT_CHECKPOINT_FILES_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/types.pb.h"
@@ -23,10 +24,26 @@ absl::Status CheckReportedCheckpoint(const v1::Checkpoint& checkpoint, const std
 // path otherwise.
 absl::Status CheckCheckpointPath(const v1::Checkpoint& checkpoint);
 
-// Removes the checkpoint's directory tree after CheckCheckpointPath (its error when the
-// path is refused: nothing is deleted). A directory that is already gone is success.
-// PermissionDenied naming the checkpoint, path and reason when removal fails.
-absl::Status DeleteCheckpointFiles(const v1::Checkpoint& checkpoint);
+// The checkpoint storage root `directory` (an experiment's config::CheckpointDirectory)
+// lies in: the first of `roots` (master.yaml's checkpoint_storage_allowed_roots and the
+// cluster default's directory, config::CheckpointStorageRoots) that is `directory` or a
+// parent of it, compared by path components ("//" and a trailing "/" ignored). With no
+// roots (a cluster that restricts nothing) `directory` itself. InvalidArgument naming the
+// directory and the roots when it lies in none, is not absolute, or has a "." or ".."
+// component.
+absl::StatusOr<std::string> CheckpointStorageRoot(const std::string& directory,
+                                                  const std::vector<std::string>& roots);
+
+// Removes the checkpoint's directory tree after CheckCheckpointPath, beneath `root` (the
+// CheckpointStorageRoot of its experiment's directory) only: `root` is opened by its path,
+// every component below it is opened without following symbolic links (O_NOFOLLOW,
+// openat), and the tree is removed through directory descriptors, so that no link and no
+// rename during the removal makes it delete anything outside `root`. A link met on the way
+// to the checkpoint refuses the deletion; a link inside the checkpoint is removed, never
+// followed. A directory that is already gone is success. InvalidArgument when the path is
+// refused or lies outside `root`, FailedPrecondition for a link on the way, PermissionDenied
+// naming the path and errno when removal fails; each names the checkpoint.
+absl::Status DeleteCheckpointFiles(const v1::Checkpoint& checkpoint, const std::string& root);
 
 }  // namespace det
 

@@ -155,6 +155,32 @@ TEST(DaemonConfig, MasterDefaultsAndErrors) {
   EXPECT_EQ(LoadMasterConfig("/nonexistent/master.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(DaemonConfig, CheckpointStorageAllowedRoots) {
+  auto none = ParseMasterConfig("data_dir: /x\n", "m.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(CheckpointStorageRoots(*none).empty());  // Any path.
+
+  auto c = ParseMasterConfig(
+      "checkpoint_storage_allowed_roots: [/srv/ckpt, /data/team]\n"
+      "checkpoint_storage: {type: shared_fs, host_path: /ckpt, storage_path: default}\n",
+      "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(CheckpointStorageRoots(*c),
+              ::testing::ElementsAre("/srv/ckpt", "/data/team", "/ckpt/default"));
+  auto only_default =
+      ParseMasterConfig("checkpoint_storage: {type: shared_fs, host_path: /ckpt}\n", "m.yaml");
+  ASSERT_TRUE(only_default.ok()) << only_default.status();
+  EXPECT_TRUE(CheckpointStorageRoots(*only_default).empty());  // Nothing restricted.
+
+  for (const std::string bad : {"rel/dir", "/", "/srv/../etc", "/srv/./x", "''"}) {
+    EXPECT_THAT(ParseMasterConfig("checkpoint_storage_allowed_roots: [" + bad + "]\n", "m.yaml")
+                    .status().message(),
+                HasSubstr("m.yaml:1: checkpoint_storage_allowed_roots: expected absolute "
+                          "directories other than / without '.' or '..'"))
+        << bad;
+  }
+}
+
 TEST(DaemonConfig, MasterCheckpointStorage) {
   auto none = ParseMasterConfig("data_dir: /x\n", "m.yaml");
   ASSERT_TRUE(none.ok()) << none.status();

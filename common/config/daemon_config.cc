@@ -90,6 +90,18 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
     ReadCheckpointStorageConfig(cs, /*required=*/true, &storage);
     c.checkpoint_storage = storage;
   });
+  r.StringList("checkpoint_storage_allowed_roots", &c.checkpoint_storage_allowed_roots);
+  for (size_t i = 0; r.ok() && i < c.checkpoint_storage_allowed_roots.size(); ++i) {
+    const std::string& root = c.checkpoint_storage_allowed_roots[i];
+    std::vector<std::string> parts = absl::StrSplit(root, '/');
+    if (root.empty() || root[0] != '/' || root == "/" ||
+        std::any_of(parts.begin(), parts.end(),
+                    [](const std::string& p) { return p == "." || p == ".."; })) {
+      r.Fail("checkpoint_storage_allowed_roots",
+             absl::StrCat("expected absolute directories other than / without '.' or '..', got \"",
+                          root, "\""));
+    }
+  }
   r.Object("scheduler", [&](ObjectReader& s) {
     s.String("fitting_policy", &c.scheduler_fit);
     if (s.ok() && c.scheduler_fit != "best_fit" && c.scheduler_fit != "worst_fit") {
@@ -130,6 +142,16 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   if (c.db_path.empty()) c.db_path = c.data_dir + "/det.db";
   if (c.resource_pools.empty()) c.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
   return c;
+}
+
+std::vector<std::string> CheckpointStorageRoots(const MasterConfig& config) {
+  std::vector<std::string> roots = config.checkpoint_storage_allowed_roots;
+  if (!roots.empty() && config.checkpoint_storage) {
+    ExperimentConfig with_default;
+    with_default.checkpoint_storage = config.checkpoint_storage;
+    roots.push_back(CheckpointDirectory(with_default));
+  }
+  return roots;
 }
 
 absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view text, absl::string_view filename) {

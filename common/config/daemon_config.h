@@ -71,6 +71,10 @@ struct MasterConfig {
   // (their own keys win). Unset: such experiments keep no checkpoints, and pausing,
   // preempting or resizing them loses their progress (they are warned).
   std::optional<CheckpointStorageConfig> checkpoint_storage;
+  // Directories (absolute, no "." or "..") under which an experiment's checkpoint_storage
+  // may lie (with the default storage's directory); its checkpoint GC deletes nothing
+  // outside them. Empty: any absolute path (the master warns).
+  std::vector<std::string> checkpoint_storage_allowed_roots;
   std::string log_level = "info";
 };
 
@@ -114,6 +118,11 @@ struct AgentConfig {
   absl::Duration system_metrics_period = absl::Seconds(5);
   std::string log_level = "info";
 };
+
+// The checkpoint storage roots experiments may use: checkpoint_storage_allowed_roots, then
+// the directory of the default checkpoint_storage; empty (any absolute path) when
+// checkpoint_storage_allowed_roots is.
+std::vector<std::string> CheckpointStorageRoots(const MasterConfig& config);
 
 // Reads a config file; missing keys keep their defaults. The cluster secret may also come
 // from the DET_CLUSTER_SECRET environment variable (the file wins).

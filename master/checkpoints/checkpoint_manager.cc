@@ -36,6 +36,23 @@ CheckpointManager::CheckpointManager(Clock& clock, Turns& turns, Store& store,
       logs_(logs),
       registry_(registry) {}
 
+void CheckpointManager::SetStorageRoots(std::vector<std::string> roots) {
+  DET_CHECK_ON_LOOP(loop_);
+  storage_roots_ = std::move(roots);
+}
+
+absl::StatusOr<std::string> CheckpointManager::StorageRoot(
+    const config::ExperimentConfig& config) const {
+  const std::string directory = config::CheckpointDirectory(config);
+  if (directory.empty()) return std::string();
+  absl::StatusOr<std::string> root = CheckpointStorageRoot(directory, storage_roots_);
+  if (!root.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_storage.host_path: ", root.status().message()));
+  }
+  return root;
+}
+
 void CheckpointManager::Restore(std::vector<v1::CheckpointGcTask> tasks) {
   DET_CHECK_ON_LOOP(loop_);
   for (auto& task : tasks) {
@@ -270,6 +287,31 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
                                     task_user.status().message());
     return;
   }
+  // It deletes beneath its experiment's storage root only; an experiment whose storage lies
+  // outside the allowed roots (created before they were set) has nothing deleted.
+  absl::StatusOr<std::string> root =
+      owner == registry_.experiments.end()
+          ? absl::StatusOr<std::string>(absl::NotFoundError(
+                absl::StrCat("experiment ", g.task.experiment_id(), " is gone")))
+          : StorageRoot(owner->second.config);
+  if (root.ok() && root->empty()) {
+    root = absl::FailedPreconditionError("its experiment has no checkpoint_storage");
+  }
+  if (!root.ok()) {
+    v1::CheckpointGcTask failed = g.task;
+    failed.set_state(v1::STATE_ERROR);
+    failed.set_end_time_ms(clock_.NowMs());
+    failed.set_error(absl::StrCat("refusing to delete: ", root.status().message()));
+    g.pending_reason.clear();
+    if (PersistGcTask(g, failed).ok()) {
+      Logger("master")->error("checkpoint garbage collection {}: {}", GcAllocationId(g.task),
+                              g.task.error());
+      TaskEvent(g.task.trial_id(), absl::StrCat("checkpoint garbage collection ",
+                                                GcAllocationId(g.task), " failed: ",
+                                                g.task.error()));
+    }
+    return;
+  }
   // Stored before it is launched; else it stays queued and says why.
   if (absl::Status st = PersistGcTask(g, std::move(running)); !st.ok()) {
     g.pending_reason = absl::StrCat("cannot store its start: ", st.message());
@@ -296,6 +338,7 @@ void CheckpointManager::Start(int64_t task_id, const std::string& agent_id) {
   (*l->mutable_env())["DET_EXPERIMENT_ID"] = absl::StrCat(t.experiment_id());
   (*l->mutable_env())["DET_ALLOCATION_ID"] = alloc_id;
   *l->mutable_checkpoint_gc()->mutable_checkpoints() = t.checkpoints();
+  l->mutable_checkpoint_gc()->set_storage_root(*root);
   if (!task_user->agent_user().empty()) *l->mutable_task_user() = *std::move(task_user);
   TaskEvent(t.trial_id(),
             absl::StrCat("checkpoint garbage collection ", alloc_id, " scheduled on ", agent_id,

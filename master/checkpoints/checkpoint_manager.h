@@ -54,6 +54,14 @@ class CheckpointManager {
   CheckpointManager(Clock& clock, Turns& turns, Store& store, AgentManager& agents,
                     LogManager& logs, ExperimentRegistry& registry);
 
+  // The checkpoint storage roots experiments may use (config::CheckpointStorageRoots of
+  // master.yaml); empty (the default): any absolute path. Set once, before Restore.
+  void SetStorageRoots(std::vector<std::string> roots);
+  // The storage root (common/checkpoint CheckpointStorageRoot) of `config`'s checkpoint
+  // directory: where its checkpoints may be written and deleted. "" when it keeps none.
+  // InvalidArgument "checkpoint_storage.host_path: ..." naming the allowed roots.
+  absl::StatusOr<std::string> StorageRoot(const config::ExperimentConfig& config) const;
+
   // Recovery: a queued task waits for the scheduler; a running one waits for its agent to
   // register again with it (LoseUnreturned requeues it if it does not).
   void Restore(std::vector<v1::CheckpointGcTask> tasks);
@@ -161,6 +169,7 @@ class CheckpointManager {
   std::map<int64_t, GcTaskState> gc_tasks_;        // every checkpoint GC task, by id
   std::map<std::string, int64_t> gc_allocations_;  // running GC allocation id -> task id
   std::function<void(int64_t)> deletion_done_;
+  std::vector<std::string> storage_roots_;
 };
 
 }  // namespace det::master

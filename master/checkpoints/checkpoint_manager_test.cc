@@ -213,6 +213,8 @@ TEST_F(CheckpointManagerTest, AGcTaskIsAZeroSlotLaunchRequeuedOrReattachedUntilI
   EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).uuid(), "c-10");
   EXPECT_EQ(gc.checkpoint_gc().checkpoints(0).storage_path(), "/ckpt/c-10");
   EXPECT_EQ(gc.checkpoint_gc().checkpoints(1).uuid(), "c-20");
+  // No allowed roots configured: the experiment's own directory bounds what it deletes.
+  EXPECT_EQ(gc.checkpoint_gc().storage_root(), "/ckpt");
   ASSERT_EQ(gc.ranks_size(), 1);
   EXPECT_EQ(gc.ranks(0).agent_id(), "a1");
   EXPECT_TRUE(gc.ranks(0).slot_ids().empty());
@@ -274,6 +276,32 @@ TEST_F(CheckpointManagerTest, AGcTaskIsAZeroSlotLaunchRequeuedOrReattachedUntilI
 
 // A worker cannot register a checkpoint path outside its experiment's storage (garbage
 // collection would delete it later). (Moved from http_server_test's Checkpoints.)
+// A GC task deletes beneath the allowed root its experiment's storage lies under; an
+// experiment whose storage lies under none (created before the admin set
+// checkpoint_storage_allowed_roots) gets no deletion at all: the task fails saying why.
+TEST_F(CheckpointManagerTest, AGcTaskDeletesOnlyBeneathAnAllowedRoot) {
+  std::string session = h_->Register("a1", 1);
+  h_->Turn([&] { h_->checkpoints.SetStorageRoots({"/srv/other", "/ckpt"}); });
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);
+  ASSERT_TRUE(gc.has_checkpoint_gc());
+  EXPECT_EQ(gc.checkpoint_gc().storage_root(), "/ckpt");
+  ASSERT_TRUE(h_->ReportExit("a1", session, gc.allocation_id(), 0).ok());
+
+  trial_ = h_->CreateExperiment("gc-2");
+  h_->Turn([&] { h_->checkpoints.SetStorageRoots({"/srv/allowed"}); });
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  EXPECT_TRUE(h_->ReportCheckpoint(launch, "c-40", 40).ok());
+  EXPECT_TRUE(h_->ReportCheckpoint(launch, "c-50", 50).ok());
+  ASSERT_TRUE(h_->ReportExit("a1", session, launch.allocation_id(), 0).ok());
+  std::vector<v1::Task> tasks = h_->GcTasks();
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[1].state(), v1::STATE_ERROR);
+  EXPECT_THAT(tasks[1].error(),
+              HasSubstr("refusing to delete: checkpoint_storage.host_path: '/ckpt' is not under "
+                        "a checkpoint storage root this cluster allows (/srv/allowed"));
+  EXPECT_EQ(CheckpointStates()["c-40"], v1::STATE_COMPLETED);
+}
+
 TEST_F(CheckpointManagerTest, ACheckpointOutsideTheExperimentsStorageIsRefused) {
   std::string session = h_->Register("a1", 1);
   trial_ = h_->CreateExperiment("ckpt");

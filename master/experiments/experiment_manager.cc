@@ -78,6 +78,10 @@ absl::Status ExperimentManager::Create(const std::string& owner,
     ASSIGN_OR_RETURN(parsed, config::ParseExperimentConfig(input, templates_.Lookup(), seed));
   }
   const config::ExperimentConfig& c = parsed.config;
+  // Its checkpoints, and what their GC deletes, stay under a root the cluster allows.
+  if (absl::Status st = checkpoints_.StorageRoot(c).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", st.message()));
+  }
   if (!FindPool(config_, c.resources.resource_pool)) {
     std::vector<std::string> names;
     for (const auto& p : config_.resource_pools) names.push_back(p.name);

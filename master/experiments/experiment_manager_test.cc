@@ -258,6 +258,28 @@ TEST_F(ExperimentManagerTest, TheClusterDefaultCheckpointStorageAppliesOnlyToCon
   EXPECT_THAT(resp.warnings(), ::testing::IsEmpty());
 }
 
+// checkpoint_storage_allowed_roots: an experiment's storage must lie under one of them
+// (or the cluster default's, which CheckpointStorageRoots adds).
+TEST_F(ExperimentManagerTest, CheckpointStorageOutsideTheAllowedRootsIsRefusedAtSubmit) {
+  h_.Turn([&] { h_.checkpoints.SetStorageRoots({"/srv/det", "/ckpt/team"}); });
+  v1::CreateExperimentRequest req;
+  req.set_config_yaml(testing::ExperimentYaml("own", 1));  // host_path: /ckpt
+  req.set_config_path("exp.yaml");
+  v1::CreateExperimentResponse resp;
+  absl::Status st = h_.Create(req, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("exp.yaml: checkpoint_storage.host_path: '/ckpt' is not under a "
+                        "checkpoint storage root this cluster allows (/srv/det, /ckpt/team; "
+                        "master.yaml checkpoint_storage_allowed_roots"));
+  EXPECT_EQ(Create(testing::ExperimentYaml("team", 1),
+                   {"checkpoint_storage.host_path=/ckpt/team/alice"}) > 0, true);
+  req.add_config_overrides("checkpoint_storage.host_path=/srv/det/../../etc");
+  st = h_.Create(req, &resp);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("'/srv/det/../../etc' is not an absolute path without '.' or '..'"));
+}
+
 TEST_F(ExperimentManagerTest, ModelContextsBreakingALimitAreRefusedAtSubmit) {
   auto refused = [&](std::vector<std::string> paths, const std::string& why) {
     v1::CreateExperimentRequest req;

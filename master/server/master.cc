@@ -151,6 +151,12 @@ absl::Status Master::Restore() {
   RETURN_IF_ERROR(users_.Restore());
   agents_.Restore(snap.agents, snap.agent_credential_hashes);
   experiments_.SetDefaultCheckpointStorage(config_.checkpoint_storage);
+  checkpoints_.SetStorageRoots(config::CheckpointStorageRoots(config_));
+  if (config::CheckpointStorageRoots(config_).empty()) {
+    Logger("master")->warn(
+        "checkpoint_storage_allowed_roots is not set: experiments may keep checkpoints (and "
+        "have their garbage collection delete) under any path their task user can write");
+  }
   allocations_.SetStopGracePeriod(config_.stop_grace_period);
   RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));
   checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));

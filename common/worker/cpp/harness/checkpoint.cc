@@ -39,7 +39,7 @@ absl::Status FsyncPath(const std::string& path, int flags) {
 }
 
 absl::Status WriteFileSynced(const std::string& path, const std::string& data) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("create", path);
   size_t done = 0;
   while (done < data.size()) {
@@ -101,7 +101,8 @@ absl::StatusOr<v1::Checkpoint> WriteCheckpoint(const std::string& dir, const std
   const std::string tmp = absl::StrCat(dir, "/.", uuid, ".tmp");
   const std::string final_path = absl::StrCat(dir, "/", uuid);
   RemoveTree(tmp);  // Left by an earlier attempt that crashed.
-  if (mkdir(tmp.c_str(), 0755) != 0) return Errno("create directory", tmp);
+  // Private to the trial's OS user: 0700, its files 0600.
+  if (mkdir(tmp.c_str(), 0700) != 0) return Errno("create directory", tmp);
   v1::Checkpoint out;
   absl::Status st;
   for (const auto& [name, data] : files) {

@@ -21,7 +21,8 @@ namespace det::harness {
 std::string NewCheckpointUuid();
 
 // Writes `files` (name -> contents; names are plain file names) as checkpoint `uuid`
-// under `dir` (created if needed). Returns the checkpoint's description with uuid,
+// under `dir` (created if needed), the directory 0700 and its files 0600 (readable by this
+// OS user only). Returns the checkpoint's description with uuid,
 // storage_path (the directory) and resources (file sizes) filled. Errors name the path
 // and errno; a failed write leaves no checkpoint directory behind.
 absl::StatusOr<v1::Checkpoint> WriteCheckpoint(const std::string& dir, const std::string& uuid,

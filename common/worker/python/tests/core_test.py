@@ -179,6 +179,12 @@ class CoreTest(unittest.TestCase):
                 self.assertEqual(self.service.checkpoints, [])
             final = os.path.join(self.storage, sid)
             self.assertEqual(os.listdir(self.storage), [sid])
+            # Private to this OS user: the directories 0700, the files 0600.
+            for p, mode in [(final, 0o700), (os.path.join(final, "sub"), 0o700),
+                            (os.path.join(final, "model.pt"), 0o600),
+                            (os.path.join(final, "sub", "opt.pt"), 0o600),
+                            (os.path.join(final, "metadata.json"), 0o600)]:
+                self.assertEqual(oct(os.stat(p).st_mode & 0o777), oct(mode), p)
             self.assertEqual(core.checkpoint.get_metadata(sid), {"steps_completed": 30, "note": "x"})
             with core.checkpoint.restore_path(sid) as restored:
                 self.assertEqual(restored, pathlib.Path(final))

@@ -16,6 +16,7 @@ import os
 import pathlib
 import shutil
 import socket
+import stat
 import uuid as uuid_lib
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
@@ -166,7 +167,11 @@ class CheckpointContext:
             metadata_json, steps = self._check_metadata(merged, "store_path")
         tmp = directory + "/.tmp-" + storage_id
         final = directory + "/" + storage_id
-        os.makedirs(tmp, exist_ok=True)
+        os.makedirs(directory, exist_ok=True)
+        try:
+            os.mkdir(tmp, 0o700)  # Private to the trial's OS user from the start.
+        except FileExistsError:
+            pass  # Another rank's (shard=True).
         try:
             yield pathlib.Path(tmp), storage_id
         except BaseException:
@@ -183,6 +188,7 @@ class CheckpointContext:
         if self._dist.rank == 0:
             with open(os.path.join(tmp, METADATA_FILE), "w") as f:
                 f.write(metadata_json)
+            _make_private(tmp)
             resources = _resources(tmp)
             _fsync_tree(tmp)
             os.rename(tmp, final)
@@ -382,6 +388,19 @@ def _resources(root: str) -> Dict[str, int]:
             full = os.path.join(dirpath, name)
             out[os.path.relpath(full, root)] = os.path.getsize(full)
     return out
+
+
+def _make_private(root: str) -> None:
+    """Directories 0700 and files 0600 under `root` (those this OS user owns; links are left
+    alone): a checkpoint is readable by its trial's OS user only."""
+    uid = os.geteuid()
+    for dirpath, dirs, files in os.walk(root):
+        for name, mode in [(d, 0o700) for d in dirs] + [(f, 0o600) for f in files] + [("", 0o700)]:
+            path = os.path.join(dirpath, name) if name else dirpath
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != uid:
+                continue
+            os.chmod(path, mode)
 
 
 def _fsync_dir(path: str) -> None:
