@@ -458,6 +458,64 @@ absl::Status ApiClient::RemoveTemplate(const std::string& name) {
       .status();
 }
 
+absl::StatusOr<v1::CreateModelResponse> ApiClient::CreateModel(
+    const v1::CreateModelRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::CreateModel, "CreateModel", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListModelsResponse> ApiClient::ListModels(const v1::ListModelsRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::ListModels, "ListModels", request, options_.deadline,
+              address_);
+}
+
+absl::StatusOr<v1::GetModelResponse> ApiClient::GetModel(const std::string& name) {
+  v1::GetModelRequest request;
+  request.set_name(name);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetModel, "GetModel", request, options_.deadline,
+              address_);
+}
+
+absl::Status ApiClient::DeleteModel(const std::string& name) {
+  v1::DeleteModelRequest request;
+  request.set_name(name);
+  return Call(*rpc_->stub, &v1::Api::Stub::DeleteModel, "DeleteModel", request,
+              options_.deadline, address_)
+      .status();
+}
+
+absl::StatusOr<v1::RegisterModelVersionResponse> ApiClient::RegisterModelVersion(
+    const v1::RegisterModelVersionRequest& request) {
+  return Call(*rpc_->stub, &v1::Api::Stub::RegisterModelVersion, "RegisterModelVersion", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::ListModelVersionsResponse> ApiClient::ListModelVersions(
+    const std::string& model_name) {
+  v1::ListModelVersionsRequest request;
+  request.set_model_name(model_name);
+  return Call(*rpc_->stub, &v1::Api::Stub::ListModelVersions, "ListModelVersions", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetModelVersionResponse> ApiClient::GetModelVersion(
+    const std::string& model_name, int32_t version) {
+  v1::GetModelVersionRequest request;
+  request.set_model_name(model_name);
+  request.set_version(version);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetModelVersion, "GetModelVersion", request,
+              options_.deadline, address_);
+}
+
+absl::Status ApiClient::DeleteModelVersion(const std::string& model_name, int32_t version) {
+  v1::DeleteModelVersionRequest request;
+  request.set_model_name(model_name);
+  request.set_version(version);
+  return Call(*rpc_->stub, &v1::Api::Stub::DeleteModelVersion, "DeleteModelVersion", request,
+              options_.deadline, address_)
+      .status();
+}
+
 absl::StatusOr<v1::LoginResponse> ApiClient::Login(const std::string& username,
                                                    const std::string& password) {
   v1::LoginRequest request;

@@ -109,6 +109,18 @@ class ApiClient {
   absl::StatusOr<v1::ListTemplatesResponse> ListTemplates();
   absl::StatusOr<v1::GetTemplateResponse> GetTemplate(const std::string& name);
   absl::Status RemoveTemplate(const std::string& name);
+  // The model registry (det model ...).
+  absl::StatusOr<v1::CreateModelResponse> CreateModel(const v1::CreateModelRequest& request);
+  absl::StatusOr<v1::ListModelsResponse> ListModels(const v1::ListModelsRequest& request);
+  absl::StatusOr<v1::GetModelResponse> GetModel(const std::string& name);
+  absl::Status DeleteModel(const std::string& name);
+  absl::StatusOr<v1::RegisterModelVersionResponse> RegisterModelVersion(
+      const v1::RegisterModelVersionRequest& request);
+  absl::StatusOr<v1::ListModelVersionsResponse> ListModelVersions(const std::string& model_name);
+  // `version` <= 0: the latest.
+  absl::StatusOr<v1::GetModelVersionResponse> GetModelVersion(const std::string& model_name,
+                                                              int32_t version);
+  absl::Status DeleteModelVersion(const std::string& model_name, int32_t version);
 
  private:
   struct Rpc;  // The gRPC channel and stub; defined in api_client.cc.

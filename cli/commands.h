@@ -30,6 +30,9 @@ void RegisterDeployCommands(CLI::App& app, CliContext& ctx);
 // det user login|logout|whoami|create|list|change-password.
 void RegisterUserCommands(CLI::App& app, CliContext& ctx);
 void RegisterTemplateCommands(CLI::App& app, CliContext& ctx);
+// det model|m create|list|describe|register-version|list-versions|delete|delete-version
+// (model_cmd.cc).
+void RegisterModelCommands(CLI::App& app, CliContext& ctx);
 // det job, det task, det resource-pool: the scheduler's view.
 void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx);
 // det checkpoint list|ls|describe (checkpoint_cmd.cc).

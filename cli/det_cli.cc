@@ -27,6 +27,7 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
   RegisterDeployCommands(app, ctx);
   RegisterUserCommands(app, ctx);
   RegisterTemplateCommands(app, ctx);
+  RegisterModelCommands(app, ctx);
   RegisterSchedulingCommands(app, ctx);
   RegisterCheckpointCommands(app, ctx);
 

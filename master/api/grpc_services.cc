@@ -170,6 +170,15 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(ListTemplates)
   DET_SERVE_API(GetTemplate)
   DET_SERVE_API(RemoveTemplate)
+  DET_SERVE_API(CreateModel)
+  DET_SERVE_API(ListModels)
+  DET_SERVE_API(GetModel)
+  DET_SERVE_API(PatchModel)
+  DET_SERVE_API(DeleteModel)
+  DET_SERVE_API(RegisterModelVersion)
+  DET_SERVE_API(ListModelVersions)
+  DET_SERVE_API(GetModelVersion)
+  DET_SERVE_API(DeleteModelVersion)
 
  private:
   // Authenticates the call (see AsCaller), then runs `call` on `handler` as its caller.

@@ -64,6 +64,15 @@ class ApiHandler {
   virtual void ListTemplates(const Caller& caller, const v1::ListTemplatesRequest& request, v1::ListTemplatesResponse* response, Done done) = 0;
   virtual void GetTemplate(const Caller& caller, const v1::GetTemplateRequest& request, v1::GetTemplateResponse* response, Done done) = 0;
   virtual void RemoveTemplate(const Caller& caller, const v1::RemoveTemplateRequest& request, v1::RemoveTemplateResponse* response, Done done) = 0;
+  virtual void CreateModel(const Caller& caller, const v1::CreateModelRequest& request, v1::CreateModelResponse* response, Done done) = 0;
+  virtual void ListModels(const Caller& caller, const v1::ListModelsRequest& request, v1::ListModelsResponse* response, Done done) = 0;
+  virtual void GetModel(const Caller& caller, const v1::GetModelRequest& request, v1::GetModelResponse* response, Done done) = 0;
+  virtual void PatchModel(const Caller& caller, const v1::PatchModelRequest& request, v1::PatchModelResponse* response, Done done) = 0;
+  virtual void DeleteModel(const Caller& caller, const v1::DeleteModelRequest& request, v1::DeleteModelResponse* response, Done done) = 0;
+  virtual void RegisterModelVersion(const Caller& caller, const v1::RegisterModelVersionRequest& request, v1::RegisterModelVersionResponse* response, Done done) = 0;
+  virtual void ListModelVersions(const Caller& caller, const v1::ListModelVersionsRequest& request, v1::ListModelVersionsResponse* response, Done done) = 0;
+  virtual void GetModelVersion(const Caller& caller, const v1::GetModelVersionRequest& request, v1::GetModelVersionResponse* response, Done done) = 0;
+  virtual void DeleteModelVersion(const Caller& caller, const v1::DeleteModelVersionRequest& request, v1::DeleteModelVersionResponse* response, Done done) = 0;
 };
 
 // Users and sessions. The gRPC and REST adapters call Authenticate before every user API

@@ -364,6 +364,93 @@ void MasterService::RemoveTemplate(const Caller& caller, const v1::RemoveTemplat
 }
 
 // ---------------------------------------------------------------------------------------
+// The model registry.
+
+void MasterService::CreateModel(const Caller& caller, const v1::CreateModelRequest& req,
+                                v1::CreateModelResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Create(req, caller.user.username()));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ListModels(const Caller&, const v1::ListModelsRequest& req,
+                               v1::ListModelsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    for (auto& m : m_.models.List(req)) *resp->add_models() = std::move(m);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::GetModel(const Caller&, const v1::GetModelRequest& req,
+                             v1::GetModelResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Get(req.name()));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::PatchModel(const Caller& caller, const v1::PatchModelRequest& req,
+                               v1::PatchModelResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Model old, m_.models.Get(req.name()));
+    RETURN_IF_ERROR(MayChangeModel(caller, old, "change"));
+    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Patch(req));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::DeleteModel(const Caller& caller, const v1::DeleteModelRequest& req,
+                                v1::DeleteModelResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Model old, m_.models.Get(req.name()));
+    RETURN_IF_ERROR(MayChangeModel(caller, old, "delete"));
+    return m_.models.Delete(req.name());
+  });
+}
+
+void MasterService::RegisterModelVersion(const Caller& caller,
+                                         const v1::RegisterModelVersionRequest& req,
+                                         v1::RegisterModelVersionResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Model model, m_.models.Get(req.model_name()));
+    RETURN_IF_ERROR(MayChangeModel(caller, model, "register versions of"));
+    ASSIGN_OR_RETURN(*resp->mutable_model_version(),
+                     m_.models.RegisterVersion(req, caller.user.username()));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::ListModelVersions(const Caller&, const v1::ListModelVersionsRequest& req,
+                                      v1::ListModelVersionsResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Get(req.model_name()));
+    ASSIGN_OR_RETURN(std::vector<v1::ModelVersion> versions, m_.models.Versions(req.model_name()));
+    for (auto& v : versions) *resp->add_model_versions() = std::move(v);
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::GetModelVersion(const Caller&, const v1::GetModelVersionRequest& req,
+                                    v1::GetModelVersionResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(*resp->mutable_model_version(),
+                     m_.models.Version(req.model_name(), req.version()));
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::DeleteModelVersion(const Caller& caller,
+                                       const v1::DeleteModelVersionRequest& req,
+                                       v1::DeleteModelVersionResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Model model, m_.models.Get(req.model_name()));
+    RETURN_IF_ERROR(MayChangeModel(caller, model, "delete versions of"));
+    return m_.models.DeleteVersion(req.model_name(), req.version());
+  });
+}
+
+// ---------------------------------------------------------------------------------------
 // Agent channel.
 
 void MasterService::Register(const v1::RegisterRequest& req, v1::RegisterResponse* resp,

@@ -26,6 +26,7 @@
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
 #include "master/metrics/metrics_manager.h"
+#include "master/models/model_registry.h"
 #include "master/templates/templates.h"
 
 namespace det::master {
@@ -47,6 +48,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
     CheckpointManager& checkpoints;
     MetricsManager& metrics;
     ModelContexts& contexts;
+    ModelRegistry& models;
   };
   MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns, Managers managers);
 
@@ -118,6 +120,16 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                    v1::GetTemplateResponse*, Done) override;
   void RemoveTemplate(const Caller&, const v1::RemoveTemplateRequest&,
                       v1::RemoveTemplateResponse*, Done) override;
+  // The model registry (ModelRegistry; permissions.h MayChangeModel).
+  void CreateModel(const Caller&, const v1::CreateModelRequest&, v1::CreateModelResponse*, Done) override;
+  void ListModels(const Caller&, const v1::ListModelsRequest&, v1::ListModelsResponse*, Done) override;
+  void GetModel(const Caller&, const v1::GetModelRequest&, v1::GetModelResponse*, Done) override;
+  void PatchModel(const Caller&, const v1::PatchModelRequest&, v1::PatchModelResponse*, Done) override;
+  void DeleteModel(const Caller&, const v1::DeleteModelRequest&, v1::DeleteModelResponse*, Done) override;
+  void RegisterModelVersion(const Caller&, const v1::RegisterModelVersionRequest&, v1::RegisterModelVersionResponse*, Done) override;
+  void ListModelVersions(const Caller&, const v1::ListModelVersionsRequest&, v1::ListModelVersionsResponse*, Done) override;
+  void GetModelVersion(const Caller&, const v1::GetModelVersionRequest&, v1::GetModelVersionResponse*, Done) override;
+  void DeleteModelVersion(const Caller&, const v1::DeleteModelVersionRequest&, v1::DeleteModelVersionResponse*, Done) override;
 
   // AgentHandler.
   void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;

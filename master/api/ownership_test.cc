@@ -227,5 +227,62 @@ TEST_F(OwnershipTest, ATemplateIsItsOwnersOrTheAdmins) {
   EXPECT_EQ(Call(bob, &ApiHandler::RemoveTemplate, remove).code(), absl::StatusCode::kNotFound);
 }
 
+// A model is its creator's: others read it but may not change it, delete it or register
+// its versions; an admin may do anything.
+TEST_F(OwnershipTest, AModelIsItsCreatorsOrTheAdmins) {
+  const Caller alice = User("alice"), bob = User("bob"), admin = User("admin", true);
+  v1::CreateModelRequest create;
+  create.set_name("mnist");
+  v1::CreateModelResponse made;
+  ASSERT_TRUE(Call(alice, &ApiHandler::CreateModel, create, &made).ok());
+  EXPECT_EQ(made.model().username(), "alice");
+
+  v1::PatchModelRequest patch;
+  patch.set_name("mnist");
+  patch.set_description("bob's");
+  absl::Status st = Call(bob, &ApiHandler::PatchModel, patch);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("only the model's owner (alice) or an admin may change "
+                                      "model 'mnist'; you are 'bob'"));
+  v1::RegisterModelVersionRequest reg;
+  reg.set_model_name("mnist");
+  reg.set_checkpoint_uuid("c-1");
+  st = Call(bob, &ApiHandler::RegisterModelVersion, reg);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("may register versions of model 'mnist'"));
+  v1::DeleteModelVersionRequest del_version;
+  del_version.set_model_name("mnist");
+  del_version.set_version(1);
+  st = Call(bob, &ApiHandler::DeleteModelVersion, del_version);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("may delete versions of model 'mnist'"));
+  v1::DeleteModelRequest del;
+  del.set_name("mnist");
+  st = Call(bob, &ApiHandler::DeleteModel, del);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("may delete model 'mnist'"));
+  // Reading is open.
+  v1::GetModelRequest get;
+  get.set_name("mnist");
+  v1::GetModelResponse got;
+  ASSERT_TRUE(Call(bob, &ApiHandler::GetModel, get, &got).ok());
+  EXPECT_EQ(got.model().description(), "");
+  v1::ListModelVersionsResponse versions;
+  v1::ListModelVersionsRequest list;
+  list.set_model_name("mnist");
+  ASSERT_TRUE(Call(bob, &ApiHandler::ListModelVersions, list, &versions).ok());
+  EXPECT_EQ(versions.model().name(), "mnist");
+
+  // The admin changes it (alice stays its creator), then deletes it.
+  v1::PatchModelResponse patched;
+  ASSERT_TRUE(Call(admin, &ApiHandler::PatchModel, patch, &patched).ok());
+  EXPECT_EQ(patched.model().description(), "bob's");
+  EXPECT_EQ(patched.model().username(), "alice");
+  EXPECT_TRUE(Call(admin, &ApiHandler::DeleteModel, del).ok());
+  st = Call(bob, &ApiHandler::DeleteModel, del);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "model 'mnist' does not exist");
+}
+
 }  // namespace
 }  // namespace det::master

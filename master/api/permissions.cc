@@ -41,4 +41,12 @@ absl::Status MayChangeTemplate(const Caller& caller, const v1::Template& tmpl,
                                                   "'; you are '", caller.user.username(), "'"));
 }
 
+absl::Status MayChangeModel(const Caller& caller, const v1::Model& model,
+                            absl::string_view action) {
+  if (Allowed(caller, model.username())) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(Rule("model", model.username()), " may ",
+                                                  action, " model '", model.name(),
+                                                  "'; you are '", caller.user.username(), "'"));
+}
+
 }  // namespace det::master

@@ -1,7 +1,8 @@
 // Who may change what through the user API (docs/operations.md, "Who may do what"):
 // an experiment's owner or an admin may change it (kill, pause, activate, set slots,
 // priority, archive, label, describe, delete); agents and users are the admins'; a
-// template's owner or an admin may replace or remove it. When the master checks no users
+// template's owner or an admin may replace or remove it, and a model's creator or an admin
+// may change or delete it or register its versions. When the master checks no users
 // (an empty Caller) everything is allowed, as before users existed. Pure functions.
 #ifndef DET_MASTER_API_PERMISSIONS_H_
 #define DET_MASTER_API_PERMISSIONS_H_
@@ -32,6 +33,11 @@ absl::Status MustBeAdmin(const Caller& caller, absl::string_view what);
 // "only the template's owner (alice) or an admin may replace template 'base'".
 absl::Status MayChangeTemplate(const Caller& caller, const v1::Template& tmpl,
                                absl::string_view action);
+
+// OK for the creator of `model`, an admin or an unchecked caller; else PermissionDenied
+// "only the model's owner (alice) or an admin may delete model 'mnist'".
+absl::Status MayChangeModel(const Caller& caller, const v1::Model& model,
+                            absl::string_view action);
 
 }  // namespace det::master
 

@@ -1,5 +1,6 @@
 // CheckpointManager: checkpoints deleted on request (det checkpoint delete, det experiment
 // delete), through the same CHECKPOINT_GC tasks as the policy's garbage collection.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -40,6 +41,12 @@ absl::Status CheckpointManager::DeleteCheckpoints(
               StateName(trial.state()), ": delete checkpoints once their trial has ended"));
         }
         RETURN_IF_ERROR(allowed(es.experiment));
+        if (std::string why = protection_ ? protection_(c.uuid()) : ""; !why.empty()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("checkpoint ", c.uuid(), " is ", why,
+                           ": a registered checkpoint is never deleted; delete the model "
+                           "version first"));
+        }
         by_trial[tid] = cs;
       }
     }
@@ -83,6 +90,11 @@ absl::StatusOr<std::optional<v1::CheckpointGcTask>> CheckpointManager::QueueExpe
     ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cs, store_.GetCheckpoints(tid));
     for (v1::Checkpoint& c : cs) {
       if (c.state() == v1::STATE_DELETED) continue;
+      if (std::string why = protection_ ? protection_(c.uuid()) : ""; !why.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "experiment ", experiment_id, " cannot be deleted: its checkpoint ", c.uuid(), " is ",
+            why, "; delete the model version first"));
+      }
       doomed.insert(c.uuid());
       all.push_back(std::move(c));
     }
@@ -91,6 +103,25 @@ absl::StatusOr<std::optional<v1::CheckpointGcTask>> CheckpointManager::QueueExpe
   RETURN_IF_ERROR(QueueGcTask(es, /*ended_trial=*/0, all, doomed));
   // QueueGcTask stored it under the highest id.
   return std::optional<v1::CheckpointGcTask>(gc_tasks_.rbegin()->second.task);
+}
+
+std::vector<std::string> CheckpointManager::Unprotected(std::vector<std::string> uuids) const {
+  if (!protection_) return uuids;
+  uuids.erase(std::remove_if(uuids.begin(), uuids.end(),
+                             [this](const std::string& uuid) { return !protection_(uuid).empty(); }),
+              uuids.end());
+  return uuids;
+}
+
+const v1::CheckpointGcTask* CheckpointManager::DeletingTask(const std::string& uuid) const {
+  DET_CHECK_ON_LOOP(loop_);
+  for (const auto& [id, g] : gc_tasks_) {
+    if (views::Terminal(g.task.state())) continue;
+    for (const v1::Checkpoint& c : g.task.checkpoints()) {
+      if (c.uuid() == uuid) return &g.task;
+    }
+  }
+  return nullptr;
 }
 
 const v1::CheckpointGcTask* CheckpointManager::LiveDeletion(int64_t experiment_id) const {

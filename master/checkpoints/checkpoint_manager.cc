@@ -212,7 +212,8 @@ void CheckpointManager::Collect(ExperimentState& es, int64_t ended_trial) {
   }
   std::vector<const v1::CheckpointGcTask*> tasks;
   for (const auto& [id, g] : gc_tasks_) tasks.push_back(&g.task);
-  std::vector<std::string> to_delete = NotYetCollected(CheckpointsToDelete(all, ended, policy), tasks);
+  std::vector<std::string> to_delete =
+      NotYetCollected(Unprotected(CheckpointsToDelete(all, ended, policy)), tasks);
   if (to_delete.empty()) return;
   // Logged, and in the trial's log; the trial has ended either way.
   (void)QueueGcTask(es, ended_trial, all, {to_delete.begin(), to_delete.end()});

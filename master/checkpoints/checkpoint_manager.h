@@ -62,6 +62,17 @@ class CheckpointManager {
   // InvalidArgument "checkpoint_storage.host_path: ..." naming the allowed roots.
   absl::StatusOr<std::string> StorageRoot(const config::ExperimentConfig& config) const;
 
+  // Checkpoints nothing may delete (model versions, master/models): `why(uuid)` is "" for a
+  // checkpoint that may go, else what keeps it ("version 2 of model 'mnist'"). Garbage
+  // collection passes them over; DeleteCheckpoints and QueueExperimentDeletion refuse them
+  // with FailedPrecondition naming `why`. Default: none is protected. Set once, before
+  // Restore.
+  void SetProtection(std::function<std::string(const std::string& uuid)> why) {
+    protection_ = std::move(why);
+  }
+  // The queued or running GC task deleting `uuid`, or null. checkpoint_delete.cc.
+  const v1::CheckpointGcTask* DeletingTask(const std::string& uuid) const;
+
   // Recovery: a queued task waits for the scheduler; a running one waits for its agent to
   // register again with it (LoseUnreturned requeues it if it does not).
   void Restore(std::vector<v1::CheckpointGcTask> tasks);
@@ -151,6 +162,8 @@ class CheckpointManager {
   absl::Status QueueGcTask(const ExperimentState& es, int64_t trial_id,
                            const std::vector<v1::Checkpoint>& all,
                            const std::set<std::string>& doomed);
+  // `uuids` without the protected ones (SetProtection), in order. checkpoint_delete.cc.
+  std::vector<std::string> Unprotected(std::vector<std::string> uuids) const;
   // Ends the running attempt of `g`: STATE_QUEUED requeues it (a lost agent; attempt + 1),
   // STATE_COMPLETED marks its checkpoints deleted, STATE_ERROR records `why`.
   void End(GcTaskState& g, v1::State outcome, const std::string& why);
@@ -170,6 +183,7 @@ class CheckpointManager {
   std::map<std::string, int64_t> gc_allocations_;  // running GC allocation id -> task id
   std::function<void(int64_t)> deletion_done_;
   std::vector<std::string> storage_roots_;
+  std::function<std::string(const std::string&)> protection_;
 };
 
 }  // namespace det::master

@@ -175,6 +175,24 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
   }
   Register(srv, routes_, "DELETE", v1 + "/templates/" + name,
            HandlerRoute(api, &ApiHandler::RemoveTemplate, {"name"}), users);
+
+  // The model registry (det model ...).
+  Register(srv, routes_, "GET", v1 + "/models", HandlerRoute(api, &ApiHandler::ListModels), users);
+  Register(srv, routes_, "POST", v1 + "/models", HandlerRoute(api, &ApiHandler::CreateModel), users);
+  Register(srv, routes_, "GET", v1 + "/models/" + name,
+           HandlerRoute(api, &ApiHandler::GetModel, {"name"}), users);
+  Register(srv, routes_, "PATCH", v1 + "/models/" + name,
+           HandlerRoute(api, &ApiHandler::PatchModel, {"name"}), users);
+  Register(srv, routes_, "DELETE", v1 + "/models/" + name,
+           HandlerRoute(api, &ApiHandler::DeleteModel, {"name"}), users);
+  Register(srv, routes_, "GET", v1 + "/models/" + name + "/versions",
+           HandlerRoute(api, &ApiHandler::ListModelVersions, {"model_name"}), users);
+  Register(srv, routes_, "POST", v1 + "/models/" + name + "/versions",
+           HandlerRoute(api, &ApiHandler::RegisterModelVersion, {"model_name"}), users);
+  Register(srv, routes_, "GET", v1 + "/models/" + name + "/versions/" + id,
+           HandlerRoute(api, &ApiHandler::GetModelVersion, {"model_name", "version"}), users);
+  Register(srv, routes_, "DELETE", v1 + "/models/" + name + "/versions/" + id,
+           HandlerRoute(api, &ApiHandler::DeleteModelVersion, {"model_name", "version"}), users);
 }
 
 }  // namespace det::master

@@ -692,6 +692,59 @@ TEST_F(RestTest, CheckpointGcTasksAreListedWithTheirCheckpoints) {
   EXPECT_THAT(TrialLogs(), HasSubstr("checkpoint garbage collection gc-1.0 completed on a1"));
 }
 
+// The model registry's routes: a model, a version of the checkpoint the GC kept, and that
+// checkpoint refused to DELETE /api/v1/checkpoints while the version exists.
+TEST_F(RestTest, ModelsAndVersions) {
+  std::string session = RegisterAgent("a1", 1);
+  v1::LaunchCommand gc = TrialWithThreeCheckpointsEnds(session);  // gc-1.0 deletes c-10, c-20
+  HttpReply created = Post("/api/v1/models", json{{"name", "mnist"}, {"labels", {"prod"}}}.dump());
+  ASSERT_EQ(created.status, 200) << created.text;
+  EXPECT_EQ(created.body["model"]["name"], "mnist");
+  HttpReply twice = Post("/api/v1/models", json{{"name", "mnist"}}.dump());
+  EXPECT_EQ(twice.status, 409) << twice.text;
+  EXPECT_EQ(twice.body["message"], "model 'mnist' already exists");
+
+  HttpReply v1 = Post("/api/v1/models/mnist/versions", json{{"checkpoint_uuid", "c-30"}}.dump());
+  ASSERT_EQ(v1.status, 200) << v1.text;
+  EXPECT_EQ(v1.body["model_version"]["version"], 1);
+  EXPECT_EQ(v1.body["model_version"]["checkpoint"]["uuid"], "c-30");
+  HttpReply doomed =
+      Post("/api/v1/models/mnist/versions", json{{"checkpoint_uuid", "c-10"}}.dump());
+  EXPECT_EQ(doomed.status, 400) << doomed.text;
+  EXPECT_EQ(doomed.body["code"], "FAILED_PRECONDITION");
+  EXPECT_THAT(doomed.body["message"].get<std::string>(),
+              HasSubstr("checkpoint c-10 is being deleted"));
+
+  HttpReply listed = Get("/api/v1/models?labels=prod");
+  ASSERT_EQ(listed.status, 200) << listed.text;
+  ASSERT_EQ(listed.body["models"].size(), 1u);
+  EXPECT_EQ(listed.body["models"][0]["num_versions"], 1);
+  EXPECT_EQ(Get("/api/v1/models?labels=other").body["models"].size(), 0u);
+  HttpReply versions = Get("/api/v1/models/mnist/versions");
+  ASSERT_EQ(versions.status, 200) << versions.text;
+  EXPECT_EQ(versions.body["model"]["name"], "mnist");
+  ASSERT_EQ(versions.body["model_versions"].size(), 1u);
+  HttpReply latest = Get("/api/v1/models/mnist/versions/0");
+  ASSERT_EQ(latest.status, 200) << latest.text;
+  EXPECT_EQ(latest.body["model_version"]["checkpoint"]["total_batches"], "30");
+  EXPECT_EQ(Get("/api/v1/models/mnist/versions/5").status, 404);
+  HttpReply patched = Send("PATCH", "/api/v1/models/mnist",
+                           json{{"description", "digits"}, {"add_labels", {"cnn"}}}.dump(), token_);
+  ASSERT_EQ(patched.status, 200) << patched.text;
+  EXPECT_EQ(patched.body["model"]["labels"], json::array({"prod", "cnn"}));
+
+  HttpReply kept = Send("DELETE", "/api/v1/checkpoints/c-30", "", token_);
+  EXPECT_EQ(kept.status, 400) << kept.text;
+  EXPECT_THAT(kept.body["message"].get<std::string>(),
+              HasSubstr("checkpoint c-30 is version 1 of model 'mnist'"));
+  EXPECT_EQ(Send("DELETE", "/api/v1/models/mnist/versions/1", "", token_).status, 200);
+  EXPECT_EQ(Send("DELETE", "/api/v1/models/mnist", "", token_).status, 200);
+  HttpReply gone = Get("/api/v1/models/mnist");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(gone.body["message"], "model 'mnist' does not exist");
+  ReportExit("a1", session, gc.allocation_id(), 0);
+}
+
 // What a checkpoint GC task does (its launch, requeued when its agent restarts without it
 // or is lost, reattached after a master restart, its failures) is tested on the managers
 // (master/checkpoints:checkpoint_manager_test, FakeClock, no sockets).
@@ -736,6 +789,15 @@ std::vector<RouteCase> AllRoutes() {
       {"PUT", "/api/v1/templates/t", R"({"config_yaml": "description: x"})"},
       {"POST", "/api/v1/templates/t", R"({"config_yaml": "description: x"})"},
       {"DELETE", "/api/v1/templates/t", ""},
+      {"GET", "/api/v1/models", ""},
+      {"POST", "/api/v1/models", R"({"name": "m"})"},
+      {"GET", "/api/v1/models/m", ""},
+      {"PATCH", "/api/v1/models/m", R"({"description": "x"})"},
+      {"DELETE", "/api/v1/models/m", ""},
+      {"GET", "/api/v1/models/m/versions", ""},
+      {"POST", "/api/v1/models/m/versions", R"({"checkpoint_uuid": "c"})"},
+      {"GET", "/api/v1/models/m/versions/1", ""},
+      {"DELETE", "/api/v1/models/m/versions/1", ""},
   };
 }
 

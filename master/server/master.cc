@@ -130,11 +130,14 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
       scheduling_(config_, turns_, agents_, logs_, registry_, allocations_, checkpoints_),
       metrics_(clock, turns_, *store_, registry_, experiments_),
       liveness_(config_, clock, turns_, *store_, agents_, registry_, allocations_, checkpoints_),
+      models_(clock, loop_, *store_, checkpoints_),
       contexts_(clock, *store_),
       service_(config_, clock, turns_,
                MasterService::Managers{agents_, liveness_, templates_, users_, logs_, registry_,
                                        experiments_, allocations_, checkpoints_, metrics_,
-                                       contexts_}) {
+                                       contexts_, models_}) {
+  checkpoints_.SetProtection(
+      [this](const std::string& uuid) { return models_.WhyProtected(uuid); });
   turns_.SetSchedulePass([this] { scheduling_.SchedulePass(); });
   turns_.SetTurnEnd([this] {
     if (logs_.HasPendingEvents()) logs_.FlushEvents();
@@ -160,6 +163,7 @@ absl::Status Master::Restore() {
   allocations_.SetStopGracePeriod(config_.stop_grace_period);
   RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));
   checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));
+  models_.Restore(std::move(snap.models), std::move(snap.model_versions));
   allocations_.Restore(std::move(snap.open_allocations));
   // Runs whose agents do not come back in time are lost.
   liveness_.AfterRestart();

@@ -28,6 +28,7 @@
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
 #include "master/metrics/metrics_manager.h"
+#include "master/models/model_registry.h"
 #include "master/scheduling/scheduling_service.h"
 #include "master/store/store.h"
 #include "master/templates/templates.h"
@@ -91,6 +92,8 @@ class Master {
   SchedulingService scheduling_;
   MetricsManager metrics_;
   AgentLiveness liveness_;
+  // The model registry; its versions' checkpoints are protected from deletion.
+  ModelRegistry models_;
   ModelContexts contexts_;
   MasterService service_;
 

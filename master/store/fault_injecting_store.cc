@@ -231,6 +231,32 @@ absl::Status FaultInjectingStore::DeleteTemplate(const std::string& name) {
   return store_.DeleteTemplate(name);
 }
 
+absl::StatusOr<int64_t> FaultInjectingStore::InsertModel(const v1::Model& model) {
+  RETURN_IF_ERROR(BeforeWrite("InsertModel"));
+  return store_.InsertModel(model);
+}
+
+absl::Status FaultInjectingStore::UpdateModel(const v1::Model& model) {
+  RETURN_IF_ERROR(BeforeWrite("UpdateModel"));
+  return store_.UpdateModel(model);
+}
+
+absl::Status FaultInjectingStore::DeleteModel(int64_t model_id) {
+  RETURN_IF_ERROR(BeforeWrite("DeleteModel"));
+  return store_.DeleteModel(model_id);
+}
+
+absl::StatusOr<int64_t> FaultInjectingStore::InsertModelVersion(const v1::ModelVersion& version,
+                                                                const v1::Model& model) {
+  RETURN_IF_ERROR(BeforeWrite("InsertModelVersion"));
+  return store_.InsertModelVersion(version, model);
+}
+
+absl::Status FaultInjectingStore::DeleteModelVersion(int64_t version_id, const v1::Model& model) {
+  RETURN_IF_ERROR(BeforeWrite("DeleteModelVersion"));
+  return store_.DeleteModelVersion(version_id, model);
+}
+
 absl::Status FaultInjectingStore::AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                                    int64_t keep_after_ms) {
   RETURN_IF_ERROR(BeforeWrite("AddSystemMetrics"));

@@ -5,7 +5,8 @@
 // Writes are the calls that change stored state: InsertExperiment, UpdateExperiment,
 // InsertTrial, UpdateTrial, UpsertAllocation, UpsertAgent, SetAgentCredential, AddMetrics, SupersedeMetrics,
 // AddLogs, AddCheckpoint, InsertCheckpointGcTask, UpdateCheckpointGcTask, DeleteExperiment, PutTemplate,
-// DeleteTemplate, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
+// DeleteTemplate, InsertModel, UpdateModel, DeleteModel, InsertModelVersion,
+// DeleteModelVersion, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
 // InsertSession, DeleteSession, DeleteUserSessions. Every other call is a read (Load and
 // LoadSessions included, although the stores may tidy up inside them), and so is the
 // GetMetrics of a reader it opened (OpenReader wraps the wrapped store's reader).
@@ -96,6 +97,12 @@ class FaultInjectingStore : public Store {
   absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
   absl::StatusOr<std::vector<v1::Template>> ListTemplates() override;
   absl::Status DeleteTemplate(const std::string& name) override;
+  absl::StatusOr<int64_t> InsertModel(const v1::Model& model) override;
+  absl::Status UpdateModel(const v1::Model& model) override;
+  absl::Status DeleteModel(int64_t model_id) override;
+  absl::StatusOr<int64_t> InsertModelVersion(const v1::ModelVersion& version,
+                                             const v1::Model& model) override;
+  absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) override;
   absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                 int64_t keep_after_ms) override;
   absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,

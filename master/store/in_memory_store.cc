@@ -69,6 +69,8 @@ absl::StatusOr<StoreSnapshot> InMemoryStore::Load() {
   for (const auto& [id, agent] : agents_) snap.agents.push_back(agent);
   snap.agent_credential_hashes = agent_credential_hashes_;
   for (const auto& [id, task] : gc_tasks_) snap.checkpoint_gc_tasks.push_back(task);
+  for (const auto& [id, model] : models_) snap.models.push_back(model);
+  for (const auto& [id, version] : model_versions_) snap.model_versions.push_back(version);
   return snap;
 }
 
@@ -412,6 +414,90 @@ absl::Status InMemoryStore::DeleteTemplate(const std::string& name) {
   if (templates_.erase(name) != 1) {
     return absl::NotFoundError(absl::StrCat("template '", name, "' does not exist"));
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status ModelNotStored(int64_t model_id) {
+  return absl::NotFoundError(absl::StrCat("model ", model_id, " not in the database"));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> InMemoryStore::InsertModel(const v1::Model& model) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, m] : models_) {
+    if (m.name() == model.name()) {
+      return absl::AlreadyExistsError(absl::StrCat("model '", model.name(), "' already exists"));
+    }
+  }
+  int64_t id = ++last_model_id_;
+  v1::Model& row = models_[id];
+  row = model;
+  row.set_id(id);
+  row.clear_num_versions();
+  return id;
+}
+
+absl::Status InMemoryStore::UpdateModel(const v1::Model& model) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(model.id());
+  if (it == models_.end()) return ModelNotStored(model.id());
+  for (const auto& [id, m] : models_) {
+    if (id != model.id() && m.name() == model.name()) {
+      return absl::AlreadyExistsError(absl::StrCat("model '", model.name(), "' already exists"));
+    }
+  }
+  it->second = model;
+  it->second.clear_num_versions();
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryStore::DeleteModel(int64_t model_id) {
+  absl::MutexLock lock(&mu_);
+  if (models_.erase(model_id) != 1) return ModelNotStored(model_id);
+  for (auto it = model_versions_.begin(); it != model_versions_.end();) {
+    it = it->second.model_id() == model_id ? model_versions_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> InMemoryStore::InsertModelVersion(const v1::ModelVersion& version,
+                                                          const v1::Model& model) {
+  absl::MutexLock lock(&mu_);
+  auto m = models_.find(version.model_id());
+  if (m == models_.end() || version.model_id() != model.id()) {
+    return ModelNotStored(version.model_id());
+  }
+  for (const auto& [id, v] : model_versions_) {
+    if (v.model_id() == version.model_id() && v.version() == version.version()) {
+      return UniqueError("model_versions.model_id, model_versions.version",
+                         absl::StrCat(version.model_id(), ", ", version.version()));
+    }
+  }
+  int64_t id = ++last_model_version_id_;
+  v1::ModelVersion& row = model_versions_[id];
+  row = version;
+  row.set_id(id);
+  row.clear_model_name();
+  row.clear_checkpoint();
+  m->second = model;
+  m->second.clear_num_versions();
+  return id;
+}
+
+absl::Status InMemoryStore::DeleteModelVersion(int64_t version_id, const v1::Model& model) {
+  absl::MutexLock lock(&mu_);
+  auto v = model_versions_.find(version_id);
+  if (v == model_versions_.end()) {
+    return absl::NotFoundError(absl::StrCat("model version ", version_id, " not in the database"));
+  }
+  auto m = models_.find(model.id());
+  if (m == models_.end()) return ModelNotStored(model.id());
+  model_versions_.erase(v);
+  m->second = model;
+  m->second.clear_num_versions();
   return absl::OkStatus();
 }
 

@@ -71,6 +71,12 @@ class InMemoryStore : public Store {
   absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
   absl::StatusOr<std::vector<v1::Template>> ListTemplates() override;
   absl::Status DeleteTemplate(const std::string& name) override;
+  absl::StatusOr<int64_t> InsertModel(const v1::Model& model) override;
+  absl::Status UpdateModel(const v1::Model& model) override;
+  absl::Status DeleteModel(int64_t model_id) override;
+  absl::StatusOr<int64_t> InsertModelVersion(const v1::ModelVersion& version,
+                                             const v1::Model& model) override;
+  absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) override;
   absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                 int64_t keep_after_ms) override;
   absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,
@@ -140,6 +146,11 @@ class InMemoryStore : public Store {
   std::map<std::string, CheckpointRow> checkpoints_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, v1::CheckpointGcTask> gc_tasks_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Template> templates_ ABSL_GUARDED_BY(mu_);
+  int64_t last_model_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_model_version_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // By id.
+  std::map<int64_t, v1::Model> models_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, v1::ModelVersion> model_versions_ ABSL_GUARDED_BY(mu_);
   // By id.
   std::vector<SystemMetricsRow> system_metrics_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, UserRow> users_ ABSL_GUARDED_BY(mu_);

@@ -14,8 +14,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
 #include "common/rpc/context_sha256.h"
+#include "common/status/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/sqlite_store.h"
 
@@ -25,13 +26,8 @@ namespace {
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::det::testing::StatusIs;
 using ::testing::UnorderedElementsAre;
-
-MATCHER_P2(StatusIs, code, substr, "") {
-  const absl::Status& st = arg;
-  *result_listener << "status " << st;
-  return st.code() == code && st.message().find(substr) != absl::string_view::npos;
-}
 
 // The rows of a read, by value: a range-for over `*store.Get...()` would use them after
 // the StatusOr holding them is gone.
@@ -660,6 +656,87 @@ TEST_P(StoreConformanceTest, TemplatesAreReplacedByNameKeepingTheirCreationTime)
   EXPECT_THAT(store_->GetTemplate("aa").status(),
               StatusIs(absl::StatusCode::kNotFound, "template 'aa' does not exist"));
   EXPECT_EQ(store_->ListTemplates()->size(), 1u);
+}
+
+TEST_P(StoreConformanceTest, ModelsAreUniqueByNameAndLoadWithTheirVersions) {
+  v1::Model m;
+  m.set_name("mnist");
+  m.set_description("digits");
+  m.add_labels("prod");
+  m.set_creation_time_ms(1000);
+  m.set_num_versions(7);  // computed by the master: not stored
+  auto id = store_->InsertModel(m);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, 1);
+  EXPECT_THAT(store_->InsertModel(m).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "model 'mnist' already exists"));
+  v1::Model other;
+  other.set_name("cifar");
+  auto other_id = store_->InsertModel(other);
+  ASSERT_TRUE(other_id.ok()) << other_id.status();
+  EXPECT_EQ(*other_id, 2);  // The refused insert used no id.
+
+  m.set_id(*id);
+  m.set_last_updated_time_ms(2000);
+  v1::ModelVersion v;
+  v.set_model_id(*id);
+  v.set_version(1);
+  v.set_checkpoint_uuid("ck-1");
+  v.set_model_name("mnist");                    // not stored
+  v.mutable_checkpoint()->set_uuid("ck-1");     // not stored
+  auto vid = store_->InsertModelVersion(v, m);
+  ASSERT_TRUE(vid.ok()) << vid.status();
+  EXPECT_THAT(store_->InsertModelVersion(v, m).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "UNIQUE constraint failed"));
+  v.set_version(2);
+  v.set_checkpoint_uuid("ck-2");
+  ASSERT_TRUE(store_->InsertModelVersion(v, m).ok());
+  v1::Model gone;
+  gone.set_id(99);
+  v.set_model_id(99);
+  EXPECT_THAT(store_->InsertModelVersion(v, gone).status(),
+              StatusIs(absl::StatusCode::kNotFound, "model 99 not in the database"));
+  EXPECT_THAT(store_->UpdateModel(gone),
+              StatusIs(absl::StatusCode::kNotFound, "model 99 not in the database"));
+  other.set_id(*other_id);
+  other.set_name("mnist");
+  EXPECT_THAT(store_->UpdateModel(other),
+              StatusIs(absl::StatusCode::kAlreadyExists, "model 'mnist' already exists"));
+
+  auto snap = store_->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->models.size(), 2u);
+  EXPECT_EQ(snap->models[0].name(), "mnist");
+  EXPECT_EQ(snap->models[0].last_updated_time_ms(), 2000);
+  EXPECT_EQ(snap->models[0].num_versions(), 0);
+  EXPECT_EQ(snap->models[1].name(), "cifar");
+  ASSERT_EQ(snap->model_versions.size(), 2u);
+  EXPECT_EQ(snap->model_versions[0].id(), *vid);
+  EXPECT_EQ(snap->model_versions[0].checkpoint_uuid(), "ck-1");
+  EXPECT_EQ(snap->model_versions[0].model_name(), "");
+  EXPECT_FALSE(snap->model_versions[0].has_checkpoint());
+  EXPECT_EQ(snap->model_versions[1].version(), 2);
+
+  m.set_last_updated_time_ms(3000);
+  ASSERT_TRUE(store_->DeleteModelVersion(*vid, m).ok());
+  EXPECT_THAT(store_->DeleteModelVersion(*vid, m),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("model version ", *vid, " not in the database")));
+  snap = store_->Load();
+  ASSERT_EQ(snap->model_versions.size(), 1u);
+  EXPECT_EQ(snap->model_versions[0].checkpoint_uuid(), "ck-2");
+  EXPECT_EQ(snap->models[0].last_updated_time_ms(), 3000);
+
+  ASSERT_TRUE(store_->DeleteModel(*id).ok());
+  EXPECT_THAT(store_->DeleteModel(*id),
+              StatusIs(absl::StatusCode::kNotFound, "model 1 not in the database"));
+  snap = store_->Load();
+  ASSERT_EQ(snap->models.size(), 1u);
+  EXPECT_EQ(snap->models[0].name(), "cifar");
+  EXPECT_TRUE(snap->model_versions.empty());
+  // The name is free again.
+  m.clear_id();
+  EXPECT_TRUE(store_->InsertModel(m).ok());
 }
 
 v1::SystemMetrics Sample(const std::string& agent, int64_t t, double cpu) {

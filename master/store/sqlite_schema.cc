@@ -138,6 +138,23 @@ ALTER TABLE experiments ADD COLUMN context_sha256 TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE agents ADD COLUMN credential_hash TEXT NOT NULL DEFAULT '';
 )sql",
+    // 10: the model registry (det model ...): models by unique name and their versions,
+    // each naming a checkpoint (not a foreign key: the checkpoint's experiment may not be
+    // deleted while a version names it, which the master checks); the message in `data`.
+    R"sql(
+CREATE TABLE models (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE,
+  data BLOB NOT NULL);
+CREATE TABLE model_versions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  model_id INTEGER NOT NULL REFERENCES models(id),
+  version INTEGER NOT NULL,
+  checkpoint_uuid TEXT NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (model_id, version));
+CREATE INDEX model_versions_by_checkpoint ON model_versions(checkpoint_uuid);
+)sql",
 };
 
 }  // namespace

@@ -155,6 +155,18 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
     }
     RETURN_IF_ERROR(s.status());
   }
+  {
+    Stmt s(db_, "SELECT data FROM models ORDER BY id");
+    while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.models.emplace_back(), "models"));
+    RETURN_IF_ERROR(s.status());
+  }
+  {
+    Stmt s(db_, "SELECT data FROM model_versions ORDER BY id");
+    while (s.Step()) {
+      RETURN_IF_ERROR(ParseRow(s.Text(0), &snap.model_versions.emplace_back(), "model_versions"));
+    }
+    RETURN_IF_ERROR(s.status());
+  }
   return snap;
 }
 

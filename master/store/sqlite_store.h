@@ -65,6 +65,12 @@ class SqliteStore : public Store {
   absl::StatusOr<v1::Template> GetTemplate(const std::string& name) override;
   absl::StatusOr<std::vector<v1::Template>> ListTemplates() override;
   absl::Status DeleteTemplate(const std::string& name) override;
+  absl::StatusOr<int64_t> InsertModel(const v1::Model& model) override;
+  absl::Status UpdateModel(const v1::Model& model) override;
+  absl::Status DeleteModel(int64_t model_id) override;
+  absl::StatusOr<int64_t> InsertModelVersion(const v1::ModelVersion& version,
+                                             const v1::Model& model) override;
+  absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) override;
   absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                 int64_t keep_after_ms) override;
   absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,
@@ -86,6 +92,8 @@ class SqliteStore : public Store {
   absl::Status WriteCheckpointGcTask(const v1::CheckpointGcTask& task);
   // Inserts `trial` (inside the caller's transaction) and returns its id.
   absl::StatusOr<int64_t> InsertTrialRow(const v1::Trial& trial);
+  // Writes `model`'s row (by id; inside the caller's transaction, if any).
+  absl::Status WriteModel(const v1::Model& model);
 
   sqlite3* db_;
   std::string path_;

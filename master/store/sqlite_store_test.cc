@@ -35,7 +35,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 9);
+    EXPECT_EQ((*store)->SchemaVersion(), 10);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -317,6 +317,35 @@ TEST(SqliteStore, UnopenablePathNamesTheFile) {
   EXPECT_THAT(store.status().message(), HasSubstr("/nonexistent-dir/sub/det.db"));
 }
 
+TEST(SqliteStore, ModelsAndTheirVersionsSurviveReopen) {
+  std::string path = TempPath("models.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Model m;
+    m.set_name("mnist");
+    m.set_metadata_json("{\"a\":1}");
+    auto id = (*store)->InsertModel(m);
+    ASSERT_TRUE(id.ok()) << id.status();
+    m.set_id(*id);
+    v1::ModelVersion v;
+    v.set_model_id(*id);
+    v.set_version(1);
+    v.set_checkpoint_uuid("ck-1");
+    v.set_notes("first");
+    ASSERT_TRUE((*store)->InsertModelVersion(v, m).ok());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto snap = (*store)->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->models.size(), 1u);
+  EXPECT_EQ(snap->models[0].metadata_json(), "{\"a\":1}");
+  ASSERT_EQ(snap->model_versions.size(), 1u);
+  EXPECT_EQ(snap->model_versions[0].notes(), "first");
+  EXPECT_EQ(snap->model_versions[0].model_id(), snap->models[0].id());
+}
+
 TEST(SqliteStore, NewerSchemaIsRefused) {
   std::string path = TempPath("newer.db");
   { ASSERT_TRUE(SqliteStore::Open(path).ok()); }
@@ -403,14 +432,15 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
                      "ALTER TABLE users DROP COLUMN agent_group; "
                      "ALTER TABLE users DROP COLUMN agent_gid; "
                      "ALTER TABLE experiments DROP COLUMN context_sha256; "
-                     "ALTER TABLE agents DROP COLUMN credential_hash; PRAGMA user_version=4'";
+                     "ALTER TABLE agents DROP COLUMN credential_hash; "
+                     "DROP TABLE model_versions; DROP TABLE models; PRAGMA user_version=4'";
   ASSERT_EQ(std::system(down.c_str()), 0);
 
   v1::CheckpointGcTask task;
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 9);
+    EXPECT_EQ((*store)->SchemaVersion(), 10);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok()) << snap.status();
     ASSERT_EQ(snap->experiments.size(), 1u);

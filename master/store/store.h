@@ -30,6 +30,10 @@ struct StoreSnapshot {
   std::string cluster_id;
   // Every checkpoint garbage-collection task, ended ones included, by id.
   std::vector<v1::CheckpointGcTask> checkpoint_gc_tasks;
+  // The model registry: every model and every model version, by id (as stored: no
+  // num_versions, model_name or checkpoint).
+  std::vector<v1::Model> models;
+  std::vector<v1::ModelVersion> model_versions;
 };
 
 // A user account (det user ...); the password only as its argon2id hash string.
@@ -158,6 +162,22 @@ class Store {
   virtual absl::StatusOr<std::vector<v1::Template>> ListTemplates() = 0;
   // NotFound as GetTemplate when absent.
   virtual absl::Status DeleteTemplate(const std::string& name) = 0;
+
+  // The model registry (loaded with the snapshot). InsertModel assigns and returns the
+  // model's id; AlreadyExists "model 'NAME' already exists" for a name taken.
+  virtual absl::StatusOr<int64_t> InsertModel(const v1::Model& model) = 0;
+  // Writes the model's row (by id). NotFound "model N not in the database".
+  virtual absl::Status UpdateModel(const v1::Model& model) = 0;
+  // Deletes the model and its versions in one transaction. NotFound as UpdateModel.
+  virtual absl::Status DeleteModel(int64_t model_id) = 0;
+  // Inserts `version` (of `model`, its model_id and version number set) and writes `model`
+  // (its last_updated_time_ms) in one transaction; assigns and returns the version's id.
+  // AlreadyExists for a version number the model has; NotFound as UpdateModel.
+  virtual absl::StatusOr<int64_t> InsertModelVersion(const v1::ModelVersion& version,
+                                                     const v1::Model& model) = 0;
+  // Deletes the version of id `version_id` and writes `model` in one transaction. NotFound
+  // "model version N not in the database".
+  virtual absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) = 0;
 
   // Agents' host metrics. AddSystemMetrics appends `samples` and deletes every sample
   // older than `keep_after_ms` (bounded retention) in one transaction.

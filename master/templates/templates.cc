@@ -7,14 +7,18 @@
 
 namespace det::master {
 
-absl::Status ValidateTemplateName(const std::string& name) {
+absl::Status ValidateStoredName(absl::string_view kind, const std::string& name) {
   bool ok = !name.empty() && name.size() <= 128 && absl::ascii_isalnum(name[0]);
   for (char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("template name '", name,
+      absl::StrCat(kind, " name '", name,
                    "': use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter "
                    "or a digit"));
+}
+
+absl::Status ValidateTemplateName(const std::string& name) {
+  return ValidateStoredName("template", name);
 }
 
 absl::StatusOr<v1::Template> Templates::Set(const std::string& name,

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock/clock.h"
 #include "common/config/config_input.h"
 #include "master/store/store.h"
@@ -16,8 +17,11 @@
 
 namespace det::master {
 
-// InvalidArgument unless `name` is 1 to 128 letters, digits, '.', '_' or '-', starting
-// with a letter or a digit.
+// InvalidArgument "KIND name 'NAME': use 1 to 128 letters, ..." unless `name` is 1 to 128
+// letters, digits, '.', '_' or '-', starting with a letter or a digit: the names the master
+// stores things under and REST paths carry (templates, models).
+absl::Status ValidateStoredName(absl::string_view kind, const std::string& name);
+// ValidateStoredName("template", name).
 absl::Status ValidateTemplateName(const std::string& name);
 
 class Templates {

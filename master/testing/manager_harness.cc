@@ -39,7 +39,10 @@ ManagerHarness::ManagerHarness(config::MasterConfig config_in, Store& store_in,
       allocations(clock, turns, store, agents, logs, registry, experiments),
       scheduling(config, turns, agents, logs, registry, allocations, checkpoints),
       metrics(clock, turns, store, registry, experiments),
-      liveness(config, clock, turns, store, agents, registry, allocations, checkpoints) {
+      liveness(config, clock, turns, store, agents, registry, allocations, checkpoints),
+      models(clock, loop, store, checkpoints) {
+  checkpoints.SetProtection(
+      [this](const std::string& uuid) { return models.WhyProtected(uuid); });
   allocations.SetStopGracePeriod(config.stop_grace_period);
   turns.SetSchedulePass([this] { scheduling.SchedulePass(); });
   turns.SetTurnEnd([this] {
@@ -68,6 +71,7 @@ absl::Status ManagerHarness::Start() {
       agents.Restore(snap.agents, snap.agent_credential_hashes);
       RETURN_IF_ERROR(experiments.Restore(std::move(snap.experiments), std::move(snap.trials)));
       checkpoints.Restore(std::move(snap.checkpoint_gc_tasks));
+      models.Restore(std::move(snap.models), std::move(snap.model_versions));
       allocations.Restore(std::move(snap.open_allocations));
       liveness.AfterRestart();
       return experiments.RestoreSearchers();

@@ -22,6 +22,7 @@
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
 #include "master/metrics/metrics_manager.h"
+#include "master/models/model_registry.h"
 #include "master/loop/turns.h"
 #include "master/scheduling/scheduling_service.h"
 #include "master/store/store.h"
@@ -88,6 +89,7 @@ class ManagerHarness {
   SchedulingService scheduling;
   MetricsManager metrics;
   AgentLiveness liveness;
+  ModelRegistry models;
 };
 
 }  // namespace det::master::testing

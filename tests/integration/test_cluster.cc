@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -376,6 +377,27 @@ CommandResult TestCluster::Det(const std::vector<std::string>& args, absl::Durat
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(InHost(TestClusterHosts::kMaster, std::move(argv)), timeout,
                     {{"DET_USER_TOKEN", token_}});
+}
+
+absl::StatusOr<TestCluster::DetRunner> TestCluster::DetAsNewUser(const std::string& name,
+                                                                  const std::string& password) {
+  CommandResult made = RunCommand(
+      InHost(TestClusterHosts::kMaster, {BinDir() + "/det", "-m", address_, "user", "create", name}),
+      absl::Seconds(60), {{"DET_USER_TOKEN", token_}, {"DET_NEW_PASSWORD", password}});
+  if (!made.exit.ok()) return absl::InternalError("det user create " + name + ": " + made.err);
+  const std::string home = dir_ + "/home-" + name;
+  if (mkdir(home.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError("mkdir " + home);
+  }
+  DetRunner run = [this, home, password](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinDir() + "/det", "-m", address_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(InHost(TestClusterHosts::kMaster, std::move(argv)), absl::Seconds(60),
+                      {{"HOME", home}, {"DET_USER_TOKEN", ""}, {"DET_PASSWORD", password}});
+  };
+  CommandResult login = run({"user", "login", name});
+  if (!login.exit.ok()) return absl::InternalError("det user login " + name + ": " + login.err);
+  return run;
 }
 
 int64_t TestCluster::AgentRegisteredMs(const std::string& id) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
 #include "nlohmann/json.hpp"
@@ -154,6 +155,11 @@ class TestCluster {
                     absl::Duration timeout = absl::Seconds(120));
   // Runs det with --json appended and parses stdout (null on failure).
   nlohmann::json DetJson(const std::vector<std::string>& args);
+  // Creates user `name` with `password` (as admin) and logs it in with the real `det user
+  // login` in a HOME of its own (dir()/home-NAME); returns a runner of the det CLI as that
+  // user (its stored session), or an error naming the step that failed.
+  using DetRunner = std::function<CommandResult(const std::vector<std::string>& args)>;
+  absl::StatusOr<DetRunner> DetAsNewUser(const std::string& name, const std::string& password);
   // The registration time (ms) of agent `id` while the master lists it connected (0 when
   // the master gives none), else -1.
   int64_t AgentRegisteredMs(const std::string& id);

@@ -7,8 +7,10 @@ The master is $DET_MASTER; the session is the det CLI's stored one (HOME/.det/au
 DET_TEST_PASSWORD is the admin's password (for the login with arguments). Creates the
 experiment (sdk_train.py, a grid over q in {1, 2}), waits for it, checks the trials,
 checkpoints, metrics and logs it reports, downloads the top checkpoint into OUT_DIR/top and
-(by get_checkpoint and the default path) into OUT_DIR/checkpoints/<uuid>, checks their files,
-and prints "top checkpoint UUID" and "SDK OK". Any failed check raises (exit status 1)."""
+(by get_checkpoint and the default path) into OUT_DIR/checkpoints/<uuid>, registers it as
+version 1 of the model "sdk-model" and downloads it through that model version into
+OUT_DIR/model, checks their files, and prints "top checkpoint UUID", "model version NAME N
+UUID" and "SDK OK". Any failed check raises (exit status 1)."""
 
 import json
 import os
@@ -120,11 +122,38 @@ def main():
         raise AssertionError("experiment 99999 exists")
     except errors.NotFoundException as e:
         check("99999" in str(e), str(e))
+
+    # The model registry: the top checkpoint becomes version 1 of a model, which is how the
+    # checkpoint that ships is found and downloaded later.
+    model = client.create_model("sdk-model", description="the SDK test's model",
+                                metadata={"source": "sdk_script"}, labels=["sdk"])
+    check(model.get_version() is None, "a new model has no versions")
+    registered = model.register_version(top.uuid)
+    check(registered.model_version == 1 and registered.checkpoint.uuid == top.uuid,
+          f"registered {registered}")
     try:
-        client.get_model("mnist")
-        raise AssertionError("get_model worked")
-    except NotImplementedError as e:
-        check("model registry" in str(e), str(e))
+        client.create_model("sdk-model")
+        raise AssertionError("a second model of the same name")
+    except errors.APIException as e:
+        check(e.code == "ALREADY_EXISTS", str(e))
+    found = client.get_model("sdk-model")
+    check(found.labels == ["sdk"] and found.metadata == {"source": "sdk_script"} and
+          found.num_versions == 1, f"model {found.to_json()}")
+    check([m.name for m in client.list_models()] == ["sdk-model"], "list_models")
+    latest = found.get_version()
+    check(latest.model_version == 1 and latest.model_name == "sdk-model" and
+          latest.checkpoint.uuid == top.uuid and latest.checkpoint.trial_id == trials[2].id,
+          f"latest {latest}")
+    path = latest.checkpoint.download(os.path.join(out, "model"))
+    check_files(path, 2, 1)
+    # The registered checkpoint is protected: deleting it is refused, naming the version.
+    try:
+        latest.checkpoint.delete()
+        raise AssertionError("a registered checkpoint was deleted")
+    except errors.BadRequestException as e:
+        check("version 1 of model 'sdk-model'" in str(e), str(e))
+    print(f"model version {latest.model_name} {latest.model_version} {latest.checkpoint.uuid}",
+          flush=True)
 
     print(f"top checkpoint {top.uuid}", flush=True)
     print("SDK OK", flush=True)

@@ -2,8 +2,10 @@
 // loopback (real SQLite), the admin logged in with the real `det user login`. A script that
 // uses only the SDK (sdk_script.py) creates an experiment from a config and a context
 // directory (sdk_train.py, a det.core worker writing two checkpoints per trial), waits for
-// it, picks the top checkpoint by the searcher's metric and downloads it; this test then
-// checks the downloaded files against the checkpoint the master registered.
+// it, picks the top checkpoint by the searcher's metric, downloads it, registers it as a
+// model version and downloads it through that version; this test then checks the
+// downloaded files against the checkpoint the master registered, and the version with the
+// real `det model list-versions`.
 #include <sys/stat.h>
 
 #include <string>
@@ -86,7 +88,16 @@ max_restarts: 0
   EXPECT_EQ(count, 4) << listed.dump();
   EXPECT_EQ(uuid, best_uuid) << listed.dump();
   EXPECT_DOUBLE_EQ(best_loss, 0.20);
-  for (const std::string& dir : {out + "/top", out + "/checkpoints/" + uuid}) {
+  // The script registered it as version 1 of sdk-model: the real CLI sees that version, and
+  // the files it downloaded through the model version are the checkpoint's.
+  EXPECT_THAT(run.out, HasSubstr("model version sdk-model 1 " + uuid)) << run.out;
+  nlohmann::json versions = cluster.DetJson({"model", "list-versions", "sdk-model"});
+  ASSERT_TRUE(versions.is_object()) << versions.dump();
+  ASSERT_EQ(versions["model_versions"].size(), 1u) << versions.dump();
+  EXPECT_EQ(versions["model_versions"][0].value("version", 0), 1) << versions.dump();
+  EXPECT_EQ(versions["model_versions"][0]["checkpoint"].value("uuid", ""), uuid);
+  EXPECT_EQ(versions["model_versions"][0]["checkpoint"].value("state", ""), "STATE_COMPLETED");
+  for (const std::string& dir : {out + "/top", out + "/checkpoints/" + uuid, out + "/model"}) {
     EXPECT_EQ(Slurp(dir + "/weights.txt"), "q=2 step=1\n") << dir;
     EXPECT_EQ(Slurp(dir + "/weights.txt"), Slurp(storage + "/" + uuid + "/weights.txt"));
     std::string extra = Slurp(dir + "/sub/extra.bin");

@@ -77,9 +77,98 @@ class FakeApi(api_pb2_grpc.ApiServicer):
             id=1, state=types_pb2.STATE_ACTIVE, config_yaml=CONFIG))
 
 
+class FakeModels(FakeApi):
+    """FakeApi with a model registry of its own: models by name and their versions, each
+    version's checkpoint a checkpoint of ListCheckpoints; the requests it got in `calls`."""
+
+    def __init__(self):
+        super().__init__()
+        self.models = {}
+        self.versions = {}
+        self.calls = []
+
+    def _model(self, name, context):
+        if name not in self.models:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"model '{name}' does not exist")
+        m = types_pb2.Model()
+        m.CopyFrom(self.models[name])
+        m.num_versions = len(self.versions[name])
+        return m
+
+    def CreateModel(self, request, context):
+        self.calls.append(request)
+        if request.name in self.models:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"model '{request.name}' already exists")
+        self.models[request.name] = types_pb2.Model(
+            id=len(self.models) + 1, name=request.name, description=request.description,
+            labels=request.labels, metadata_json=request.metadata_json, username="admin",
+            creation_time_ms=1000 + len(self.models))
+        self.versions[request.name] = []
+        return api_pb2.CreateModelResponse(model=self._model(request.name, context))
+
+    def GetModel(self, request, context):
+        return api_pb2.GetModelResponse(model=self._model(request.name, context))
+
+    def ListModels(self, request, context):
+        return api_pb2.ListModelsResponse(models=[self._model(n, context) for n in self.models])
+
+    def PatchModel(self, request, context):
+        self.calls.append(request)
+        m = self.models[request.name]
+        if request.HasField("description"):
+            m.description = request.description
+        labels = [l for l in list(m.labels) + [l for l in request.add_labels if l not in m.labels]
+                  if l not in request.remove_labels]
+        del m.labels[:]
+        m.labels.extend(labels)
+        if request.HasField("metadata_json"):
+            m.metadata_json = request.metadata_json
+        return api_pb2.PatchModelResponse(model=self._model(request.name, context))
+
+    def RegisterModelVersion(self, request, context):
+        self.calls.append(request)
+        self._model(request.model_name, context)
+        versions = self.versions[request.model_name]
+        checkpoint = types_pb2.Checkpoint(uuid=request.checkpoint_uuid, trial_id=2,
+                                          total_batches=2, experiment_id=1,
+                                          state=types_pb2.STATE_COMPLETED)
+        v = types_pb2.ModelVersion(
+            id=100 + len(versions), model_id=self.models[request.model_name].id,
+            model_name=request.model_name, version=len(versions) + 1,
+            checkpoint_uuid=request.checkpoint_uuid, checkpoint=checkpoint, notes=request.notes,
+            metadata_json=request.metadata_json)
+        versions.append(v)
+        return api_pb2.RegisterModelVersionResponse(model_version=v)
+
+    def GetModelVersion(self, request, context):
+        self._model(request.model_name, context)
+        versions = self.versions[request.model_name]
+        if request.version <= 0:
+            if not versions:
+                context.abort(grpc.StatusCode.NOT_FOUND,
+                              f"model '{request.model_name}' has no versions")
+            return api_pb2.GetModelVersionResponse(model_version=versions[-1])
+        for v in versions:
+            if v.version == request.version:
+                return api_pb2.GetModelVersionResponse(model_version=v)
+        context.abort(grpc.StatusCode.NOT_FOUND,
+                      f"model '{request.model_name}' has no version {request.version}")
+
+    def ListModelVersions(self, request, context):
+        return api_pb2.ListModelVersionsResponse(
+            model=self._model(request.model_name, context),
+            model_versions=self.versions[request.model_name])
+
+    def DeleteModel(self, request, context):
+        self.calls.append(request)
+        self._model(request.name, context)
+        del self.models[request.name]
+        return api_pb2.DeleteModelResponse()
+
+
 class SdkTest(unittest.TestCase):
     def setUp(self):
-        self.api = FakeApi()
+        self.api = FakeModels()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_ApiServicer_to_server(self.api, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -153,7 +242,7 @@ class SdkTest(unittest.TestCase):
         unreachable._session.timeout = 2
         with self.assertRaisesRegex(errors.MasterNotFoundException, "cannot reach the master"):
             unreachable.get_experiment(1)
-        with self.assertRaisesRegex(NotImplementedError, "model registry"):
+        with self.assertRaisesRegex(errors.NotFoundException, "model 'm' does not exist"):
             d.get_model("m")
         with self.assertRaisesRegex(NotImplementedError, "fork"):
             d.create_experiment({"name": "x"}, parent_id=3)
@@ -235,6 +324,57 @@ class SdkTest(unittest.TestCase):
         pieces = [(c.file.path, c.file.offset, len(c.file.content)) for c in self.api.chunks[1:]]
         self.assertEqual(pieces, [("big.bin", 0, _context.CHUNK_BYTES),
                                   ("big.bin", _context.CHUNK_BYTES, 5), ("empty.txt", 0, 0)])
+
+
+    def test_models_and_their_versions(self):
+        d = client.Determined(master=self.master())
+        m = d.create_model("mnist", description="digits", metadata={"team": "a"},
+                           labels=["prod"])
+        self.assertEqual((m.name, m.description, m.metadata, m.labels, m.username),
+                         ("mnist", "digits", {"team": "a"}, ["prod"], "admin"))
+        self.assertEqual(json.loads(self.api.calls[-1].metadata_json), {"team": "a"})
+        with self.assertRaises(errors.APIException) as e:
+            d.create_model("mnist")
+        self.assertEqual(e.exception.code, "ALREADY_EXISTS")
+        self.assertIsNone(m.get_version())  # No versions yet: None, as in Determined.
+        with self.assertRaisesRegex(errors.NotFoundException, "has no version 3"):
+            m.get_version(3)
+
+        top = d.get_experiment(1).top_checkpoint()
+        v1 = m.register_version(top.uuid, notes="first")
+        self.assertEqual((v1.model_version, v1.model_name, v1.notes, v1.checkpoint.uuid),
+                         (1, "mnist", "first", top.uuid))
+        self.assertEqual(self.api.calls[-1].checkpoint_uuid, "d")
+        m.register_version("a")
+        self.assertEqual(m.get_version().model_version, 2)
+        self.assertEqual(m.get_version(1).checkpoint.uuid, "d")
+        self.assertEqual([v.model_version for v in m.list_versions()], [2, 1])
+        self.assertEqual([v.model_version for v in m.list_versions(client.OrderBy.ASC)], [1, 2])
+
+        # Labels: set_labels sends what to add and what to remove.
+        m.set_labels(["cnn", "prod"])
+        self.assertEqual((list(self.api.calls[-1].add_labels),
+                          list(self.api.calls[-1].remove_labels)), (["cnn"], []))
+        m.remove_label("prod")
+        m.add_label("v2")
+        self.assertEqual(m.labels, ["cnn", "v2"])
+        m.set_description("handwritten digits")
+        m.add_metadata({"b": 2})
+        m.remove_metadata(["team"])
+        self.assertEqual(d.get_model("mnist").metadata, {"b": 2})
+        self.assertEqual(d.get_model("mnist").description, "handwritten digits")
+        self.assertEqual(d.get_model(1).name, "mnist")
+
+        d.create_model("cifar")
+        self.assertEqual([x.name for x in d.list_models()], ["cifar", "mnist"])
+        self.assertEqual([x.name for x in d.list_models(
+            sort_by=client.ModelSortBy.NUM_VERSIONS, order_by=client.OrderBy.DESC)],
+            ["mnist", "cifar"])
+        d.get_model("cifar").delete()
+        with self.assertRaisesRegex(errors.NotFoundException, "model 'cifar' does not exist"):
+            d.get_model("cifar")
+        with self.assertRaisesRegex(NotImplementedError, "workspaces"):
+            d.create_model("x", workspace_name="w")
 
 
 class DetignoreTest(unittest.TestCase):

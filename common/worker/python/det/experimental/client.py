@@ -14,7 +14,7 @@ default localhost:8080). docs/sdk.md has the whole API.
 
 Every function but login() uses the module's default client, logged in on first use as
 login() with no arguments does. What det's master cannot do yet raises NotImplementedError
-naming it (the model registry: get_model(), create_model(), ...)."""
+naming it."""
 
 import json
 import os
@@ -26,13 +26,11 @@ from det.experimental.checkpoint import (Checkpoint, CheckpointOrderBy, Checkpoi
                                          CheckpointState, CheckpointTrainingMetadata)
 from det.experimental.experiment import (Experiment, ExperimentState, TrialOrderBy,
                                          TrialSortBy)
+from det.experimental.model import Model, ModelOrderBy, ModelSortBy, ModelVersion
 from det.experimental.trial import Trial, TrialMetrics, TrialState
 
 # Determined's names of the order enums.
 OrderBy = CheckpointOrderBy
-
-_MODEL_REGISTRY = ("det's master has no model registry yet (Determined's `det model`); "
-                   "keep the checkpoint's UUID instead")
 
 
 def _config_text(config: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> Dict[str, str]:
@@ -204,22 +202,63 @@ class Determined:
         c = self._session.call("GetCheckpoint", api_pb2.GetCheckpointRequest(uuid=uuid))
         return Checkpoint(self._session, c.checkpoint)
 
-    # The model registry (not in det's master yet).
+    # The model registry.
 
-    def get_model(self, identifier: Union[str, int]) -> Any:
-        raise NotImplementedError(f"get_model: {_MODEL_REGISTRY}")
+    def create_model(self, name: str, description: Optional[str] = "",
+                     metadata: Optional[Dict[str, Any]] = None,
+                     labels: Optional[List[str]] = None,
+                     workspace_name: Optional[str] = None) -> Model:
+        """Creates model `name` (1 to 128 letters, digits, '.', '_' or '-'), owned by the
+        session's user. APIException with code ALREADY_EXISTS for a name taken.
+        `workspace_name` raises NotImplementedError: det has no workspaces."""
+        if workspace_name is not None:
+            raise NotImplementedError("create_model(workspace_name=...): det has no workspaces")
+        resp = self._session.call("CreateModel", api_pb2.CreateModelRequest(
+            name=name, description=description or "", labels=list(labels or []),
+            metadata_json=json.dumps(metadata) if metadata else ""))
+        return Model(self._session, resp.model)
 
-    def get_models(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"get_models: {_MODEL_REGISTRY}")
+    def get_model(self, identifier: Union[str, int]) -> Model:
+        """The model named `identifier` (an int: the model of that id). NotFoundException
+        when there is none."""
+        if isinstance(identifier, int):
+            return self.get_model_by_id(identifier)
+        resp = self._session.call("GetModel", api_pb2.GetModelRequest(name=identifier))
+        return Model(self._session, resp.model)
 
-    def list_models(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"list_models: {_MODEL_REGISTRY}")
+    def get_model_by_id(self, model_id: int) -> Model:
+        """The model of id `model_id` (NotFoundException when there is none)."""
+        for m in self.list_models():
+            if m.model_id == model_id:
+                return m
+        raise errors.NotFoundException(f"model {model_id} does not exist", "NOT_FOUND")
 
-    def create_model(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"create_model: {_MODEL_REGISTRY}")
+    def list_models(self, sort_by: ModelSortBy = ModelSortBy.NAME,
+                    order_by: OrderBy = OrderBy.ASC, name: str = "", description: str = "",
+                    model_id: Optional[int] = None, labels: Optional[List[str]] = None,
+                    username: Optional[str] = None) -> List[Model]:
+        """The models, sorted by `sort_by`: those whose name is `name` and whose
+        description contains `description` (when given), of id `model_id`, with every one
+        of `labels`, created by `username`."""
+        resp = self._session.call("ListModels", api_pb2.ListModelsRequest(
+            labels=list(labels or []), user=username or ""))
+        models = [Model(self._session, m) for m in resp.models
+                  if (not name or m.name == name) and description in m.description and
+                  (model_id is None or m.id == model_id)]
+        key = {
+            ModelSortBy.NAME: lambda m: m.name,
+            ModelSortBy.DESCRIPTION: lambda m: m.description,
+            ModelSortBy.CREATION_TIME: lambda m: m.creation_time,
+            ModelSortBy.LAST_UPDATED_TIME: lambda m: m.last_updated_time,
+            ModelSortBy.NUM_VERSIONS: lambda m: m.num_versions,
+        }.get(sort_by, lambda m: m.model_id)
+        return sorted(models, key=key, reverse=order_by.value == "DESC")
 
-    def get_model_by_id(self, model_id: int) -> Any:
-        raise NotImplementedError(f"get_model_by_id: {_MODEL_REGISTRY}")
+    def get_models(self, sort_by: ModelSortBy = ModelSortBy.NAME,
+                   order_by: OrderBy = OrderBy.ASC, name: str = "", description: str = "",
+                   model_id: Optional[int] = None) -> List[Model]:
+        """list_models() under the name Determined's older SDK used."""
+        return self.list_models(sort_by, order_by, name, description, model_id)
 
 
 def _chunks(request: api_pb2.CreateExperimentRequest) -> Iterator[api_pb2.CreateExperimentChunk]:
@@ -300,30 +339,43 @@ def get_checkpoint(uuid: str) -> Checkpoint:
     return _default().get_checkpoint(uuid)
 
 
-def get_model(identifier: Union[str, int]) -> Any:
-    raise NotImplementedError(f"get_model: {_MODEL_REGISTRY}")
+def create_model(name: str, description: Optional[str] = "",
+                 metadata: Optional[Dict[str, Any]] = None, labels: Optional[List[str]] = None,
+                 workspace_name: Optional[str] = None) -> Model:
+    """Determined.create_model on the default client."""
+    return _default().create_model(name, description, metadata, labels, workspace_name)
 
 
-def get_models(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError(f"get_models: {_MODEL_REGISTRY}")
+def get_model(identifier: Union[str, int]) -> Model:
+    """Determined.get_model on the default client."""
+    return _default().get_model(identifier)
 
 
-def list_models(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError(f"list_models: {_MODEL_REGISTRY}")
+def get_model_by_id(model_id: int) -> Model:
+    """Determined.get_model_by_id on the default client."""
+    return _default().get_model_by_id(model_id)
 
 
-def create_model(name: str, *args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError(f"create_model: {_MODEL_REGISTRY}")
+def list_models(sort_by: ModelSortBy = ModelSortBy.NAME, order_by: OrderBy = OrderBy.ASC,
+                name: str = "", description: str = "", model_id: Optional[int] = None,
+                labels: Optional[List[str]] = None,
+                username: Optional[str] = None) -> List[Model]:
+    """Determined.list_models on the default client."""
+    return _default().list_models(sort_by, order_by, name, description, model_id, labels,
+                                  username)
 
 
-def get_model_by_id(model_id: int) -> Any:
-    raise NotImplementedError(f"get_model_by_id: {_MODEL_REGISTRY}")
+def get_models(sort_by: ModelSortBy = ModelSortBy.NAME, order_by: OrderBy = OrderBy.ASC,
+               name: str = "", description: str = "",
+               model_id: Optional[int] = None) -> List[Model]:
+    """Determined.get_models on the default client."""
+    return _default().get_models(sort_by, order_by, name, description, model_id)
 
 
 __all__ = [
     "Checkpoint", "CheckpointOrderBy", "CheckpointSortBy", "CheckpointState",
-    "CheckpointTrainingMetadata", "Determined", "Experiment", "ExperimentState", "OrderBy",
-    "Trial", "TrialMetrics", "TrialOrderBy", "TrialSortBy", "TrialState", "create_experiment",
+    "CheckpointTrainingMetadata", "Determined", "Experiment", "ExperimentState", "Model",
+    "ModelOrderBy", "ModelSortBy", "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "TrialOrderBy", "TrialSortBy", "TrialState", "create_experiment",
     "create_model", "get_checkpoint", "get_experiment", "get_model", "get_model_by_id",
     "get_models", "get_trial", "list_experiments", "list_models", "login",
 ]
