@@ -1,7 +1,7 @@
 // det's web page: a client of the master's REST API (/api/v1/). No libraries; plots are
 // SVG drawn by charts.js. Views: #/ (cluster.js), #/experiments (cluster.js),
-// #/experiments/ID (experiment.js), #/trials/ID (trial.js); helpers in util.js and
-// metrics.js. This file: login and navigation, loaded last. Every view refreshes itself
+// #/experiments/ID (experiment.js), #/experiments/ID/compare?trials=A,B,C (search.js),
+// #/trials/ID (trial.js); helpers in util.js and metrics.js. This file: login and navigation, loaded last. Every view refreshes itself
 // every few seconds; trial logs follow with long polls.
 'use strict';
 
@@ -53,6 +53,7 @@ async function tick(gen) {
   if (gen !== generation || !currentRefresh) return;
   try {
     await currentRefresh();
+    if (gen === generation) markChartBoxes();
     if (gen === generation) setStatus('updated ' + new Date().toLocaleTimeString(), false);
   } catch (e) {
     if (gen === generation && !(e instanceof ApiError && e.status === 401)) setStatus(e.message, true);
@@ -84,6 +85,7 @@ async function route() {
   let m;
   try {
     if ((m = path.match(/^\/experiments\/(\d+)$/))) currentRefresh = await experimentView(m[1], params);
+    else if ((m = path.match(/^\/experiments\/(\d+)\/compare$/))) currentRefresh = await compareView(m[1], params);
     else if ((m = path.match(/^\/trials\/(\d+)$/))) currentRefresh = await trialView(m[1], params);
     else if (path === '/experiments') currentRefresh = await experimentList(params);
     else currentRefresh = await overview();

@@ -182,3 +182,72 @@ function seriesFrom(rows, group, want, prefix, dashed) {
     name: `${prefix}${group} ${k}`, metric: k, points, dashed, dots: group === 'validation',
   }));
 }
+
+// Parallel coordinates: one vertical axis per dimension, one polyline per trial through
+// its values. dims: [{name, values: [v per line]}], numbers (a log10 axis when all are
+// positive and span 100x or more) or any text (categories evenly spaced in sorted order);
+// the last dimension is the metric that colours the lines (`smallerIsBetter`: which end
+// is good). lines: [{id, label, best, selected}], in the order of the dims' values.
+const PC = { W: 1000, H: 330, L: 70, R: 70, T: 36, B: 14 };
+
+function parallelChart(title, dims, lines, options = {}) {
+  const { W, H, L, R, T, B } = PC;
+  if (dims.length < 2 || !lines.length) {
+    return `<div class="chart wide" data-title="${esc(title)}"><h3>${esc(title)}</h3><p class="muted">No trial has a value of the metric yet.</p></div>`;
+  }
+  const scales = dims.map((d) => {
+    const numeric = d.values.every((v) => typeof v === 'number' && Number.isFinite(v));
+    if (numeric) {
+      const logScale = d.values.every((v) => v > 0) && Math.max(...d.values) / Math.min(...d.values) >= 100;
+      const a = axis(d.values, { log: logScale, ticks: 4 });
+      return { pos: a.pos, ticks: a.ticks.map((t) => [a.pos(t), fmt(t)]), log: logScale };
+    }
+    const cats = [...new Set(d.values.map((v) => (typeof v === 'string' ? v : JSON.stringify(v))))].sort();
+    const pos = (v) => (cats.indexOf(typeof v === 'string' ? v : JSON.stringify(v)) + 0.5) / cats.length;
+    return { pos, ticks: cats.map((c) => [pos(c), c]), log: false };
+  });
+  const ax = (i) => L + (i * (W - L - R)) / (dims.length - 1);
+  const ay = (p) => T + (1 - p) * (H - T - B);
+  let svg = '';
+  // Colour by the metric: pale for the worst value, dark for the best; the best trial on top.
+  const last = dims.length - 1;
+  const good = (k) => { const p = scales[last].pos(dims[last].values[k]); return options.smallerIsBetter ? 1 - p : p; };
+  const mix = (t) => {
+    const a = [0xc3, 0xcf, 0xe2], b = [0x1b, 0x3a, 0x6b];
+    return '#' + a.map((c, j) => Math.round(c + (b[j] - c) * Math.min(1, Math.max(0, t))).toString(16).padStart(2, '0')).join('');
+  };
+  const order = lines.map((l, k) => k).sort((p, q) => (lines[p].best - lines[q].best) || (lines[p].selected - lines[q].selected) || good(p) - good(q));
+  for (const k of order) {
+    const l = lines[k];
+    const pts = dims.map((d, i) => `${ax(i).toFixed(1)},${ay(scales[i].pos(d.values[k])).toFixed(1)}`).join(' ');
+    const color = l.best ? '#d9480f' : l.selected ? '#111111' : mix(good(k));
+    const cls = ['pc-line', l.best ? 'best' : '', l.selected ? 'selected' : ''].filter(Boolean).join(' ');
+    svg += `<polyline class="${cls}" points="${pts}" stroke="${color}" data-trial="${esc(l.id)}" data-metric="${esc(dims[last].values[k])}">` +
+      `<title>${esc(l.label)}: ${esc(dims[last].name)} ${esc(fmt(dims[last].values[k]))}</title></polyline>`;
+  }
+  // The axes over the lines, then their labels.
+  dims.forEach((d, i) => {
+    const x = ax(i).toFixed(1);
+    svg += `<line class="pc-axis" x1="${x}" x2="${x}" y1="${T}" y2="${H - B}" data-dim="${esc(d.name)}"${scales[i].log ? ' data-scale="log"' : ''}/>`;
+  });
+  dims.forEach((d, i) => {
+    const x = ax(i);
+    const anchor = i === 0 ? 'start' : i === last ? 'end' : 'middle';
+    svg += `<text class="pc-name" x="${x.toFixed(1)}" y="${T - 20}" text-anchor="${anchor}">${esc(d.name)}${scales[i].log ? ' (log)' : ''}</text>`;
+    for (const [p, label] of scales[i].ticks) {
+      svg += `<text class="pc-tick" x="${(x - 5).toFixed(1)}" y="${ay(p).toFixed(1)}" text-anchor="end" dominant-baseline="middle">${esc(label)}</text>`;
+    }
+  });
+  return `<div class="chart wide" data-title="${esc(title)}" data-kind="parallel"><h3>${esc(title)}</h3>` +
+    `<svg viewBox="0 0 ${W} ${H}" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${esc(title)}">${svg}</svg>` +
+    '<div class="legend"><span>darker: better; <span class="best-swatch">orange</span>: best trial; black: selected; click a line to select its trial</span></div></div>';
+}
+
+// Writes on each chart's <svg> where it lies on the page, "left,top,width,height" in CSS
+// pixels (data-box): what the browser tests read to find a chart in a screenshot.
+function markChartBoxes() {
+  for (const svg of document.querySelectorAll('.chart > svg')) {
+    const r = svg.getBoundingClientRect();
+    svg.setAttribute('data-box', [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height].map((v) => v.toFixed(1)).join(','));
+  }
+}

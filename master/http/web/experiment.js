@@ -1,4 +1,5 @@
-// det's web page: the experiment view (#/experiments/ID): actions, trial table, scatter, charts.
+// det's web page: the experiment view (#/experiments/ID): actions, trial table (with the
+// selection), scatter and parallel coordinates, charts of the charted trials, checkpoints.
 'use strict';
 
 const ENDED = ['COMPLETED', 'CANCELED', 'ERROR', 'DELETED'];
@@ -20,8 +21,9 @@ function labelsHtml(labels) {
     `<span class="label">${esc(l)} <button class="link" data-remove-label="${esc(l)}" title="remove label">×</button></span>`).join(' ');
 }
 
-// The columns of the trial table: {key, label, num, sort(t), html(t)}.
-function trialColumns(trials, metric, best) {
+// The columns of the trial table: {key, label, num, sort(t), html(t)}; `charted`: the
+// trials on the charts (their colour shown beside their id).
+function trialColumns(trials, metric, best, charted) {
   const hps = new Set(), others = new Set();
   let anyStopped = false, anyWaiting = false;
   for (const t of trials) {
@@ -33,9 +35,13 @@ function trialColumns(trials, metric, best) {
     if (t.pending_reason || t.error) anyWaiting = true;
   }
   const hpOf = (t, k) => { const e = flattenHparams(t.hparams_json).find(([n]) => n === k); return e ? e[1] : undefined; };
+  const shown = new Set((charted || []).map((t) => String(t.id)));
   const cols = [
+    { key: 'pick', label: '', noSort: true,
+      html: (t) => `<input type="checkbox" data-pick="${esc(t.id)}" title="select trial ${esc(t.id)}"${prefs.selected.includes(String(t.id)) ? ' checked' : ''}>` },
     { key: 'id', label: 'Trial', num: true, sort: (t) => num(t.id),
-      html: (t) => `<a href="#/trials/${esc(t.id)}">${esc(t.id)}</a>${best !== null && t.id === best ? ' <span class="best-mark" title="best trial by the searcher metric">★ best</span>' : ''}` },
+      html: (t) => (shown.has(String(t.id)) ? swatch(colorOf(trials, t)) + ' ' : '') +
+        `<a href="#/trials/${esc(t.id)}">${esc(t.id)}</a>${best !== null && t.id === best ? ' <span class="best-mark" title="best trial by the searcher metric">★ best</span>' : ''}` },
     { key: 'state', label: 'State', sort: (t) => stateName(t.state), html: (t) => stateBadge(t.state) },
     { key: 'batches', label: 'Batches', num: true, sort: (t) => num(t.total_batches), html: (t) => `${esc(t.total_batches)} / ${esc(t.target_batches)}` },
     { key: 'restarts', label: 'Restarts', num: true, sort: (t) => num(t.restarts), html: (t) => esc(t.restarts) },
@@ -69,9 +75,9 @@ function compareValues(a, b) {
   return String(a).localeCompare(String(b), undefined, { numeric: true });
 }
 
-function trialsTable(trials, metric, best) {
-  const cols = trialColumns(trials, metric, best);
-  const col = cols.find((c) => c.key === prefs.sort.key) || cols[0];
+function trialsTable(trials, metric, best, charted) {
+  const cols = trialColumns(trials, metric, best, charted);
+  const col = cols.find((c) => c.key === prefs.sort.key && !c.noSort) || cols[1];
   const dir = col.key === prefs.sort.key ? prefs.sort.dir : 1;
   const sorted = trials.slice().sort((a, b) => {
     const va = col.sort(a), vb = col.sort(b);
@@ -82,6 +88,7 @@ function trialsTable(trials, metric, best) {
   for (const c of cols) {
     const arrow = c === col ? (dir > 0 ? ' ▲' : ' ▼') : '';
     const cls = [c.num ? 'num' : '', c.hp ? 'hp' : '', c.metric ? 'searcher-metric' : ''].filter(Boolean).join(' ');
+    if (c.noSort) { h += '<th></th>'; continue; }
     h += `<th data-sort="${esc(c.key)}"${cls ? ` class="${cls}"` : ''} title="sort by ${esc(c.label)}">${esc(c.label)}${arrow}</th>`;
   }
   h += '</tr></thead><tbody>';
@@ -125,15 +132,17 @@ async function experimentView(id, params) {
     '<button id="act-unarchive" hidden>Unarchive</button>' +
     '<input id="label-input" placeholder="label" maxlength="128"><button id="act-label">Add label</button>' +
     '<span id="action-msg" class="muted"></span></div>' +
-    '<div id="exp-detail"></div><h2>Trials</h2><p id="best-trial"></p><div id="trials"></div>' +
+    '<div id="exp-detail"></div><h2>Trials</h2><p id="best-trial"></p>' + trialPickToolbar() + '<div id="trials"></div>' +
     '<div id="search-section" hidden><h2>Searcher metric by hyperparameter</h2>' +
+    '<div class="charts" id="parallel"></div>' +
     '<div class="toolbar"><label>Hyperparameter <select id="scatter-hp"></select></label></div><div class="charts" id="scatter"></div></div>' +
     '<h2>Metrics</h2>' + chartControls() + '<div class="charts" id="exp-charts"></div>' +
     '<h2>Checkpoints</h2><div id="checkpoints"></div>';
   wireChartControls();
+  wireTrialPick(id, ['trials', 'parallel']);
   $('scatter-hp').addEventListener('change', (ev) => { prefs.scatterHp = ev.target.value; refreshNow(); });
   $('trials').addEventListener('click', (ev) => {
-    const th = ev.target.closest('th[data-sort]');
+    const th = ev.target.closest('th[data-sort]');  // (check boxes: wireTrialPick)
     if (!th) return;
     const key = th.dataset.sort;
     prefs.sort = { key, dir: prefs.sort.key === key ? -prefs.sort.dir : 1 };
@@ -194,7 +203,7 @@ async function experimentView(id, params) {
       ['Seed', esc(e.experiment_seed)],
       ['Started', esc(when(e.start_time_ms))],
       ['Ended', esc(when(e.end_time_ms))],
-      ['Duration', esc(duration(e.start_time_ms, e.end_time_ms))],
+      ['Duration', esc(experimentDuration(e, stoppedAtMs(trials)))],
       ['Error', e.error ? `<span class="error">${esc(e.error)}</span>` : ''],
       ['Warnings', (e.warnings || []).map(esc).join('<br>')],
     ]));
@@ -202,27 +211,83 @@ async function experimentView(id, params) {
     setHtml('best-trial', bt
       ? `Best trial: <a href="#/trials/${esc(bt.id)}">${esc(bt.id)}</a> with ${esc(metric.name)} ${fmtMetric(metric.name, bestValue(bt, metric))}`
       : '');
-    setHtml('trials', trials.length ? trialsTable(trials, metric, best) : '<p class="muted">No trials yet.</p>');
+    // The charts show the chosen trials (all, the best N or the selection), each in its colour.
+    const charted = chartedTrials(trials, metric);
+    showTrialPick(id, trials, charted);
+    setHtml('trials', trials.length ? trialsTable(trials, metric, best, charted) : '<p class="muted">No trials yet.</p>');
     const search = metric && trials.length > 1;
     $('search-section').hidden = !search;
+    setHtml('parallel', search ? searchParallel(trials, metric, best) : '');
     setHtml('scatter', search ? searchScatter(trials, metric, best) : '');
-    // Curves of the first 8 trials (the best one among them), one colour per trial.
-    const plotted = trials.slice(0, 8);
-    if (best !== null && !plotted.some((t) => t.id === best)) plotted[plotted.length - 1] = trials.find((t) => t.id === best);
-    const metrics = await Promise.all(plotted.map((t) => api(`/trials/${t.id}/metrics?max_points=300`)));
-    const runs = plotted.map((t, i) => ({
-      rows: metrics[i].metrics || [],
-      prefix: plotted.length > 1 ? `trial ${t.id} ` : '',
-      color: plotted.length > 1 ? COLORS[i % COLORS.length] : undefined,
-    }));
-    setHtml('exp-charts', metricCharts(runs));
+    const metrics = await Promise.all(charted.map(trialMetrics));
+    const many = trials.length > 1;
+    setHtml('exp-charts', charted.length ? metricCharts(charted.map((t, i) => ({
+      rows: metrics[i],
+      prefix: many ? `trial ${t.id} ` : '',
+      color: many ? colorOf(trials, t) : undefined,
+    }))) : '<p class="muted">No trial chosen: select trials in the table or on the parallel coordinates.</p>');
     const ck = (await api(`/experiments/${id}/checkpoints`)).checkpoints || [];
-    setHtml('checkpoints', ck.length
-      ? '<table id="checkpoints-table"><thead><tr><th>UUID</th><th class="num">Trial</th><th class="num">Batches</th><th>State</th><th>Reported</th><th>Path</th><th>Metrics</th></tr></thead><tbody>' +
-        ck.map((c) => `<tr><td><code>${esc(c.uuid)}</code></td><td class="num"><a href="#/trials/${esc(c.trial_id)}">${esc(c.trial_id)}</a></td>` +
-          `<td class="num">${esc(c.total_batches)}</td><td>${stateBadge(c.state)}</td><td>${esc(when(c.report_time_ms))}</td>` +
-          `<td><code>${esc(c.storage_path)}</code></td><td>${Object.entries(c.metrics || {}).filter(([k]) => shownMetric(k)).map(([k, v]) => `${esc(k)} ${fmtMetric(k, v)}`).join(', ')}</td></tr>`).join('') +
-        '</tbody></table>'
-      : '<p class="muted">No checkpoints.</p>');
+    setHtml('checkpoints', checkpointsTable(ck, metric));
   };
+}
+
+// When the last of `trials` stopped running (ms): the latest end of their allocations;
+// 0 while one still runs or when none ran.
+function stoppedAtMs(trials) {
+  let last = 0;
+  for (const t of trials) {
+    const a = t.allocation;
+    if (!a || !a.id) continue;
+    if (!num(a.end_time_ms)) return 0;
+    last = Math.max(last, num(a.end_time_ms));
+  }
+  return last;
+}
+
+// "3m 12s": an ended experiment's from start to end; a running one's up to now; a paused
+// one's up to when its trials stopped (`stoppedAt`, ms, from stoppedAtMs), never counting
+// on while it is paused ("paused" when that is not known).
+function experimentDuration(e, stoppedAt) {
+  const s = stateName(e.state);
+  if (num(e.end_time_ms) || s !== 'PAUSED') return duration(e.start_time_ms, e.end_time_ms);
+  return stoppedAt ? `${duration(e.start_time_ms, stoppedAt)} (paused)` : 'paused';
+}
+
+// What a checkpoint row offers besides its facts. MODEL REGISTRY: once the master has a
+// model registry (issue 28, item 2), the "Register as model version" button goes here;
+// until then there is none (an empty cell is not drawn).
+function checkpointActions(c) {  // eslint-disable-line no-unused-vars
+  return '';
+}
+
+// The checkpoints, one column per metric they carry (the searcher metric first), the best
+// by the searcher metric marked; sorted newest first.
+function checkpointsTable(ck, metric) {
+  if (!ck.length) return '<p class="muted">No checkpoints.</p>';
+  const names = [...new Set(ck.flatMap((c) => Object.keys(c.metrics || {})))].filter(shownMetric)
+    .sort((a, b) => (metric && a === metric.name ? -1 : metric && b === metric.name ? 1 : a.localeCompare(b)));
+  let best = null;
+  if (metric) {
+    for (const c of ck) {
+      const v = (c.metrics || {})[metric.name];
+      if (stateName(c.state) !== 'COMPLETED' || v === undefined || !Number.isFinite(Number(v))) continue;
+      if (best === null || (metric.smallerIsBetter ? Number(v) < best.v : Number(v) > best.v)) best = { uuid: c.uuid, v: Number(v) };
+    }
+  }
+  const actions = ck.map(checkpointActions);
+  const withActions = actions.some(Boolean);
+  const rows = ck.map((c, i) => ({ c, action: actions[i] }))
+    .sort((a, b) => num(b.c.report_time_ms) - num(a.c.report_time_ms) || num(b.c.total_batches) - num(a.c.total_batches));
+  let h = '<table id="checkpoints-table"><thead><tr><th>UUID</th><th class="num">Trial</th><th class="num">Batches</th><th>State</th><th>Reported</th>' +
+    names.map((k) => `<th class="num${metric && k === metric.name ? ' searcher-metric' : ''}">${esc(k)}</th>`).join('') +
+    `<th>Path</th>${withActions ? '<th></th>' : ''}</tr></thead><tbody>`;
+  for (const { c, action } of rows) {
+    const isBest = best && c.uuid === best.uuid;
+    h += `<tr class="checkpoint-row${isBest ? ' best' : ''}" data-uuid="${esc(c.uuid)}"><td><code>${esc(c.uuid)}</code>${isBest ? ' <span class="best-mark" title="best checkpoint by the searcher metric">best</span>' : ''}</td>` +
+      `<td class="num"><a href="#/trials/${esc(c.trial_id)}">${esc(c.trial_id)}</a></td>` +
+      `<td class="num">${esc(c.total_batches)}</td><td>${stateBadge(c.state)}</td><td>${esc(when(c.report_time_ms))}</td>` +
+      names.map((k) => { const v = (c.metrics || {})[k]; return `<td class="num">${v === undefined ? '' : fmtMetric(k, v)}</td>`; }).join('') +
+      `<td><code>${esc(c.storage_path)}</code></td>${withActions ? `<td>${action}</td>` : ''}</tr>`;
+  }
+  return h + '</tbody></table>';
 }

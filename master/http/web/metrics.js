@@ -7,14 +7,24 @@
 const isDiag = (k) => String(k).startsWith('diag/');
 
 // What the charts and tables show; a view's toggles change it, and "?diagnostics=1",
-// "?log=1", "?metric=NAME", "?sort=COLUMN&dir=-1" in the address set it.
-const prefs = { metric: '', log: false, diagnostics: false, sort: { key: 'id', dir: 1 }, scatterHp: '' };
+// "?log=1", "?metric=NAME", "?sort=COLUMN&dir=-1", "?trials=all|best|selected",
+// "?best=N", "?sel=ID,ID", "?logq=TEXT", "?level=info|warning|error" in the address set it.
+const prefs = {
+  metric: '', log: false, diagnostics: false, sort: { key: 'id', dir: 1 }, scatterHp: '',
+  trials: 'all', bestN: 5, selected: [], logq: '', level: '',
+};
 
 function prefsFrom(params) {
   if (params.has('diagnostics')) prefs.diagnostics = params.get('diagnostics') === '1';
   if (params.has('log')) prefs.log = params.get('log') === '1';
   if (params.has('metric')) prefs.metric = params.get('metric');
   if (params.has('sort')) prefs.sort = { key: params.get('sort'), dir: params.get('dir') === '-1' ? -1 : 1 };
+  const mode = params.get('trials');
+  prefs.trials = ['all', 'best', 'selected'].includes(mode) ? mode : 'all';
+  if (params.has('best')) prefs.bestN = Math.max(1, Math.round(num(params.get('best'))) || 1);
+  prefs.selected = (params.get('sel') || '').split(',').filter((s) => /^\d+$/.test(s));
+  prefs.logq = params.get('logq') || '';
+  prefs.level = params.get('level') || '';
 }
 
 const shownMetric = (k) => prefs.diagnostics || !isDiag(k);

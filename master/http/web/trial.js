@@ -13,6 +13,40 @@ function timestamp(ms) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
 }
 
+// A log line's level, as its text writes one: "[warning]" (spdlog), "WARNING:" (Python's
+// logging), "warning: " (the master's trial events) or an upper-case level word ("trial
+// ERROR: ..."); 'info' when it names none. debug < info < warning < error.
+const LOG_LEVELS = { trace: 0, debug: 0, info: 1, warning: 2, warn: 2, error: 3, err: 3, critical: 3, fatal: 3 };
+
+function logLevel(message) {
+  const head = String(message || '').slice(0, 80);
+  const m = head.match(/\[(trace|debug|info|warning|warn|error|err|critical|fatal)\]/i) ||
+    head.match(/^\W*(trace|debug|info|warning|warn|error|critical|fatal):/i) ||
+    head.match(/\b(TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b/);
+  const level = m ? m[1].toLowerCase() : 'info';
+  return ['trace', 'debug'].includes(level) ? 'debug' : LOG_LEVELS[level] === 2 ? 'warning' : LOG_LEVELS[level] === 3 ? 'error' : 'info';
+}
+
+// Whether a line (its text and level) passes the log search and the level filter.
+function logShown(text, level) {
+  if (prefs.level && LOG_LEVELS[level] < LOG_LEVELS[prefs.level]) return false;
+  return !prefs.logq || text.toLowerCase().includes(prefs.logq.toLowerCase());
+}
+
+// Hides the lines the search and level filter leave out; says how many remain.
+function applyLogFilter() {
+  const pre = $('logs');
+  if (!pre) return;
+  let shown = 0, all = 0;
+  for (const line of pre.children) {
+    const ok = logShown(line.textContent, line.dataset.level);
+    line.hidden = !ok;
+    all++;
+    if (ok) shown++;
+  }
+  setHtml('logs-match', prefs.logq || prefs.level ? `${shown} of ${all} line(s) match` : '');
+}
+
 // Follows the trial's logs (only `rank`'s when not ''), long polling, until the trial ends,
 // the page navigates or another follower starts.
 async function followLogs(trialId, gen, rank) {
@@ -43,11 +77,14 @@ async function followLogs(trialId, gen, rank) {
         if (hasRank) noteRank(num(l.rank));
         const time = l.time_ms ? `<span class="ts">${esc(timestamp(l.time_ms))}</span> ` : '';
         const rk = hasRank ? `<span class="rank">[rank ${esc(l.rank)}]</span> ` : '';
-        html += `<span class="line stream-${esc(l.stream)}">${time}${rk}${esc(l.message)}</span>\n`;
+        const level = logLevel(l.message);
+        const text = `${time ? timestamp(l.time_ms) + ' ' : ''}${hasRank ? `[rank ${l.rank}] ` : ''}${l.message}\n`;
+        html += `<span class="line stream-${esc(l.stream)}" data-level="${level}"${logShown(text, level) ? '' : ' hidden'}>${time}${rk}${esc(l.message)}\n</span>`;
       }
       pre.insertAdjacentHTML('beforeend', html);
       run.lines += lines.length;
       while (pre.childNodes.length > 20000) pre.removeChild(pre.firstChild);
+      applyLogFilter();
       if (atBottom) pre.scrollTop = pre.scrollHeight;
     }
     const which = filter ? ` of rank ${esc(rank)}` : '';
@@ -114,10 +151,18 @@ async function trialView(id, params) {
     '<h2>Timings</h2><div id="timings"></div>' +
     '<h2>System metrics</h2><div class="charts" id="system"></div>' +
     '<h2>Logs <span id="logs-status" class="muted"></span></h2>' +
-    '<div class="toolbar"><label>Rank <select id="log-rank"><option value="">all ranks</option></select></label></div>' +
+    '<div class="toolbar"><label>Rank <select id="log-rank"><option value="">all ranks</option></select></label>' +
+    `<label>Search <input id="log-search" type="search" placeholder="text in the line" value="${esc(prefs.logq)}"></label>` +
+    '<label>Level <select id="log-level"><option value="">all</option><option value="info">info and above</option>' +
+    '<option value="warning">warnings and errors</option><option value="error">errors</option></select></label>' +
+    '<span id="logs-match" class="muted"></span></div>' +
     '<pre class="logs" id="logs"></pre>';
   wireChartControls();
   $('log-rank').addEventListener('change', (ev) => followLogs(id, gen, ev.target.value));
+  $('log-level').value = LOG_LEVELS[prefs.level] === undefined ? '' : prefs.level;
+  prefs.level = $('log-level').value;
+  $('log-search').addEventListener('input', (ev) => { prefs.logq = ev.target.value; applyLogFilter(); });
+  $('log-level').addEventListener('change', (ev) => { prefs.level = ev.target.value; applyLogFilter(); });
   followLogs(id, gen, '');
   return async () => {
     const [r, m] = await Promise.all([api('/trials/' + id), api(`/trials/${id}/metrics?max_points=500`)]);

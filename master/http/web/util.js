@@ -5,6 +5,16 @@
 const POLL_MS = 3000;
 const TOKEN_KEY = 'det_token';
 const COLORS = ['#2f6fdf', '#d9480f', '#2b8a3e', '#862e9c', '#c2255c', '#0b7285', '#5c940d', '#e67700'];
+// One colour per trial of an experiment (by its position among the experiment's trials, so
+// a trial keeps its colour in every chart and in the compare view); 20 colours far apart,
+// then they repeat.
+const TRIAL_COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+  '#17becf', '#bcbd22', '#000080', '#ffbb00', '#00ff7f', '#ff00ff', '#800000', '#008080', '#556b2f',
+  '#ff69b4', '#4b0082', '#a0522d', '#7fff00'];
+
+function trialColor(index) {
+  return TRIAL_COLORS[index % TRIAL_COLORS.length];
+}
 
 let token = localStorage.getItem(TOKEN_KEY) || '';
 let generation = 0;      // bumps on every navigation; stale loops stop

@@ -4,10 +4,8 @@
 // trial's curves with the values the master stored, and what a person reads of a search:
 // hyperparameter columns, the best trial marked, an accuracy chart on accuracy's range,
 // no diagnostics unless asked, no raw floats. Screenshots (overview.png, experiments.png,
-// experiment.png, search.png, trial.png) go to TEST_UNDECLARED_OUTPUTS_DIR.
-#include <sys/stat.h>
-#include <unistd.h>
-
+// experiment.png, search.png, trial.png) go to TEST_UNDECLARED_OUTPUTS_DIR. A search's
+// charts, selection and comparison: web_search_test.
 #include <algorithm>
 #include <cstdlib>
 #include <regex>
@@ -19,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/integration/web/browser.h"
 
 namespace det::testing {
 namespace {
@@ -39,61 +38,25 @@ std::string ExperimentYaml() {
   return exp.Yaml();
 }
 
-std::string Chromium() {
-  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-class WebUi : public ::testing::Test {
+class WebUi : public WebTest {
  protected:
-  void SetUp() override {
-    chromium_ = Chromium();
-    ASSERT_FALSE(chromium_.empty())
-        << "chromium is not installed (deploy/setup.sh installs it): the web page cannot be "
-           "tested";
-    ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
-    ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-    const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    outputs_ = out ? out : cluster_.dir();
+  WebUi() : WebTest("WebUi", 1) {}
+
+  // The page's DOM at `fragment` ("#/trials/1").
+  std::string Browse(const std::string& fragment, bool with_token = true,
+                     const std::string& window = "1280,900") {
+    return browser_.Dom(fragment, window, with_token);
   }
 
-  // Runs headless Chromium on the page at `fragment` ("#/trials/1") with `mode`
-  // ("--dump-dom" or "--screenshot=PATH"); its stdout.
-  std::string Browse(const std::string& fragment, const std::string& mode,
-                     bool with_token = true, const std::string& window = "1280,900") {
-    std::string profile = absl::StrCat(cluster_.dir(), "/chromium-", runs_++);
-    mkdir(profile.c_str(), 0700);
-    std::string url = absl::StrCat("http://", cluster_.http_address(), "/", fragment);
-    if (with_token) {
-      absl::StrAppend(&url, fragment.find('?') == std::string::npos ? "?" : "&", "token=",
-                      cluster_.token());
-    }
-    CommandResult r = RunCommand(
-        {chromium_, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
-         "--window-size=" + window, "--virtual-time-budget=5000", mode, url},
-        absl::Seconds(90));
-    EXPECT_TRUE(r.exit.ok()) << "chromium failed (" << r.exit.ToString() << "):\n" << r.err;
-    return r.out;
-  }
-
+  // A screenshot of the page at `fragment`: a whole image of the window's size, not blank.
   void Screenshot(const std::string& fragment, const std::string& file,
                   const std::string& window = "1280,900") {
-    std::string path = outputs_ + "/" + file;
-    unlink(path.c_str());
-    Browse(fragment, "--screenshot=" + path, /*with_token=*/true, window);
-    struct stat st;
-    ASSERT_EQ(stat(path.c_str(), &st), 0) << "no screenshot at " << path;
-    EXPECT_GT(st.st_size, 10000) << path;
+    absl::StatusOr<Image> shot = browser_.Screenshot(fragment, Out(file), window);
+    ASSERT_TRUE(shot.ok()) << shot.status();
+    EXPECT_EQ(absl::StrCat(shot->width, ",", shot->height), window) << file;
+    EXPECT_GT(CountColor(*shot, {0, 0, 1280, 40}, *Rgb::Parse("#1d2330"), 4), 10000)
+        << file << ": no header bar";
   }
-
-  TestCluster cluster_{"WebUi"};
-  std::string chromium_;
-  std::string outputs_;
-  int runs_ = 0;
 };
 
 // The `name="value"` attributes of the first SVG path of series `series` in `dom`.
@@ -101,12 +64,6 @@ std::string SeriesPath(const std::string& dom, const std::string& series) {
   std::regex path_re("<path class=\"series[^\"]*\" [^>]*data-series=\"" + series + "\"[^>]*>");
   std::smatch m;
   return std::regex_search(dom, m, path_re) ? m.str() : "";
-}
-
-std::string Attr(const std::string& element, const std::string& name) {
-  std::regex re(" " + name + "=\"([^\"]*)\"");
-  std::smatch m;
-  return std::regex_search(element, m, re) ? m[1].str() : "";
 }
 
 // What a person reads of `dom`: the text outside tags, without scripts, logs (the
@@ -134,14 +91,6 @@ std::string VisibleText(const std::string& dom) {
     }
   }
   return out;
-}
-
-// The chart titled `title` (its whole <div class="chart">), or "".
-std::string Chart(const std::string& dom, const std::string& title) {
-  size_t start = dom.find("<div class=\"chart\" data-title=\"" + title + "\"");
-  if (start == std::string::npos) return "";
-  size_t end = dom.find("</svg>", start);
-  return dom.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
 // The y-axis labels of `chart`, as numbers.
@@ -176,7 +125,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   ASSERT_EQ(validation_points, 4);
 
   // The cluster overview: the experiment list and the agent table.
-  std::string overview = Browse("#/", "--dump-dom");
+  std::string overview = Browse("#/");
   ASSERT_THAT(overview, HasSubstr("id=\"experiments-table\"")) << overview;
   EXPECT_THAT(overview, HasSubstr("web \"ui\" &lt;b&gt;bold&lt;/b&gt; &amp; 'done'"));
   EXPECT_THAT(overview, Not(HasSubstr("<b>bold</b>")));  // Shown as text, not markup.
@@ -189,7 +138,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(overview, HasSubstr("id=\"card-agents\"><div class=\"value\">1 / 1<"));
 
   // The trial: loss curves with one point per stored report, ending at the stored value.
-  std::string page = Browse("#/trials/1", "--dump-dom");
+  std::string page = Browse("#/trials/1");
   std::string training = SeriesPath(page, "training loss");
   ASSERT_FALSE(training.empty()) << "no training loss curve in:\n" << page;
   EXPECT_EQ(Attr(training, "data-points"), absl::StrCat(training_points));
@@ -206,7 +155,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(page, HasSubstr("the trial has ended"));  // The logs were read to the end.
   EXPECT_THAT(page, HasSubstr("batch 160/160"));
   // One chart per metric; accuracy on accuracy's range, never stretched by a hash.
-  std::string accuracy = Chart(page, "accuracy");
+  std::string accuracy = ChartHtml(page, "accuracy");
   ASSERT_FALSE(accuracy.empty()) << page;
   std::vector<double> labels = YLabels(accuracy);
   ASSERT_GE(labels.size(), 2u) << accuracy;
@@ -224,12 +173,12 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   std::string visible = VisibleText(page);
   EXPECT_THAT(visible, Not(HasSubstr("diag/"))) << visible;
   EXPECT_THAT(visible, Not(ContainsRegex(kRawFloat))) << visible;
-  std::string diagnostics = VisibleText(Browse("#/trials/1?diagnostics=1", "--dump-dom"));
+  std::string diagnostics = VisibleText(Browse("#/trials/1?diagnostics=1"));
   EXPECT_THAT(diagnostics, HasSubstr("diag/params_hash_hi"));
   EXPECT_THAT(diagnostics, ContainsRegex("0x[0-9a-f]+"));  // hashes in hex
 
   // The experiment: its trial and the same curve.
-  std::string experiment = Browse("#/experiments/1", "--dump-dom");
+  std::string experiment = Browse("#/experiments/1");
   EXPECT_THAT(experiment, HasSubstr("id=\"trials-table\""));
   EXPECT_THAT(experiment, HasSubstr("href=\"#/trials/1\""));
   EXPECT_EQ(Attr(SeriesPath(experiment, "training loss"), "data-points"),
@@ -246,7 +195,7 @@ TEST_F(WebUi, ShowsExperimentsAgentsAndLossCurves) {
   EXPECT_THAT(experiment, HasSubstr("id=\"act-label\""));
 
   // Without a session the page asks to log in and shows no data.
-  std::string anonymous = Browse("#/", "--dump-dom", /*with_token=*/false);
+  std::string anonymous = Browse("#/", /*with_token=*/false);
   EXPECT_THAT(anonymous, HasSubstr("id=\"login-form\""));
   EXPECT_THAT(anonymous, Not(HasSubstr("agent-a")));
 
@@ -278,11 +227,11 @@ TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
   const int64_t worst = best == Int(d["trials"][0]["id"]) ? Int(d["trials"][1]["id"])
                                                           : Int(d["trials"][0]["id"]);
 
-  std::string list = Browse("#/experiments", "--dump-dom");
+  std::string list = Browse("#/experiments");
   EXPECT_THAT(list, HasSubstr(">lr grid</a>"));
   EXPECT_THAT(list, HasSubstr("100%"));
 
-  std::string page = Browse(absl::StrCat("#/experiments/1"), "--dump-dom", true, "1280,2400");
+  std::string page = Browse(absl::StrCat("#/experiments/1"), /*with_token=*/true, "1280,2400");
   std::string visible = VisibleText(page);
   // One column per hyperparameter, numbers as people write them, never raw JSON.
   for (const char* hp : {"global_batch_size", "hidden_size", "learning_rate"}) {
@@ -308,7 +257,7 @@ TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
   EXPECT_THAT(page, HasSubstr(absl::StrCat("class=\"point best\"")));
   EXPECT_THAT(page, HasSubstr("data-xscale=\"log\""));  // 0.0001 .. 0.05
   // Charts: one per metric, both trials on it; accuracy within [0, 1].
-  std::string accuracy = Chart(page, "accuracy");
+  std::string accuracy = ChartHtml(page, "accuracy");
   ASSERT_FALSE(accuracy.empty()) << page;
   EXPECT_THAT(accuracy, HasSubstr(absl::StrCat("data-series=\"trial ", best, " validation accuracy\"")));
   EXPECT_THAT(accuracy, HasSubstr(absl::StrCat("data-series=\"trial ", worst, " validation accuracy\"")));
@@ -323,7 +272,7 @@ TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
   EXPECT_THAT(page, HasSubstr("id=\"act-kill\" class=\"danger\" hidden=\"\""));  // completed
 
   // Sorted by the best metric, largest first: the worst trial's row comes first.
-  std::string sorted = Browse("#/experiments/1?sort=best&dir=-1", "--dump-dom");
+  std::string sorted = Browse("#/experiments/1?sort=best&dir=-1");
   size_t best_row = sorted.find(absl::StrCat("data-trial=\"", best, "\""));
   size_t worst_row = sorted.find(absl::StrCat("data-trial=\"", worst, "\""));
   ASSERT_NE(best_row, std::string::npos) << sorted;
@@ -332,14 +281,14 @@ TEST_F(WebUi, ShowsASearchAsAPersonReadsIt) {
   EXPECT_THAT(sorted, HasSubstr("best validation_loss (min) ▼"));
 
   // Diagnostics on: the hashes appear, in hex.
-  std::string diagnostics = VisibleText(Browse("#/experiments/1?diagnostics=1", "--dump-dom"));
+  std::string diagnostics = VisibleText(Browse("#/experiments/1?diagnostics=1"));
   EXPECT_THAT(diagnostics, HasSubstr("diag/"));
 
   // The best trial's page: its hyperparameters, its curves.
-  std::string trial = Browse(absl::StrCat("#/trials/", best), "--dump-dom");
+  std::string trial = Browse(absl::StrCat("#/trials/", best));
   EXPECT_THAT(trial, HasSubstr("id=\"hparams-table\""));
   EXPECT_THAT(trial, HasSubstr("<td>learning_rate</td>"));
-  EXPECT_FALSE(Chart(trial, "validation_loss").empty()) << trial;
+  EXPECT_FALSE(ChartHtml(trial, "validation_loss").empty()) << trial;
   EXPECT_THAT(VisibleText(trial), Not(HasSubstr("diag/")));
   EXPECT_THAT(VisibleText(trial), Not(ContainsRegex(kRawFloat)));
 
