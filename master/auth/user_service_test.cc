@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/clock/clock.h"
 #include "common/event_loop/event_loop.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/fault_injecting_store.h"
@@ -16,13 +17,8 @@
 namespace det::master {
 namespace {
 
+using ::det::testing::StatusIs;
 using ::testing::HasSubstr;
-
-MATCHER_P2(StatusIs, code, message, "") {
-  *result_listener << "status " << arg.ToString();
-  return arg.code() == code &&
-         ::testing::ExplainMatchResult(message, std::string(arg.message()), result_listener);
-}
 
 constexpr char kAdminPassword[] = "first-admin-password";
 

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock/clock.h"
-#include "common/status/status_matchers.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/fault_injecting_store.h"
