@@ -541,14 +541,26 @@ void Agent::OutboxLoop() {
         Delivered(batch);
       }
       backoff = absl::Milliseconds(100);
-      // An accepted exit may finish its allocation: clean it up now.
-      if (batch[0].exit) ReapFinished(/*even_if_unreported=*/false);
+      // An accepted exit, or the last lines of an allocation whose exits went ahead of them,
+      // may finish its allocation: clean it up now.
+      if (!batch[0].launched) ReapFinished(/*even_if_unreported=*/false);
       continue;
     }
     if (absl::IsNotFound(st)) SessionLost(session);
     if (batch[0].line && !absl::IsNotFound(st)) {
       Logger("agent")->warn("cannot ship {} log lines (kept; sending them again in {}): {}",
                             batch.size(), absl::FormatDuration(backoff), st.ToString());
+      // The first report queued behind lines the master cannot take goes next: a worker's
+      // exit frees its slot even while the master cannot store its last lines (a full
+      // database). Reports keep their order among themselves; the lines follow.
+      absl::MutexLock l(&mu_);
+      auto report = std::find_if(outbox_.begin(), outbox_.end(),
+                                 [](const Outgoing& o) { return !o.line; });
+      if (report != outbox_.end() && report != outbox_.begin()) {
+        Outgoing o = std::move(*report);
+        outbox_.erase(report);
+        outbox_.push_front(std::move(o));
+      }
     }
     {
       absl::MutexLock l(&mu_);
@@ -710,6 +722,7 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
   // Leftovers of an allocation of the same id (an earlier cluster's) must not be mixed in.
   RemoveTree(alloc->run_dir);
   RemoveTree(alloc->work_dir);
+  RemoveTree(LaunchFilesDir(alloc->work_dir));
   // The experiment owner's linked OS user, if any, replaces the default task user.
   absl::Status st = UseLaunchTaskUser(launch, geteuid(), getegid(), &launch_context);
   // The experiment's interpreter (environment.python) wins over the agent's; without one, a
@@ -748,8 +761,12 @@ void Agent::Launch(const v1::LaunchCommand& launch) {
     st = WriteCheckpointGcSpec(spec_file, launch.checkpoint_gc());
     argv = CheckpointGcArgv(options_.shim_path, spec_file);
   }
+  // The trial spec, hyperparameters and config go by file (they may exceed what one
+  // environment string may hold).
+  if (st.ok()) st = WriteLaunchFiles(alloc->work_dir, launch);
   // Last: the allocation's files become its task user's, readable by no other.
   if (st.ok()) st = HandOverWorkDir(alloc->work_dir, launch_context.task_user);
+  if (st.ok()) st = HandOverWorkDir(LaunchFilesDir(alloc->work_dir), launch_context.task_user);
   alloc->launch = launch;
   std::vector<int> started;
   EnvironmentVariables base = CurrentEnvironment();
@@ -970,6 +987,11 @@ void Agent::ReapFinished(bool even_if_unreported) {
       for (const auto& w : it->second->workers) {
         finished &= w->exited && (w->exit_reported || even_if_unreported);
       }
+      // Lines still queued (their exits went ahead of them) keep the run dir: an agent
+      // restarted before they ship sends them again from the workers' output files.
+      for (auto o = outbox_.begin(); finished && !even_if_unreported && o != outbox_.end(); ++o) {
+        finished = !(o->line && o->line->allocation_id() == it->first);
+      }
       if (finished) {
         done.push_back(std::move(it->second));
         it = allocations_.erase(it);
@@ -984,6 +1006,7 @@ void Agent::ReapFinished(bool even_if_unreported) {
     }
     RemoveTree(a->run_dir);
     RemoveTree(a->work_dir);
+    RemoveTree(LaunchFilesDir(a->work_dir));
     Logger("agent")->info("allocation {}: finished and cleaned up", a->launch.allocation_id());
   }
 }

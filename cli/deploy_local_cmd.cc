@@ -32,7 +32,22 @@ void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
   up_cmd->add_flag("--tls", up->tls,
                    "both master ports over TLS with a private CA made under DATA_DIR/tls "
                    "(clients need DET_MASTER_CERT_FILE=DATA_DIR/tls/ca.crt)");
-  up_cmd->callback([&ctx, up] { ctx.action = [&ctx, up] { return ClusterUp(ctx, *up); }; });
+  auto task_user = std::make_shared<std::string>();
+  CLI::Option* task_user_opt = up_cmd->add_option(
+      "--task-user", *task_user,
+      "the OS user (NAME or UID:GID) trials run as, unless their owner is linked to another "
+      "(default when run as root: nobody)");
+  auto no_task_user = std::make_shared<bool>(false);
+  up_cmd
+      ->add_flag("--no-task-user", *no_task_user,
+                 "trials run as the user running cluster-up (as root: every det user of the "
+                 "cluster can act as root on this machine)")
+      ->excludes(task_user_opt);
+  up_cmd->callback([&ctx, up, task_user, task_user_opt, no_task_user] {
+    if (task_user_opt->count() > 0) up->task_user = *task_user;
+    if (*no_task_user) up->task_user = "";
+    ctx.action = [&ctx, up] { return ClusterUp(ctx, *up); };
+  });
 
   auto down_dir = std::make_shared<std::string>(ClusterUpOptions().data_dir);
   CLI::App* down_cmd =

@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/launcher/launcher.h"
 #include "cli/api_client.h"
 #include "cli/auth_store.h"
 #include "common/process/subprocess.h"
@@ -369,9 +372,11 @@ class StartedDaemons {
   };
 
   absl::StatusOr<Started*> Start(const std::string& binary, Daemon daemon,
-                                 const std::string& cwd, const EnvironmentVariables& extra_env = {}) {
+                                 const std::string& cwd, const EnvironmentVariables& extra_env = {},
+                                 const std::vector<std::string>& extra_args = {}) {
     SpawnOptions options;
     options.argv = {binary, "--config", daemon.config};
+    options.argv.insert(options.argv.end(), extra_args.begin(), extra_args.end());
     options.env = CurrentEnvironment();
     for (const auto& [name, value] : extra_env) {
       bool replaced = false;
@@ -423,7 +428,36 @@ absl::Status FailWithLog(CliContext& ctx, const StartedDaemons::Started& s,
   return error;
 }
 
+// Sets the mode of `path` (made if missing) to `mode`.
+absl::Status MakeDirWithMode(const std::string& path, mode_t mode) {
+  RETURN_IF_ERROR(MakeDir(path));
+  if (::chmod(path.c_str(), mode) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set the mode of '", path, "': ", ErrnoText()));
+  }
+  return absl::OkStatus();
+}
+
+// The uid and gid of `task_user` (NAME or UID:GID, as det-agent --task-user takes it).
+absl::StatusOr<RunAs> ResolveTaskUser(const std::string& task_user) {
+  std::vector<std::string> ids = absl::StrSplit(task_user, ':');
+  uint32_t uid = 0, gid = 0;
+  if (ids.size() == 2 && absl::SimpleAtoi(ids[0], &uid) && absl::SimpleAtoi(ids[1], &gid)) {
+    return RunAs{static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
+  }
+  struct passwd* pw = ::getpwnam(task_user.c_str());
+  if (pw == nullptr) {
+    return absl::NotFoundError(absl::StrCat("--task-user: no OS user '", task_user, "'"));
+  }
+  return RunAs{pw->pw_uid, pw->pw_gid};
+}
+
 }  // namespace
+
+std::string EffectiveTaskUser(const ClusterUpOptions& options, uid_t euid) {
+  if (options.task_user) return *options.task_user;
+  return euid == 0 ? "nobody" : "";
+}
 
 std::string MasterYaml(const LocalClusterLayout& layout) {
   return absl::StrCat(
@@ -588,8 +622,25 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
             << "; the example experiments will not run\n";
   }
 
-  RETURN_IF_ERROR(MakeDir(dir + "/logs"));
-  RETURN_IF_ERROR(MakeDir(dir + "/run"));
+  // Trials run as the task user; it must not be root and cluster-up must be, to switch.
+  const std::string task_user = EffectiveTaskUser(options, ::geteuid());
+  std::optional<RunAs> task_ids;
+  if (!task_user.empty()) {
+    if (::geteuid() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--task-user ", task_user, ": cluster-up runs as uid ", ::geteuid(),
+          ", not root, so its agents cannot switch users; leave --task-user out"));
+    }
+    ASSIGN_OR_RETURN(task_ids, ResolveTaskUser(task_user));
+    if (task_ids->uid == 0 || task_ids->gid == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--task-user ", task_user, ": uid and gid 0 are root's; name an unprivileged user"));
+    }
+  }
+
+  RETURN_IF_ERROR(MakeDirWithMode(dir, 0711));
+  RETURN_IF_ERROR(MakeDirWithMode(dir + "/logs", 0700));
+  RETURN_IF_ERROR(MakeDirWithMode(dir + "/run", 0700));
   std::vector<Daemon> running = FindRunningDaemons(dir, ctx.out);
   if (!running.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -623,7 +674,10 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
     ::setenv("DET_MASTER_CERT_FILE", layout.ca_cert_file.c_str(), 1);
   }
   RETURN_IF_ERROR(MakeDir(dir + "/master"));
-  RETURN_IF_ERROR(MakeDir(dir + "/checkpoints"));
+  // Every task user's trials write their checkpoints here: with one, anyone may add an
+  // entry but only its owner may remove it, and no one lists them (01733, as /tmp without
+  // the listing).
+  RETURN_IF_ERROR(MakeDirWithMode(dir + "/checkpoints", task_ids ? 01733 : 0700));
   Daemon master = DaemonNamed(dir, "master");
   RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
   std::vector<Daemon> agents;
@@ -633,6 +687,23 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
     RETURN_IF_ERROR(WriteFile(agent.config, AgentYaml(layout, i), 0600));
     agents.push_back(std::move(agent));
   }
+  // The task user's trials run in D/agent-I and write to D/checkpoints: refuse a layout
+  // where they could not (the agent would start, and every trial fail).
+  if (task_ids) {
+    std::vector<std::string> reached = {dir + "/checkpoints"};
+    for (int i = 0; i < options.agents; ++i) reached.push_back(absl::StrCat(dir, "/agent-", i));
+    for (const std::string& path : reached) {
+      if (absl::Status st = agent::CheckUserCanReach(path, task_ids); !st.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "trials run as the task user ", task_user, ", and ", st.message(),
+            "; give a --data-dir under directories every user may search (e.g. "
+            "/var/lib/det-local rather than under /root), or another --task-user"));
+      }
+    }
+  }
+  const std::vector<std::string> agent_args =
+      task_user.empty() ? std::vector<std::string>{}
+                        : std::vector<std::string>{"--task-user", task_user};
 
   StartedDaemons started(ctx);
   ASSIGN_OR_RETURN(StartedDaemons::Started * master_process,
@@ -695,7 +766,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   std::vector<StartedDaemons::Started*> agent_processes;
   for (size_t i = 0; i < agents.size(); ++i) {
     ASSIGN_OR_RETURN(StartedDaemons::Started * agent,
-                     started.Start(agent_binary, agents[i], dir));
+                     started.Start(agent_binary, agents[i], dir, {}, agent_args));
     agent_processes.push_back(agent);
   }
   while (true) {
@@ -748,6 +819,14 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
           << "Use it with: export DET_MASTER=" << scheme << address
           << (options.tls ? absl::StrCat(" DET_MASTER_CERT_FILE=", layout.ca_cert_file) : "")
           << '\n';
+  if (task_ids) {
+    ctx.out << "Trials run as the OS user " << task_user << " (uid " << task_ids->uid
+            << "), or as the OS user their owner is linked to (det user "
+               "link-with-agent-user); --task-user picks another.\n";
+  } else if (::geteuid() == 0) {
+    ctx.err << "det: warning: trials run as root (--no-task-user): every det user of this "
+               "cluster can read its secrets and act as root on this machine\n";
+  }
   return absl::OkStatus();
 }
 

@@ -1,12 +1,20 @@
 // `det deploy local`: a master and agents as background daemons on this machine, their
 // config, logs and pid files under one data directory D:
 //   D/master.yaml, D/agent-I.yaml        written by ClusterUp (mode 0600)
+//   D/                                   mode 0711: a task user reaches what it needs by
+//                                        path (D/agent-I, D/checkpoints, D/tls/ca.crt)
+//                                        and lists nothing
 //   D/cluster_secret                     random hex, made once, mode 0600
 //   D/admin_password                     random hex, made once, mode 0600: the password
 //                                        the master gives its admin account on first start
-//   D/logs/master.log, D/logs/agent-I.log  the daemons' stdout and stderr, appended
-//   D/run/master.pid, D/run/agent-I.pid  "PID\n" of each running daemon
-//   D/master/, D/agent-I/                the daemons' data_dir / work_dir
+//   D/logs/master.log, D/logs/agent-I.log  the daemons' stdout and stderr, appended (D/logs
+//                                        mode 0700)
+//   D/run/master.pid, D/run/agent-I.pid  "PID\n" of each running daemon (D/run 0700)
+//   D/master/, D/agent-I/                the daemons' data_dir / work_dir (each daemon sets
+//                                        their modes: 0700, and 0711 with private parts)
+//   D/checkpoints/                       the default checkpoint storage: 01733 with a task
+//                                        user (each trial's user creates its own entries,
+//                                        lists and deletes no one else's), else 0700
 //   D/tls/ca.crt, D/tls/ca.key           with --tls: a private CA (made once; key 0600)
 //   D/tls/master.crt, D/tls/master.key   the master's certificate for 127.0.0.1 and
 //                                        localhost, signed by it (key 0600)
@@ -14,6 +22,9 @@
 #ifndef DET_CLI_LOCAL_CLUSTER_H_
 #define DET_CLI_LOCAL_CLUSTER_H_
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +48,18 @@ struct ClusterUpOptions {
   // Both master ports over TLS with a private CA under D/tls (see MakeLocalTls); agents,
   // workers and this CLI trust that CA only.
   bool tls = false;
+  // The OS user the agents run trials as (det-agent --task-user: NAME or UID:GID), unless
+  // the experiment's owner is linked to another (det user link-with-agent-user). Unset:
+  // "nobody" when cluster-up runs as root, else none. "" (--no-task-user): none, the workers
+  // run as the user running cluster-up (for root: every det user's trials are root on this
+  // machine).
+  // A task user needs cluster-up to run as root and must be able to reach D/agent-I and
+  // D/checkpoints.
+  std::optional<std::string> task_user;
 };
+
+// The task user the agents get for `options` when cluster-up runs as `euid`; "" for none.
+std::string EffectiveTaskUser(const ClusterUpOptions& options, uid_t euid);
 
 // What the config files say; every path absolute.
 struct LocalClusterLayout {
@@ -80,11 +102,15 @@ absl::StatusOr<std::string> FindBinary(const std::string& name,
                                        const std::string& path);
 
 // Starts det-master and `agents` det-agents as detached daemons and waits (up to 60 s)
-// until the master answers and every agent is connected; prints the master address.
+// until the master answers and every agent is connected; prints the master address and
+// which OS user trials run as (EffectiveTaskUser, given to each agent as --task-user).
 // Logs this CLI in as admin (with D/admin_password) and keeps the session in
 // ~/.det/auth.json, so det commands work at once.
 // Fails, stopping what it started, when a cluster already runs in the data directory, a
-// binary is missing, or the wait runs out (then the tail of the guilty log goes to
+// binary is missing, a task user is named by a cluster-up that is not root
+// (InvalidArgument), the task user is unknown (NotFound) or cannot reach the agents' work
+// dirs or the checkpoint storage (FailedPrecondition naming the directory), or the wait
+// runs out (then the tail of the guilty log goes to
 // ctx.err).
 absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options);
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "cli/cli_context.h"
 #include "common/process/subprocess.h"
@@ -196,6 +197,7 @@ TEST_F(LocalClusterTest, MasterThatExitsShowsItsLogAndConfigIsWritten) {
   options.agents = 2;
   options.slots_per_agent = 3;
   options.master_port = 1;  // never bound: the fake master exits first
+  options.task_user = "";   // dir_ may lie where a task user cannot reach.
   // Port 1 needs root to bind; the free-port check only rejects ports in use.
   absl::Status status = ClusterUp(ctx_, options);
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
@@ -220,6 +222,72 @@ TEST_F(LocalClusterTest, MasterThatExitsShowsItsLogAndConfigIsWritten) {
   // A second run keeps the secret.
   (void)ClusterUp(ctx_, options);
   EXPECT_EQ(ReadAll(data + "/cluster_secret"), secret);
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+TEST_F(LocalClusterTest, AsRootTrialsRunAsNobodyWhoMustReachTheDataDir) {
+  ClusterUpOptions options;
+  EXPECT_EQ(EffectiveTaskUser(options, 0), "nobody");
+  EXPECT_EQ(EffectiveTaskUser(options, 1000), "");
+  options.task_user = "";
+  EXPECT_EQ(EffectiveTaskUser(options, 0), "");
+  options.task_user = "40001:40001";
+  EXPECT_EQ(EffectiveTaskUser(options, 0), "40001:40001");
+  if (::geteuid() != 0) {
+    absl::Status status = ClusterUp(ctx_, options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("not root, so its agents cannot switch users"));
+    GTEST_SKIP() << "the rest needs root (a task user to switch to)";
+  }
+  WriteScript("det-master", "exit 3\n");
+  WriteScript("det-agent", "exit 0\n");
+  WriteScript("det-fashion-mnist", "exit 0\n");
+  options.bin_dir = dir_ + "/bin";
+  options.master_port = 1;
+  for (const auto& [user, code, message] :
+       {std::tuple{"0:0", absl::StatusCode::kInvalidArgument,
+                   "--task-user 0:0: uid and gid 0 are root's"},
+        std::tuple{"no-such-user-det", absl::StatusCode::kNotFound,
+                   "--task-user: no OS user 'no-such-user-det'"}}) {
+    options.task_user = user;
+    options.data_dir = dir_ + "/data-" + std::to_string(static_cast<int>(code));
+    absl::Status status = ClusterUp(ctx_, options);
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_THAT(status.message(), HasSubstr(message));
+  }
+
+  // Under a directory nobody may search: refused before anything starts.
+  options.task_user.reset();
+  ASSERT_EQ(::mkdir((dir_ + "/closed").c_str(), 0700), 0);
+  options.data_dir = dir_ + "/closed/data";
+  absl::Status status = ClusterUp(ctx_, options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("trials run as the task user nobody, and uid 65534 (the task user) "
+                        "cannot reach '" + dir_ + "/closed/data/checkpoints'"));
+  EXPECT_THAT(status.message(), HasSubstr("give a --data-dir under directories every user"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("Started")));
+
+  // Where it can: the data dir is searchable only, what holds secrets private, the
+  // checkpoint storage open to every task user's new entries (and nothing more).
+  std::string open = "/tmp/det-cluster-up-XXXXXX";
+  ASSERT_NE(::mkdtemp(open.data()), nullptr);
+  ASSERT_EQ(::chmod(open.c_str(), 0755), 0);
+  options.data_dir = open + "/data";
+  status = ClusterUp(ctx_, options);
+  EXPECT_THAT(status.message(), HasSubstr("det-master exited (exit code 3)"));
+  EXPECT_EQ(ModeOf(open + "/data"), 0711u);
+  EXPECT_EQ(ModeOf(open + "/data/logs"), 0700u);
+  EXPECT_EQ(ModeOf(open + "/data/run"), 0700u);
+  EXPECT_EQ(ModeOf(open + "/data/checkpoints"), 01733u);
+  for (const char* secret : {"cluster_secret", "admin_password", "master.yaml", "agent-0.yaml"}) {
+    EXPECT_EQ(ModeOf(open + "/data/" + secret), 0600u) << secret;
+  }
+  std::filesystem::remove_all(open);
 }
 
 TEST_F(LocalClusterTest, RefusesToStartTwiceAndClusterDownStops) {

@@ -18,7 +18,11 @@ PORT="${DET_PORT:-8080}"
 export DET_MASTER="127.0.0.1:${PORT}"
 
 echo "== starting a local cluster in ${DATA}"
-"$BIN/det" deploy local cluster-up --agents 1 --slots-per-agent 1 --data-dir "$DATA" --master-port "$PORT"
+# As root, cluster-up runs trials as nobody, which cannot reach bazel-bin (under ~/.cache)
+# nor, often, this checkout: the quick start's one example runs as the user running it.
+TASK_USER=()
+[[ "$(id -u)" == 0 ]] && TASK_USER=(--no-task-user)
+"$BIN/det" deploy local cluster-up --agents 1 --slots-per-agent 1 --data-dir "$DATA" --master-port "$PORT" "${TASK_USER[@]}"
 trap '"$BIN/det" deploy local cluster-down --data-dir "$DATA"' EXIT
 
 if [[ "${DET_EXAMPLE:-torch}" == cpp ]]; then

@@ -40,12 +40,52 @@ std::string SafeName(const std::string& id) {
   return out.empty() || out[0] == '.' ? "_" + out : out;
 }
 
+namespace {
+
+bool IsLaunchFileVariable(const std::string& name) {
+  for (const char* v : kLaunchFileVariables) {
+    if (name == v) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string LaunchFilesDir(const std::string& allocation_work_dir) {
+  std::filesystem::path dir(allocation_work_dir);
+  return (dir.parent_path() / "launch" / dir.filename()).string();
+}
+
+absl::Status WriteLaunchFiles(const std::string& allocation_work_dir,
+                              const v1::LaunchCommand& launch) {
+  const std::string dir = LaunchFilesDir(allocation_work_dir);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create directory '", dir, "': ", strerror(errno)));
+  }
+  for (const char* name : kLaunchFileVariables) {
+    auto it = launch.env().find(name);
+    if (it == launch.env().end()) continue;
+    if (auto st = WritePrivateFile(absl::StrCat(dir, "/", name), it->second); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
                                        const v1::RankPlacement& rank, const LaunchContext& ctx,
                                        const std::string& work_dir,
                                        const EnvironmentVariables& base) {
   EnvironmentVariables overrides;
-  for (const auto& [k, v] : launch.env()) overrides.emplace_back(k, v);
+  for (const auto& [k, v] : launch.env()) {
+    if (!IsLaunchFileVariable(k)) overrides.emplace_back(k, v);
+  }
+  // After the launch's variables: an experiment's environment_variables cannot redirect them.
+  for (const char* name : kLaunchFileVariables) {
+    if (launch.env().count(name)) {
+      overrides.emplace_back(absl::StrCat(name, "_FILE"),
+                             absl::StrCat(LaunchFilesDir(work_dir), "/", name));
+    }
+  }
   int local_world = 0;
   for (const auto& r : launch.ranks()) local_world += r.agent_id() == rank.agent_id();
   std::string slots = absl::StrJoin(rank.slot_ids(), ",");
@@ -136,7 +176,9 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
 
 absl::Status PrepareWorkRoot(const std::string& work_dir) {
   const std::string run = work_dir + "/run";
-  for (const auto& [dir, mode] : {std::pair{work_dir, 0711}, std::pair{run, 0700}}) {
+  const std::string launch = work_dir + "/launch";
+  for (const auto& [dir, mode] :
+       {std::pair{work_dir, 0711}, std::pair{launch, 0711}, std::pair{run, 0700}}) {
     if (auto st = MakeDirs(dir); !st.ok()) return st;
     if (chmod(dir.c_str(), mode) != 0) {
       return absl::PermissionDeniedError(

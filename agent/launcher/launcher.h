@@ -56,6 +56,9 @@ struct LaunchContext {
 //   PYTHONPATH = work_dir, then python_path, then the launch's PYTHONPATH or else base's,
 //   HOME = work_dir, USER = LOGNAME = ctx.task_user_name: only with a ctx.task_user (the
 //     agent's home is not the worker's), the names only when known.
+// Values too large for the environment (kLaunchFileVariables) travel as files:
+//   NAME_FILE = LaunchFilesDir(work_dir)/NAME for each NAME of kLaunchFileVariables in the
+//     launch's variables (written there by WriteLaunchFiles); NAME itself is not set.
 // torchrun's launch contract (what `torchrun` gives each worker, so that
 // `init_process_group(init_method="env://")` works unchanged):
 //   RANK, WORLD_SIZE            the rank and the number of ranks of the allocation
@@ -83,6 +86,24 @@ EnvironmentVariables WorkerEnvironment(const v1::LaunchCommand& launch,
                                        const std::string& work_dir,
                                        const EnvironmentVariables& base);
 
+// The launch variables whose values can outgrow Linux's 128 KiB limit on one environment
+// string (the trial spec, hyperparameters and experiment config: a config may be up to
+// 1 MiB). Workers get each as a file, named by NAME_FILE (see WorkerEnvironment).
+inline constexpr const char* kLaunchFileVariables[] = {"DET_TRIAL_SPEC", "DET_HPARAMS",
+                                                       "DET_EXPERIMENT_CONFIG"};
+
+// Where the launch files of the allocation whose work dir is `allocation_work_dir`
+// (<agent work_dir>/<SafeName(id)>) live: <agent work_dir>/launch/<SafeName(id)>, beside the
+// model context rather than in it, so that no context file can collide with them.
+std::string LaunchFilesDir(const std::string& allocation_work_dir);
+
+// Writes each of kLaunchFileVariables that `launch` sets into LaunchFilesDir(
+// allocation_work_dir)/NAME (the directory created mode 0700, files 0600; hand it to the
+// task user with HandOverWorkDir). The files' parent, <agent work_dir>/launch, must exist
+// (PrepareWorkRoot).
+absl::Status WriteLaunchFiles(const std::string& allocation_work_dir,
+                              const v1::LaunchCommand& launch);
+
 // The program and arguments a worker runs for `entrypoint`: as given, except that argv[0]
 // `python3` or `python` (exactly those names) becomes ctx.worker_python when it is set, so
 // that Python entrypoints get the agent's interpreter whatever PATH holds. No shell.
@@ -105,9 +126,10 @@ absl::Status WriteContext(const std::string& dir,
 // file renamed over it: a reader sees the old file or the whole new one.
 absl::Status WritePrivateFile(const std::string& path, absl::string_view data);
 
-// Makes the agent's work_dir ready to hold allocations: `work_dir` (created) mode 0711, so
-// that a task user can reach its own allocation's directory by path but list nothing, and
-// `work_dir`/run (records, exit files, worker output) mode 0700.
+// Makes the agent's work_dir ready to hold allocations: `work_dir` (created) and
+// `work_dir`/launch (launch files) mode 0711, so that a task user can reach its own
+// allocation's directories by path but list nothing, and `work_dir`/run (records, exit
+// files, worker output) mode 0700.
 absl::Status PrepareWorkRoot(const std::string& work_dir);
 
 // Gives an allocation's work dir (written by the agent) to its workers: `dir` becomes mode

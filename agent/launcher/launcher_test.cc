@@ -328,6 +328,7 @@ TEST(PrepareWorkRoot, WorkDirIsSearchableOnlyAndRunDirPrivate) {
   std::string root = std::string(getenv("TEST_TMPDIR")) + "/agent-root/work";
   ASSERT_TRUE(PrepareWorkRoot(root).ok());
   EXPECT_EQ(ModeOf(root), 0711u);
+  EXPECT_EQ(ModeOf(root + "/launch"), 0711u);
   EXPECT_EQ(ModeOf(root + "/run"), 0700u);
   // Existing directories are tightened too.
   ASSERT_EQ(chmod(root.c_str(), 0755), 0);
@@ -335,6 +336,43 @@ TEST(PrepareWorkRoot, WorkDirIsSearchableOnlyAndRunDirPrivate) {
   ASSERT_TRUE(PrepareWorkRoot(root).ok());
   EXPECT_EQ(ModeOf(root), 0711u);
   EXPECT_EQ(ModeOf(root + "/run"), 0700u);
+}
+
+TEST(WriteLaunchFiles, LargeValuesReachWorkersAsPrivateFilesNamedByTheirVariables) {
+  const std::string root = std::string(getenv("TEST_TMPDIR")) + "/launch-files";
+  ASSERT_TRUE(PrepareWorkRoot(root).ok());
+  const std::string work_dir = root + "/7.0";
+  v1::LaunchCommand l = TwoAgentLaunch();
+  // Each over Linux's 128 KiB limit on one environment string (MAX_ARG_STRLEN).
+  const std::string config = "{\"description\":\"" + std::string(960 << 10, 'x') + "\"}";
+  const std::string hparams = "{\"h\":\"" + std::string(200 << 10, 'y') + "\"}";
+  (*l.mutable_env())["DET_EXPERIMENT_CONFIG"] = config;
+  (*l.mutable_env())["DET_HPARAMS"] = hparams;
+  (*l.mutable_env())["DET_TRIAL_SPEC"] = "{\"trial_id\":\"7\"}";
+  // An experiment's variable cannot point a worker at another file.
+  (*l.mutable_env())["DET_HPARAMS_FILE"] = "/etc/passwd";
+  ASSERT_TRUE(WriteLaunchFiles(work_dir, l).ok());
+
+  const std::string dir = root + "/launch/7.0";
+  EXPECT_EQ(LaunchFilesDir(work_dir), dir);
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  auto env = AsMap(WorkerEnvironment(l, l.ranks(0), LaunchContext{"b", "m:1"}, work_dir, {}));
+  for (const auto& [name, want] : std::map<std::string, std::string>{
+           {"DET_EXPERIMENT_CONFIG", config}, {"DET_HPARAMS", hparams},
+           {"DET_TRIAL_SPEC", "{\"trial_id\":\"7\"}"}}) {
+    EXPECT_EQ(env.count(name), 0u) << name;
+    ASSERT_EQ(env[name + "_FILE"], dir + "/" + name);
+    EXPECT_EQ(ModeOf(env[name + "_FILE"]), 0600u) << name;
+    std::ifstream in(env[name + "_FILE"]);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(ss.str(), want) << name;
+  }
+  EXPECT_EQ(env["DET_TRIAL_ID"], "7");
+  // Without a parent made by PrepareWorkRoot the write fails, naming the directory.
+  absl::Status st = WriteLaunchFiles(std::string(getenv("TEST_TMPDIR")) + "/nowhere/7.0", l);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("nowhere/launch/7.0"));
 }
 
 TEST(HandOverWorkDir, GivesTheTreeToTheTaskUserWithoutFollowingLinks) {

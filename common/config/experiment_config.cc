@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -77,6 +79,55 @@ bool IsDottedIdentifier(absl::string_view name) {
 }
 
 // Determined's Trial entrypoint form: one word with a colon and no slash ("model_def:Trial").
+// The first plain scalar under `node` that YAML reads as an infinity or NaN (.inf, -.inf,
+// .nan, ...), with its path below `node` ("" for `node` itself); nullopt when none. JSON,
+// which hyperparameters and `data` reach workers in, has no such numbers.
+std::optional<std::pair<YAML::Node, std::string>> FindNonFinite(const YAML::Node& node) {
+  if (node.IsScalar()) {
+    static const auto* const kNonFinite = new std::set<std::string>(
+        {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
+         ".NaN", ".NAN"});
+    if (node.Tag() != "!" && kNonFinite->count(node.Scalar())) {
+      return std::pair{node, std::string()};
+    }
+    return std::nullopt;
+  }
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (auto found = FindNonFinite(kv.second)) {
+        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+        found->second = found->second.empty()     ? key
+                        : found->second[0] == '[' ? absl::StrCat(key, found->second)
+                                                  : absl::StrCat(key, ".", found->second);
+        return found;
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (auto found = FindNonFinite(node[i])) {
+        found->second = found->second.empty() ? absl::StrCat("[", i, "]")
+                                              : absl::StrCat("[", i, "].", found->second);
+        return found;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Fails `r` at a non-finite number under `value` (found at `key` of `r`): see FindNonFinite.
+void RefuseNonFinite(ObjectReader& r, const std::string& key, const YAML::Node& value) {
+  std::optional<std::pair<YAML::Node, std::string>> found = FindNonFinite(value);
+  if (!found) return;
+  std::string path = r.PathOf(key);
+  if (!found->second.empty()) {
+    absl::StrAppend(&path, found->second[0] == '[' ? "" : ".", found->second);
+  }
+  r.FailAt(found->first, path,
+           absl::StrCat("'", found->first.Scalar(),
+                        "' is not a finite number, and workers get this section as JSON, which "
+                        "has none; write a finite number, or a string your code converts"));
+}
+
 bool LooksLikeTrialClass(const std::vector<std::string>& entrypoint) {
   return entrypoint.size() == 1 && entrypoint[0].find(':') != std::string::npos &&
          entrypoint[0].find('/') == std::string::npos;
@@ -142,6 +193,7 @@ class SchemaReader {
       if (!data.IsMap()) {
         r.Fail("data", "expected a mapping");
       } else {
+        RefuseNonFinite(r, "data", data);
         c_.data_json = YamlToJson(data);
       }
     }
@@ -352,6 +404,7 @@ class SchemaReader {
       } else {
         h.Known(name);
         hp.type = Hyperparameter::Type::kConst;
+        RefuseNonFinite(h, name, value);
         hp.value_json = YamlToJson(value);
       }
       group->fields.push_back(std::move(hp));
@@ -370,6 +423,7 @@ class SchemaReader {
       const bool present = r.node()["val"].IsDefined();
       r.Any("val", &val);
       if (!present && !partial_) r.Fail("", "a const hyperparameter needs 'val'");
+      RefuseNonFinite(r, "val", val);
       hp->value_json = YamlToJson(val);
     } else if (type == "int") {
       hp->type = Hyperparameter::Type::kInt;
@@ -408,6 +462,7 @@ class SchemaReader {
         r.Fail(present ? "vals" : "", "expected a non-empty list 'vals'");
         return;
       }
+      RefuseNonFinite(r, "vals", vals);
       for (const auto& v : vals) hp->vals_json.push_back(YamlToJson(v));
     } else {
       r.Fail("type", absl::StrCat(

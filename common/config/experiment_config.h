@@ -224,8 +224,8 @@ std::pair<int64_t, int64_t> GlobalBatchSizeRange(const ExperimentConfig& config)
 // (absolute, or relative to host_path); "" when the experiment has no checkpoint_storage.
 std::string CheckpointDirectory(const ExperimentConfig& config);
 
-// The effective configuration as JSON (DET_EXPERIMENT_CONFIG, the copy user code reads),
-// from the effective YAML ParseExperimentConfig produced. InvalidArgument naming `source`
+// The effective configuration as JSON (in DET_EXPERIMENT_CONFIG_FILE's file, the copy user
+// code reads), from the effective YAML ParseExperimentConfig produced. InvalidArgument naming `source`
 // when `effective_yaml` is not YAML.
 absl::StatusOr<std::string> EffectiveConfigJson(absl::string_view effective_yaml,
                                                 absl::string_view source);

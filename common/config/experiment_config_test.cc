@@ -37,6 +37,11 @@ struct ErrorCase {
 
 TEST(ExperimentConfig, ValidationErrors) {
   const std::string m = kMinimal;  // 6 lines: what is appended starts at line 7.
+  auto non_finite = [](const std::string& where, const std::string& value) {
+    return absl::StrCat("exp.yaml:", where, ": '", value,
+                        "' is not a finite number, and workers get this section as JSON, which "
+                        "has none; write a finite number, or a string your code converts");
+  };
   const std::vector<ErrorCase> cases = {
       // Types, ranges, unknown and repeated keys.
       {m + "resources:\n  slots_per_trial: eight\n",
@@ -88,6 +93,15 @@ TEST(ExperimentConfig, ValidationErrors) {
       {m + "environment:\n  environment_variables: [FOO]\n",
        "exp.yaml:8: environment.environment_variables: expected NAME=VALUE items, got \"FOO\""},
       // Hyperparameters.
+      // YAML's infinities and NaN have no JSON form (workers get hyperparameters and data as
+      // JSON): refused, never turned into the strings ".inf" / ".nan".
+      {m + "hyperparameters:\n  x: .inf\n", non_finite("8: hyperparameters.x", ".inf")},
+      {m + "hyperparameters:\n  g:\n    y: -.Inf\n", non_finite("9: hyperparameters.g.y", "-.Inf")},
+      {m + "hyperparameters:\n  z: {type: const, val: {a: [1, .nan]}}\n",
+       non_finite("8: hyperparameters.z.val.a[1]", ".nan")},
+      {m + "hyperparameters:\n  c: {type: categorical, vals: [1, .inf]}\n",
+       non_finite("8: hyperparameters.c.vals[1]", ".inf")},
+      {m + "data:\n  limit: .inf\n", non_finite("8: data.limit", ".inf")},
       {m + "hyperparameters:\n  lr: {type: loga, minval: 1, maxval: 2}\n",
        "exp.yaml:8: hyperparameters.lr.type: expected one of const, int, double, log, "
        "categorical, got \"loga\""},
@@ -621,4 +635,13 @@ TEST(Determined038, TrialClassEntrypoint) {
 }
 
 }  // namespace
+TEST(ExperimentConfig, AQuotedInfinityIsAString) {
+  auto parsed = ParseExperimentConfig(
+      std::string(kMinimal) + "hyperparameters:\n  x: '.inf'\n  y: 1.5e3\n", "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->config.hyperparameters.fields.size(), 2u);
+  EXPECT_EQ(parsed->config.hyperparameters.fields[0].value_json, "\".inf\"");
+  EXPECT_EQ(parsed->config.hyperparameters.fields[1].value_json, "1.5e3");
+}
+
 }  // namespace det::config

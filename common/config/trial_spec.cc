@@ -76,15 +76,15 @@ std::string EncodeTrialSpec(const v1::TrialSpec& spec) {
 absl::StatusOr<v1::TrialSpec> DecodeTrialSpec(absl::string_view text) {
   if (text.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "environment variable ", kTrialSpecEnv,
-        " is not set (is this process running under a det agent?)"));
+        "the trial spec (", kTrialSpecFileEnv,
+        ") is empty (is this process running under a det agent?)"));
   }
   v1::TrialSpec spec;
   google::protobuf::util::Status st = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(text.data(), text.size()), &spec);
   if (!st.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("environment variable ", kTrialSpecEnv, " is not a det.v1.TrialSpec: ",
+        absl::StrCat("the trial spec (", kTrialSpecFileEnv, ") is not a det.v1.TrialSpec: ",
                      st.message().as_string(),
                      " (is this process running under a det agent of this version?)"));
   }

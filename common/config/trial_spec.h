@@ -15,8 +15,11 @@
 
 namespace det::config {
 
-// The environment variable every rank gets the spec in (EncodeTrialSpec's text).
+// The launch variable the master sends the spec in (EncodeTrialSpec's text). The agent
+// writes it to a file and gives every rank that file's path in kTrialSpecFileEnv
+// (agent/launcher: a spec may be larger than one environment string may hold).
 inline constexpr char kTrialSpecEnv[] = "DET_TRIAL_SPEC";
+inline constexpr char kTrialSpecFileEnv[] = "DET_TRIAL_SPEC_FILE";
 
 // The spec of `trial` (its id, run, seed, hyperparameters, target and latest checkpoint as
 // it starts this run) of experiment `experiment_id`, whose config is `config`. Lengths in
@@ -33,7 +36,7 @@ v1::TrialSpec BuildTrialSpec(const ExperimentConfig& config, int64_t experiment_
 std::string EncodeTrialSpec(const v1::TrialSpec& spec);
 
 // EncodeTrialSpec's inverse. A missing (empty) or malformed value is FailedPrecondition
-// naming DET_TRIAL_SPEC: the process was not started by a det agent of this version.
+// naming DET_TRIAL_SPEC_FILE: the process was not started by a det agent of this version.
 absl::StatusOr<v1::TrialSpec> DecodeTrialSpec(absl::string_view text);
 
 }  // namespace det::config

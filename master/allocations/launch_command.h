@@ -29,9 +29,10 @@ struct LaunchInputs {
   // restarts).
   v1::Trial trial;
   // The experiment's effective config (JSON) for DET_EXPERIMENT_CONFIG: the copy user code
-  // reads; det's harnesses read `trial_spec` instead.
+  // reads (the agent gives it to workers as a file, DET_EXPERIMENT_CONFIG_FILE); det's
+  // harnesses read `trial_spec` instead.
   std::string config_json;
-  // What the workers need (config::BuildTrialSpec), for DET_TRIAL_SPEC.
+  // What the workers need (config::BuildTrialSpec), for DET_TRIAL_SPEC (a file on the agent).
   v1::TrialSpec trial_spec;
   std::vector<std::string> entrypoint;
   // The config's environment_variables; DET_* variables take precedence.

@@ -183,7 +183,9 @@ class DetCluster:
     def start(self):
         p = subprocess.run([os.path.join(BIN, "det"), "deploy", "local", "cluster-up",
                             "--agents", "1", "--slots-per-agent", "4", "--data-dir", self.data,
-                            "--master-port", str(self.port), "--bin-dir", BIN],
+                            "--master-port", str(self.port), "--bin-dir", BIN,
+                            # Workers as this user: bazel-bin is where no task user reaches.
+                            "--no-task-user"],
                            env=self.env, capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             raise RuntimeError(f"det deploy local cluster-up failed:\n{p.stdout}{p.stderr}")

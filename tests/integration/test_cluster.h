@@ -49,6 +49,9 @@ bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
 std::string Slurp(const std::string& path);
 // Whether `path` exists (stat succeeds).
 bool Exists(const std::string& path);
+// A TCP port on 127.0.0.1 that was free just now (bound and released); 0 on failure. For
+// daemons that take a port number, such as cluster-up's.
+int FreeLoopbackPort();
 // True while `pid` runs (a zombie has exited), from /proc/<pid>/stat.
 bool Running(int pid);
 // rank -> pid from the "rank R of N (local rank L, pid P)" lines of a trial's logs.

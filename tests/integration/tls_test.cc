@@ -82,21 +82,6 @@ TEST(Tls, EveryClientOfTheMasterSpeaksTlsAndChecksItsCertificate) {
 }
 
 // A free TCP port on 127.0.0.1 (bound to port 0, then released).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 mode_t ModeOf(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
@@ -111,9 +96,9 @@ TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
   const std::string data = scratch.dir() + "/cluster";
   const std::string home = scratch.dir() + "/home";
   ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
-  const int grpc_port = FreePort();
-  int http_port = FreePort();
-  while (http_port == grpc_port) http_port = FreePort();
+  const int grpc_port = FreeLoopbackPort();
+  int http_port = FreeLoopbackPort();
+  while (http_port == grpc_port) http_port = FreeLoopbackPort();
   ASSERT_GT(grpc_port, 0);
   const std::string det = TestCluster::BinDir() + "/det";
   const std::string ca = data + "/tls/ca.crt";
@@ -123,9 +108,12 @@ TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
     env.emplace("DET_USER_TOKEN", "");
     return RunCommand(argv, absl::Seconds(180), env);
   };
+  // --no-task-user: the workers run as this (root) test, since the binaries and det's Python
+  // package lie under /root, where no task user reaches.
   CommandResult up = run({det, "deploy", "local", "cluster-up", "--tls", "--data-dir", data,
                           "--master-port", absl::StrCat(grpc_port), "--http-port",
-                          absl::StrCat(http_port), "--bin-dir", TestCluster::BinDir()},
+                          absl::StrCat(http_port), "--bin-dir", TestCluster::BinDir(),
+                          "--no-task-user"},
                          {});
   struct Down {
     std::function<void()> fn;

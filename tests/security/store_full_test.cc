@@ -53,24 +53,34 @@ finally:
     open(done, "w").close()
 )py";
 
-class StoreFullTest : public SecurityCluster {};
+class StoreFullTest : public SecurityCluster {
+ protected:
+  // A master whose database holds at most 4 MB, an agent, and experiment `name` running
+  // `script` as train.py (one rank, max_restarts 0, TEST_DIR the cluster's directory),
+  // with `extra_yaml` (whole lines) in its config.
+  void StartFullClusterRunning(const std::string& name, const std::string& script,
+                               const std::string& extra_yaml = "") {
+    ASSERT_TRUE(cluster_.StartMaster("db_max_size_mb: 4\n").ok()) << cluster_.LogTail("master");
+    ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
+    const std::string context = cluster_.dir() + "/ctx";
+    mkdir(context.c_str(), 0755);
+    std::ofstream(context + "/train.py") << script;
+    const std::string config = cluster_.WriteFile(
+        name + ".yaml",
+        absl::StrCat("name: ", name, "\nentrypoint: python3 train.py\nsearcher:\n  name: single\n"
+                     "  metric: loss\n  max_length:\n    batches: 100000\nmax_restarts: 0\n",
+                     extra_yaml, "environment:\n  environment_variables:\n    - TEST_DIR=",
+                     cluster_.dir(), "\n"));
+    CommandResult r = cluster_.Det({"experiment", "create", config, context});
+    ASSERT_TRUE(r.exit.ok()) << r.out << r.err;
+  }
+};
 
 TEST_F(StoreFullTest, MetricsAndCheckpointsTheMasterCannotStoreAreRefusedToTheWorker) {
-  ASSERT_TRUE(cluster_.StartMaster("db_max_size_mb: 4\n").ok()) << cluster_.LogTail("master");
-  ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  const std::string context = cluster_.dir() + "/ctx";
-  mkdir(context.c_str(), 0755);
-  std::ofstream(context + "/train.py") << kTrain;
-  const std::string config = cluster_.WriteFile(
-      "full.yaml",
-      absl::StrCat("name: full\nentrypoint: python3 train.py\nsearcher:\n  name: single\n"
-                   "  metric: loss\n  max_length:\n    batches: 100000\nmax_restarts: 0\n"
-                   "checkpoint_storage:\n  type: shared_fs\n  host_path: ",
-                   cluster_.dir(), "/checkpoints\nenvironment:\n  environment_variables:\n"
-                   "    - TEST_DIR=",
-                   cluster_.dir(), "\n"));
-  CommandResult r = cluster_.Det({"experiment", "create", config, context});
-  ASSERT_TRUE(r.exit.ok()) << r.out << r.err;
+  ASSERT_NO_FATAL_FAILURE(StartFullClusterRunning(
+      "full", kTrain,
+      absl::StrCat("checkpoint_storage:\n  type: shared_fs\n  host_path: ", cluster_.dir(),
+                   "/checkpoints\n")));
   ASSERT_TRUE(WaitForFile("worker-done", absl::Seconds(240))) << Diagnostics();
   // The trial's describe counts what was refused (while the database is full, in the
   // master's memory).
@@ -111,6 +121,57 @@ TEST_F(StoreFullTest, MetricsAndCheckpointsTheMasterCannotStoreAreRefusedToTheWo
   // the trial's latest_checkpoint or neither.
   nlohmann::json checkpoints = cluster_.DetJson({"experiment", "list-checkpoints", "1"});
   EXPECT_TRUE(checkpoints.value("checkpoints", nlohmann::json::array()).empty()) << checkpoints.dump();
+}
+
+// Issue 25 item 6: a worker that dies while the database is full frees its slot. Its last
+// lines cannot be stored (the agent keeps them and sends them again); its exit report no
+// longer waits behind them, so the trial leaves RUNNING and `det slot list` shows the slot
+// free while the database is still full.
+constexpr char kDieWhenFull[] = R"py(
+import os
+import sys
+import det
+
+with det.core.init() as core:
+    wide = {f"m{i}": float(i) for i in range(2000)}
+    try:
+        for steps in range(1, 100000):
+            core.train.report_training_metrics(steps_completed=steps,
+                                               metrics=dict(wide, loss=1.0))
+    except det.MasterError as e:
+        print(f"metrics refused: {e}", flush=True)
+# More than the full database's last pages hold: these lines, and the ones after them,
+# cannot be stored.
+for i in range(200):
+    print(f"filler {i} " + "x" * 4000, flush=True)
+for i in range(3):
+    print(f"last words {i}", flush=True)
+open(os.environ["TEST_DIR"] + "/worker-done", "w").close()
+sys.exit(1)
+)py";
+
+TEST_F(StoreFullTest, AWorkerThatDiesWhileTheDatabaseIsFullFreesItsSlot) {
+  ASSERT_NO_FATAL_FAILURE(StartFullClusterRunning("die", kDieWhenFull));
+  ASSERT_TRUE(WaitForFile("worker-done", absl::Seconds(240))) << Diagnostics();
+
+  std::string slots;
+  std::string state;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json s = cluster_.DetJson({"slot", "list"});
+        slots = s.dump();
+        state = TrialState();
+        bool free = s.is_object() && s["slots"].size() == 1 &&
+                    s["slots"][0].value("allocation_id", "").empty();
+        return free && state != "STATE_RUNNING";
+      },
+      absl::Seconds(60)))
+      << "slots " << slots << " trial " << state << Diagnostics();
+  EXPECT_EQ(state, "STATE_ERROR");
+  // Still full: the worker's last lines wait on the agent, behind the exit that went first.
+  EXPECT_THAT(Logs(), Not(HasSubstr("last words 2")));
+  EXPECT_THAT(cluster_.DetJson({"trial", "describe", "1"}).dump(),
+              HasSubstr("metric rows refused: "));
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,6 +28,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::det::testing::CommandResult;
 using ::det::testing::RunCommand;
+using ::det::testing::Slurp;
 using ::det::testing::TestCluster;
 using ::det::testing::WaitUntil;
 
@@ -289,6 +292,152 @@ TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
   ExpectEveryReadDenied(logs, secrets);
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("admin-private")));
   std::filesystem::remove_all(work_root);
+}
+
+// Issue 25 item 2: `det deploy local cluster-up` run as root runs trials as nobody and
+// keeps every secret of its layout from them. The admin's trial caches a context; then
+// non-admin bob's trial tries the cluster secret, the admin password, the yamls, the
+// master's database, the admin CLI's session, the agent's credential, run dir and context
+// cache, listings of the data and checkpoint dirs, and the daemons' environments. Each
+// is refused and no secret's value shows in its log; it still reads its own context,
+// writes into the checkpoint storage and its lines reach the log.
+TEST(WorkerIsolation, AClusterUpClusterStartedAsRootKeepsItsSecretsFromTrials) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "cluster-up runs trials as a task user only as root; this test runs as uid "
+                 << geteuid();
+  }
+  const std::string work_root = MakeWorkRoot();
+  ASSERT_FALSE(work_root.empty());
+  const std::string data = work_root + "/data";
+  const std::string home = work_root + "/home-admin";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  const int grpc_port = det::testing::FreeLoopbackPort();
+  int http_port = det::testing::FreeLoopbackPort();
+  while (http_port == grpc_port) http_port = det::testing::FreeLoopbackPort();
+  ASSERT_GT(grpc_port, 0);
+  const std::string det = TestCluster::BinDir() + "/det";
+  const std::string master = absl::StrCat("127.0.0.1:", grpc_port);
+  auto as_admin = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), det);
+    return RunCommand(args, absl::Seconds(120), {{"HOME", home}, {"DET_USER_TOKEN", ""}});
+  };
+  CommandResult up = as_admin({"deploy", "local", "cluster-up", "--data-dir", data,
+                               "--master-port", absl::StrCat(grpc_port), "--http-port",
+                               absl::StrCat(http_port), "--bin-dir", TestCluster::BinDir()});
+  struct Down {
+    std::function<void()> fn;
+    ~Down() { fn(); }
+  } down{[&] {
+    as_admin({"deploy", "local", "cluster-down", "--data-dir", data});
+    std::filesystem::remove_all(work_root);
+  }};
+  ASSERT_TRUE(up.exit.ok()) << up.out << up.err << Slurp(data + "/logs/agent-0.log");
+  EXPECT_THAT(up.out, HasSubstr("Trials run as the OS user nobody (uid 65534)"));
+  EXPECT_THAT(Slurp(data + "/logs/agent-0.log"), ::testing::Not(HasSubstr("workers run as root")));
+
+  auto wait_state = [&](const std::string& trial) {
+    std::string state;
+    WaitUntil(
+        [&] {
+          CommandResult r = as_admin({"-m", master, "trial", "describe", trial, "--json"});
+          nlohmann::json t = nlohmann::json::parse(r.out, nullptr, false);
+          state = t.is_object() && t.contains("trial") ? t["trial"].value("state", "") : "";
+          return state == "STATE_COMPLETED" || state == "STATE_ERROR";
+        },
+        absl::Seconds(120));
+    return state;
+  };
+  // The admin's experiment: its context goes into the agent's cache.
+  const std::string admins = work_root + "/admins";
+  ASSERT_EQ(mkdir(admins.c_str(), 0755), 0);
+  std::ofstream(admins + "/train.sh") << "#!/bin/sh\necho admin ran\n";
+  std::ofstream(admins + "/weights.txt") << "admin-context-secret\n";
+  ASSERT_EQ(chmod((admins + "/train.sh").c_str(), 0755), 0);
+  const std::string script_yaml = work_root + "/script.yaml";
+  std::ofstream(script_yaml)
+      << "name: script\nentrypoint: [\"./train.sh\"]\nsearcher:\n  name: single\n"
+         "  metric: loss\n  max_length:\n    batches: 1\nmax_restarts: 0\n"
+         "environment:\n  environment_variables:\n    - CHECKPOINTS="
+      << data << "/checkpoints\n";
+  CommandResult created = as_admin({"-m", master, "experiment", "create", script_yaml, admins});
+  ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
+  ASSERT_EQ(wait_state("1"), "STATE_COMPLETED") << Slurp(data + "/logs/agent-0.log");
+  std::vector<std::string> cached;
+  for (const auto& e : std::filesystem::directory_iterator(data + "/agent-0/contexts")) {
+    cached.push_back(e.path().string());
+  }
+  ASSERT_FALSE(cached.empty());
+
+  // bob: a user, not an admin, logged in from a home of his own.
+  CommandResult made = RunCommand({det, "-m", master, "user", "create", "bob"}, absl::Seconds(60),
+                                  {{"HOME", home}, {"DET_USER_TOKEN", ""},
+                                   {"DET_NEW_PASSWORD", "bobs-password"}});
+  ASSERT_TRUE(made.exit.ok()) << made.err;
+  const std::string bob_home = work_root + "/home-bob";
+  ASSERT_EQ(mkdir(bob_home.c_str(), 0700), 0);
+  auto as_bob = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {det, "-m", master});
+    return RunCommand(args, absl::Seconds(60),
+                      {{"HOME", bob_home}, {"DET_USER_TOKEN", ""}, {"DET_PASSWORD", "bobs-password"}});
+  };
+  ASSERT_TRUE(as_bob({"user", "login", "bob"}).exit.ok());
+
+  const std::string master_pid(absl::StripAsciiWhitespace(Slurp(data + "/run/master.pid")));
+  const std::string agent_pid(absl::StripAsciiWhitespace(Slurp(data + "/run/agent-0.pid")));
+  // Files: each `cat` refused. Directories: each listing refused.
+  std::vector<std::string> files = {
+      data + "/cluster_secret", data + "/admin_password", data + "/master.yaml",
+      data + "/agent-0.yaml", data + "/master/det.db", home + "/.det/auth.json",
+      data + "/agent-0/run/agent_credential", "/proc/" + master_pid + "/environ",
+      "/proc/" + agent_pid + "/environ"};
+  files.insert(files.end(), cached.begin(), cached.end());
+  const std::vector<std::string> dirs = {
+      data, data + "/master", data + "/logs", data + "/run", data + "/agent-0",
+      data + "/agent-0/run", data + "/agent-0/contexts", data + "/agent-0/launch",
+      data + "/checkpoints", home + "/.det"};
+  std::vector<std::string> paths = files;
+  paths.insert(paths.end(), dirs.begin(), dirs.end());
+  const std::string bobs = work_root + "/bobs";
+  ASSERT_EQ(mkdir(bobs.c_str(), 0755), 0);
+  std::ofstream(bobs + "/own.txt") << "bobs own context\n";
+  std::ofstream(bobs + "/train.sh")
+      << "#!/bin/sh\necho \"uid $(id -u)\"\ncat own.txt\n"
+      << "mkdir \"$CHECKPOINTS/bobs-checkpoint\" && echo w > \"$CHECKPOINTS/bobs-checkpoint/w\" "
+         "&& echo checkpoint written\n"
+      << ReadEach(paths) << "echo done reading\n";
+  ASSERT_EQ(chmod((bobs + "/train.sh").c_str(), 0755), 0);
+  created = as_bob({"experiment", "create", script_yaml, bobs});
+  ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
+  EXPECT_EQ(wait_state("2"), "STATE_COMPLETED");
+  const std::string logs = as_bob({"trial", "logs", "2"}).out;
+  ASSERT_THAT(logs, HasSubstr("done reading")) << Slurp(data + "/logs/agent-0.log");
+  EXPECT_THAT(logs, HasSubstr("uid 65534"));
+  EXPECT_THAT(logs, HasSubstr("bobs own context"));
+  EXPECT_THAT(logs, HasSubstr("checkpoint written"));
+  struct stat st;
+  ASSERT_EQ(stat((data + "/checkpoints/bobs-checkpoint/w").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  for (const std::string& f : files) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("cat: ", f, ": Permission denied"))) << f << logs;
+  }
+  for (const std::string& d : dirs) {  // "cannot open directory" or "cannot access".
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat(" '", d, "': Permission denied"))) << d << logs;
+  }
+  // No secret's value, wherever it might have come from: the cluster secret, the admin
+  // password, the agent credential, the admin's session token, the admin's context.
+  const nlohmann::json auth =
+      nlohmann::json::parse(Slurp(home + "/.det/auth.json"), nullptr, false);
+  ASSERT_TRUE(auth.is_object() && auth["masters"].contains(master))
+      << Slurp(home + "/.det/auth.json");
+  const std::vector<std::string> values = {
+      std::string(absl::StripAsciiWhitespace(Slurp(data + "/cluster_secret"))),
+      std::string(absl::StripAsciiWhitespace(Slurp(data + "/admin_password"))),
+      std::string(absl::StripAsciiWhitespace(Slurp(data + "/agent-0/run/agent_credential"))),
+      auth["masters"][master].value("token", ""), "admin-context-secret"};
+  for (const std::string& v : values) {
+    ASSERT_FALSE(v.empty());
+    EXPECT_THAT(logs, ::testing::Not(HasSubstr(v)));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "common/worker/cpp/harness/context.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/trial_spec.h"
@@ -35,6 +40,19 @@ absl::Status ReadJsonObject(const std::string& name, const std::string& text, nl
   return absl::OkStatus();
 }
 
+// The contents of `path` into *out; FailedPrecondition naming the path and errno's text.
+absl::Status ReadWholeFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("names '", path, "', which cannot be read: ", strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = std::move(text).str();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::map<std::string, std::string> ProcessEnvironment() {
@@ -67,7 +85,13 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
     return Missing("RANK", absl::StrCat("(", c.rank, ") is outside WORLD_SIZE (", c.world_size, ")"));
   }
 
-  absl::StatusOr<v1::TrialSpec> spec = config::DecodeTrialSpec(get(config::kTrialSpecEnv));
+  const std::string spec_file = get(config::kTrialSpecFileEnv);
+  if (spec_file.empty()) return Missing(config::kTrialSpecFileEnv, "is not set");
+  std::string spec_text;
+  if (absl::Status read = ReadWholeFile(spec_file, &spec_text); !read.ok()) {
+    return Missing(config::kTrialSpecFileEnv, std::string(read.message()));
+  }
+  absl::StatusOr<v1::TrialSpec> spec = config::DecodeTrialSpec(spec_text);
   if (!spec.ok()) return spec.status();
   const std::string spec_name = config::kTrialSpecEnv;
   c.experiment_id = spec->experiment_id();

@@ -1,7 +1,8 @@
 // What a worker process knows about its place in a trial, read from the environment the
-// agent gives it: the trial spec the master resolved (DET_TRIAL_SPEC, v1::TrialSpec) and
-// the rank's own variables (DET_MASTER, DET_ALLOCATION_*, RANK, WORLD_SIZE, ...). The
-// experiment config (DET_EXPERIMENT_CONFIG) is user code's copy; nothing here reads it.
+// agent gives it: the trial spec the master resolved (v1::TrialSpec, in the file
+// DET_TRIAL_SPEC_FILE names) and the rank's own variables (DET_MASTER, DET_ALLOCATION_*,
+// RANK, WORLD_SIZE, ...). The experiment config (DET_EXPERIMENT_CONFIG_FILE) is user
+// code's copy; nothing here reads it.
 #ifndef DET_COMMON_WORKER_CPP_HARNESS_CONTEXT_H_
 #define DET_COMMON_WORKER_CPP_HARNESS_CONTEXT_H_
 
@@ -95,8 +96,9 @@ struct TrialContext {
   int64_t DataInt(const std::string& key, int64_t fallback) const;
 };
 
-// Reads `env` (name -> value). Missing or malformed required variables (DET_TRIAL_SPEC,
-// DET_MASTER, RANK, ...) are FailedPrecondition naming the variable: the process was not
+// Reads `env` (name -> value) and the trial spec file it names (DET_TRIAL_SPEC_FILE).
+// Missing or malformed required variables (DET_TRIAL_SPEC_FILE and its file, DET_MASTER,
+// RANK, ...) are FailedPrecondition naming the variable: the process was not
 // started by a det agent (of this version).
 absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
 

@@ -2,6 +2,9 @@
 // parsed config (config::BuildTrialSpec, as the launch does), and the rank's variables.
 #include "common/worker/cpp/harness/context.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "common/config/experiment_config.h"
 #include "common/config/trial_spec.h"
@@ -12,6 +15,14 @@ namespace det::harness {
 namespace {
 
 using ::testing::HasSubstr;
+
+// A file holding `text`, as the agent writes the launch's DET_TRIAL_SPEC; its path.
+std::string SpecFile(const std::string& text) {
+  static int n = 0;
+  const std::string path = absl::StrCat(getenv("TEST_TMPDIR"), "/spec-", ++n, ".json");
+  std::ofstream(path) << text;
+  return path;
+}
 
 // DET_TRIAL_SPEC for `config_yaml` and a trial with `hparams_json`, as the master sends it.
 std::string Spec(const std::string& config_yaml, const std::string& hparams_json) {
@@ -32,13 +43,13 @@ std::map<std::string, std::string> Env() {
   return {{"DET_MASTER", "127.0.0.1:1"},
           {"RANK", "1"},
           {"WORLD_SIZE", "8"},
-          {"DET_TRIAL_SPEC",
-           Spec("entrypoint: train\n"
+          {"DET_TRIAL_SPEC_FILE",
+           SpecFile(Spec("entrypoint: train\n"
                 "searcher: {name: single, metric: loss, max_length: {batches: 500}}\n"
                 "hyperparameters: {global_batch_size: 100, lr: 0.1, name: x}\n"
                 "records_per_epoch: 1000\nscheduling_unit: 20\n"
                 "min_validation_period: {epochs: 2}\ndata: {dir: /d, num_canonical_nodes: 3}\n",
-                R"({"global_batch_size": 100, "lr": 0.1, "name": "x"})")}};
+                R"({"global_batch_size": 100, "lr": 0.1, "name": "x"})"))}};
 }
 
 TEST(TrialContext, ReadsEverythingTheAgentProvides) {
@@ -68,15 +79,23 @@ TEST(TrialContext, ReadsEverythingTheAgentProvides) {
 
 TEST(TrialContext, MissingOrBadVariablesAreNamed) {
   auto env = Env();
-  env.erase("DET_TRIAL_SPEC");
+  env.erase("DET_TRIAL_SPEC_FILE");
   auto c = ContextFromEnvironment(env);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c.status().message(), HasSubstr("DET_TRIAL_SPEC is not set"));
-  env["DET_TRIAL_SPEC"] = R"({"trial_id": "nine"})";
+  EXPECT_THAT(c.status().message(), HasSubstr("DET_TRIAL_SPEC_FILE is not set"));
+  const std::string gone = absl::StrCat(getenv("TEST_TMPDIR"), "/no-such-spec.json");
+  env["DET_TRIAL_SPEC_FILE"] = gone;
   c = ContextFromEnvironment(env);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c.status().message(), HasSubstr("DET_TRIAL_SPEC is not a det.v1.TrialSpec"));
-  env["DET_TRIAL_SPEC"] = R"({"trial_id": "9", "hparams_json": "[1]"})";
+  EXPECT_THAT(c.status().message(),
+              HasSubstr(absl::StrCat("DET_TRIAL_SPEC_FILE names '", gone,
+                                     "', which cannot be read: No such file or directory")));
+  env["DET_TRIAL_SPEC_FILE"] = SpecFile(R"({"trial_id": "nine"})");
+  c = ContextFromEnvironment(env);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("trial spec (DET_TRIAL_SPEC_FILE) is not a det.v1.TrialSpec"));
+  env["DET_TRIAL_SPEC_FILE"] = SpecFile(R"({"trial_id": "9", "hparams_json": "[1]"})");
   EXPECT_THAT(ContextFromEnvironment(env).status().message(),
               HasSubstr("DET_TRIAL_SPEC.hparams_json is not a JSON object"));
   env = Env();
@@ -109,9 +128,9 @@ std::map<std::string, std::string> EnvWithConfig(const std::string& rest) {
   return {{"DET_MASTER", "127.0.0.1:1"},
           {"RANK", "0"},
           {"WORLD_SIZE", "4"},
-          {"DET_TRIAL_SPEC",
-           Spec("entrypoint: train\nhyperparameters: {global_batch_size: 64}\n" + rest,
-                R"({"global_batch_size": 64})")}};
+          {"DET_TRIAL_SPEC_FILE",
+           SpecFile(Spec("entrypoint: train\nhyperparameters: {global_batch_size: 64}\n" + rest,
+                R"({"global_batch_size": 64})"))}};
 }
 
 TEST(TrialContext, ReadsTrainingSettingsFromTheSpec) {

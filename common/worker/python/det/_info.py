@@ -1,15 +1,19 @@
 """What a worker knows about its place in a trial, read once from the environment the det
 agent gives it: the trial spec the master resolved from the experiment's config
-(DET_TRIAL_SPEC, proto/worker.proto's TrialSpec in protobuf's JSON mapping) and the rank's
-own variables (DET_MASTER, DET_ALLOCATION_*, torchrun's RANK, WORLD_SIZE, ...). The Python
-twin of common/worker/cpp/harness/context.h. DET_EXPERIMENT_CONFIG is the user's copy of the config;
-nothing here reads it: the config's defaults and bounds live in common/config alone."""
+(proto/worker.proto's TrialSpec in protobuf's JSON mapping, in the file DET_TRIAL_SPEC_FILE
+names) and the rank's own variables (DET_MASTER, DET_ALLOCATION_*, torchrun's RANK,
+WORLD_SIZE, ...). The Python twin of common/worker/cpp/harness/context.h.
+DET_EXPERIMENT_CONFIG_FILE names the user's copy of the config; nothing here reads it: the
+config's defaults and bounds live in common/config alone."""
 
 import json
 import os
 from typing import Any, Dict, Mapping, Optional
 
+# The spec's name in error messages (as the C++ harness names it) and the variable naming
+# its file.
 TRIAL_SPEC_ENV = "DET_TRIAL_SPEC"
+TRIAL_SPEC_FILE_ENV = "DET_TRIAL_SPEC_FILE"
 
 
 class ClusterEnvironmentError(RuntimeError):
@@ -35,18 +39,26 @@ def _int(env: Mapping[str, str], name: str, required: bool, default: int = 0) ->
 
 
 def trial_spec_from(env: Mapping[str, str]) -> Any:
-    """The TrialSpec (det._proto.worker_pb2) in env's DET_TRIAL_SPEC. ClusterEnvironmentError
-    naming the variable when it is missing or is not a TrialSpec."""
+    """The TrialSpec (det._proto.worker_pb2) in the file env's DET_TRIAL_SPEC_FILE names.
+    ClusterEnvironmentError naming the variable when it is missing, its file cannot be read,
+    or the file is not a TrialSpec."""
     # Imported here, as det._client does: `import det` off-cluster needs no protobuf.
     from google.protobuf import json_format
     from det._proto import worker_pb2
-    text = env.get(TRIAL_SPEC_ENV, "")
-    if text == "":
-        raise _missing(TRIAL_SPEC_ENV, "is not set")
+    path = env.get(TRIAL_SPEC_FILE_ENV, "")
+    if path == "":
+        raise _missing(TRIAL_SPEC_FILE_ENV, "is not set")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _missing(TRIAL_SPEC_FILE_ENV, f"names {path!r}, which cannot be read: {e}") from None
     try:
         return json_format.Parse(text, worker_pb2.TrialSpec())
     except json_format.ParseError as e:
-        raise _missing(TRIAL_SPEC_ENV, f"is not a det.v1.TrialSpec: {e}") from None
+        raise ClusterEnvironmentError(
+            f"the trial spec ({TRIAL_SPEC_FILE_ENV}) is not a det.v1.TrialSpec: {e} (is this "
+            "process running under a det agent of this version?)") from None
 
 
 def _json_object(name: str, text: str) -> Dict[str, Any]:

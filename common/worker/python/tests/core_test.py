@@ -359,9 +359,9 @@ class CoreTest(unittest.TestCase):
         spec.validation_period = 30
         env = fake_master.allocation_env(self.address, self.storage, rank=1, world_size=2,
                                          spec=spec)
-        # What det reads comes from DET_TRIAL_SPEC alone, not the user's copies.
-        for name in ("DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_HPARAMS", "DET_LATEST_CHECKPOINT",
-                     "DET_EXPERIMENT_CONFIG"):
+        # What det reads comes from the trial spec alone, not the user's copies.
+        for name in ("DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_HPARAMS_FILE", "DET_LATEST_CHECKPOINT",
+                     "DET_EXPERIMENT_CONFIG_FILE"):
             del env[name]
         with fake_master.environment(env):
             info = det.get_cluster_info()
@@ -381,16 +381,22 @@ class CoreTest(unittest.TestCase):
 
     def test_missing_variables_inside_an_allocation_are_named(self):
         env = fake_master.allocation_env(self.address, self.storage)
-        del env["DET_TRIAL_SPEC"]
+        del env["DET_TRIAL_SPEC_FILE"]
         with fake_master.environment(env):
             with self.assertRaisesRegex(det.ClusterEnvironmentError,
-                                        "DET_TRIAL_SPEC is not set .*det agent"):
+                                        "DET_TRIAL_SPEC_FILE is not set .*det agent"):
                 det.core.init()
+        env["DET_TRIAL_SPEC_FILE"] = os.path.join(self.storage, "no-such-spec.json")
+        with fake_master.environment(env):
+            with self.assertRaisesRegex(det.ClusterEnvironmentError,
+                                        "DET_TRIAL_SPEC_FILE names '.*no-such-spec.json', which "
+                                        "cannot be read: .*No such file"):
+                det.get_cluster_info()
         for bad, why in (("{", "is not a det.v1.TrialSpec"),
                          ('{"trial_id": "seven"}', "is not a det.v1.TrialSpec"),
                          ('{"no_such_field": 1}', "is not a det.v1.TrialSpec"),
                          ('{"hparams_json": "[1]"}', "DET_TRIAL_SPEC.hparams_json is not a JSON")):
-            env["DET_TRIAL_SPEC"] = bad
+            env["DET_TRIAL_SPEC_FILE"] = fake_master.launch_file("DET_TRIAL_SPEC", bad)
             with fake_master.environment(env):
                 with self.assertRaisesRegex(det.ClusterEnvironmentError, why):
                     det.get_cluster_info()

@@ -3,6 +3,7 @@ master's side of the worker channel for det's unit tests."""
 
 import contextlib
 import os
+import tempfile
 import threading
 from concurrent import futures
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -126,21 +127,32 @@ def trial_spec(checkpoint_dir: str, target_batches: int = 100,
     return spec
 
 
+def launch_file(name: str, text: str) -> str:
+    """A file holding `text`, as the agent writes the launch's variable `name`; its path."""
+    fd, path = tempfile.mkstemp(prefix=name + "-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 def allocation_env(master: str, checkpoint_dir: str, rank: int = 0, world_size: int = 1,
                    target_batches: int = 100, max_length: Tuple[int, str] = (100, "batches"),
                    spec: Optional[worker_pb2.TrialSpec] = None) -> Dict[str, str]:
     """The environment a det agent gives rank `rank` of trial 7 (experiment 3): `spec` (by
-    default trial_spec(checkpoint_dir, target_batches, max_length)) in DET_TRIAL_SPEC, and the
-    user's copy of the config in DET_EXPERIMENT_CONFIG (which det's own code never reads)."""
+    default trial_spec(checkpoint_dir, target_batches, max_length)) in the file
+    DET_TRIAL_SPEC_FILE names, and the user's copies of the hyperparameters and config in
+    DET_HPARAMS_FILE and DET_EXPERIMENT_CONFIG_FILE (which det's own code never reads)."""
     if spec is None:
         spec = trial_spec(checkpoint_dir, target_batches, max_length)
     return {
         "DET_MASTER": master, "DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3",
         "DET_TRIAL_RUN_ID": "1", "DET_TRIAL_SEED": "42",
-        "DET_HPARAMS": spec.hparams_json,
-        "DET_EXPERIMENT_CONFIG": '{"note": "the user\'s copy; det does not read it"}',
-        "DET_TRIAL_SPEC": json_format.MessageToJson(spec, preserving_proto_field_name=True,
-                                                    indent=None),
+        "DET_HPARAMS_FILE": launch_file("DET_HPARAMS", spec.hparams_json),
+        "DET_EXPERIMENT_CONFIG_FILE": launch_file(
+            "DET_EXPERIMENT_CONFIG", '{"note": "the user\'s copy; det does not read it"}'),
+        "DET_TRIAL_SPEC_FILE": launch_file(
+            "DET_TRIAL_SPEC",
+            json_format.MessageToJson(spec, preserving_proto_field_name=True, indent=None)),
         "DET_TRIAL_TARGET_BATCHES": str(spec.target_batches),
         "DET_LATEST_CHECKPOINT": spec.latest_checkpoint, "DET_ALLOCATION_ID": "7.1",
         "DET_ALLOCATION_TOKEN": "tok", "DET_AGENT_ID": "a1", "DET_SLOT_IDS": str(rank),
