@@ -140,6 +140,7 @@ async function experimentView(id, params) {
     '<h2>Checkpoints</h2><div id="checkpoints"></div>';
   wireChartControls();
   wireTrialPick(id, ['trials', 'parallel']);
+  wireRegisterVersion($('checkpoints'), $('action-msg'));
   $('scatter-hp').addEventListener('change', (ev) => { prefs.scatterHp = ev.target.value; refreshNow(); });
   $('trials').addEventListener('click', (ev) => {
     const th = ev.target.closest('th[data-sort]');  // (check boxes: wireTrialPick)
@@ -253,11 +254,39 @@ function experimentDuration(e, stoppedAt) {
   return stoppedAt ? `${duration(e.start_time_ms, stoppedAt)} (paused)` : 'paused';
 }
 
-// What a checkpoint row offers besides its facts. MODEL REGISTRY: once the master has a
-// model registry (issue 28, item 2), the "Register as model version" button goes here;
-// until then there is none (an empty cell is not drawn).
-function checkpointActions(c) {  // eslint-disable-line no-unused-vars
-  return '';
+// What a checkpoint row offers besides its facts: a completed checkpoint can be registered
+// as the next version of a model (wireRegisterVersion).
+function checkpointActions(c) {
+  if (stateName(c.state) !== 'COMPLETED') return '';
+  return `<button class="register-version" data-uuid="${esc(c.uuid)}">Register as model version</button>`;
+}
+
+// The "Register as model version" buttons of the checkpoint table: asks for the model's name
+// (offering to create a model that does not exist) and registers the checkpoint as its next
+// version; the outcome goes to `msg`.
+function wireRegisterVersion(table, msg) {
+  table.addEventListener('click', async (ev) => {
+    const b = ev.target.closest('button.register-version');
+    if (!b) return;
+    const name = (prompt(`Register checkpoint ${b.dataset.uuid} as a version of model:`) || '').trim();
+    if (!name) return;
+    const path = `/models/${encodeURIComponent(name)}/versions`;
+    const register = () => api(path, { method: 'POST', body: { checkpoint_uuid: b.dataset.uuid } });
+    try {
+      let r;
+      try {
+        r = await register();
+      } catch (e) {
+        if (e.code !== 'NOT_FOUND' || !confirm(`There is no model ${name}: create it?`)) throw e;
+        await api('/models', { method: 'POST', body: { name } });
+        r = await register();
+      }
+      const v = (r && r.model_version) || {};
+      msg.textContent = `checkpoint ${b.dataset.uuid} is version ${v.version} of model ${name}`;
+    } catch (e) {
+      msg.textContent = e.message;
+    }
+  });
 }
 
 // The checkpoints, one column per metric they carry (the searcher metric first), the best

@@ -265,10 +265,10 @@ TEST_F(WebSearch, SixteenTrialsOnAChartParallelCoordinatesAndACompareView) {
   }
   EXPECT_THAT(browser_.Dom("#/experiments/1/compare?trials=1,2,3,4,5"), HasSubstr("Compare 2 to 4 trials: 5 given"));
 
-  // The checkpoint table: one row per trial's checkpoint; no registry button (there is no
-  // model registry yet).
+  // The checkpoint table: one row per trial's checkpoint, each (completed) with its button
+  // to register it as a model version.
   EXPECT_EQ(Count(page, "<tr class=\"checkpoint-row"), 16) << page;
-  EXPECT_THAT(page, Not(HasSubstr("Register")));
+  EXPECT_EQ(Count(page, "<button class=\"register-version\" data-uuid=\""), 16) << page;
 
   // Log search and level filter on the best trial's logs.
   std::string errors = browser_.Dom(absl::StrCat("#/trials/", best, "?level=error"));
