@@ -16,7 +16,8 @@ PACKAGES=(
   openssl  # makes a test certificate for the master's HTTPS test
   dpkg-dev  # dpkg-shlibdeps for the Debian packages (deploy/package.sh, //deploy/debian:debs)
   iproute2  # ip netns / veth for the multi-host tests (tests/multihost)
-  patchelf  # the GPU check's relocatable bundle (tests/gpu/bundle.sh)
+  patchelf  # the GPU check's relocatable bundle (tests/gpu/bundle.sh), the portable release
+  busybox-static  # the portable release's install test: the only program in its empty root
   clang-14  # Clang's -Wthread-safety over the annotated code (tests/build/thread_safety.sh)
   # PyTorch workers (the Python package det in common/worker/python): Debian's torch runs
   # under /usr/bin/python3; OpenBLAS makes its CPU math about 10x faster than the
