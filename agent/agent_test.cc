@@ -16,15 +16,20 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/supervisor/worker_process.h"
 #include "common/rpc/context_sha256.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace det::agent {
 namespace {
 
+using ::det::testing::WaitUntil;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// How long a test waits for the agent or a worker to do what it checks.
+constexpr absl::Duration kWait = absl::Seconds(30);
 
 // Queues commands for the agent's long poll and records what the agent reports.
 class FakeMasterClient : public MasterClient {
@@ -140,15 +145,6 @@ class FakeMasterClient : public MasterClient {
     kill_on_register_.push_back(id);
   }
 
-  // Waits (bounded) until `pred` holds over the recorded state.
-  bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(30)) {
-    absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (pred()) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return pred();
-  }
   std::vector<v1::ReportExitRequest> exits() {
     absl::MutexLock l(&mu_);
     return exits_;
@@ -310,13 +306,17 @@ class AgentTest : public ::testing::Test {
     return cmd;
   }
 
+  // The pid a worker wrote to `name` in the test dir; 0 (and a failure) when none came
+  // within 15 s.
   pid_t WaitForPidFile(const std::string& name) {
     pid_t pid = 0;
-    for (int i = 0; i < 600 && pid == 0; ++i) {
-      std::string text(absl::StripAsciiWhitespace(Slurp(dir_ + "/" + name)));
-      if (!absl::SimpleAtoi(text, &pid)) pid = 0;
-      if (pid == 0) absl::SleepFor(absl::Milliseconds(25));
-    }
+    EXPECT_TRUE(WaitUntil(
+        absl::StrCat("a pid in ", name),
+        [&] {
+          std::string text(absl::StripAsciiWhitespace(Slurp(dir_ + "/" + name)));
+          return absl::SimpleAtoi(text, &pid) && pid > 0;
+        },
+        absl::Seconds(15)));
     return pid;
   }
 
@@ -338,7 +338,9 @@ fi
 echo $$ > "$TEST_DIR/rank0.tmp" && mv "$TEST_DIR/rank0.tmp" "$TEST_DIR/rank0.pid"
 exec sleep 1000
 )sh"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   std::map<int, v1::ReportExitRequest> by_rank;
   for (const auto& e : master.exits()) by_rank[e.rank()] = e;
   EXPECT_EQ(by_rank[1].exit_code(), 3);
@@ -350,7 +352,8 @@ exec sleep 1000
   // rank 0's sleep is gone.
   pid_t rank0 = WaitForPidFile("rank0.pid");
   ASSERT_GT(rank0, 0);
-  EXPECT_TRUE(master.WaitFor([&] { return kill(rank0, 0) != 0; }, absl::Seconds(5)));
+  EXPECT_TRUE(WaitUntil(
+      "kill(rank0, 0) != 0", [&] { return kill(rank0, 0) != 0; }, absl::Seconds(5)));
   // Output, line by line, per rank and stream, in the per-allocation directory.
   EXPECT_THAT(master.Lines(1, "stdout"),
               ElementsAre(absl::StrCat("rank 1 of 2 in ", dir_, "/work/1.0")));
@@ -359,9 +362,10 @@ exec sleep 1000
               ElementsAre(absl::StrCat("rank 0 of 2 in ", dir_, "/work/1.0")));
   EXPECT_THAT(master.AllLines(), HasSubstr("worker exited: exit code 3"));
   // Once the master has the exits, the allocation's directories are deleted.
-  EXPECT_TRUE(
-      master.WaitFor([&] { return !Exists(dir_ + "/work/run/1.0") && !Exists(dir_ + "/work/1.0"); },
-                     absl::Seconds(5)));
+  EXPECT_TRUE(WaitUntil(
+      "!Exists(dir_ + \"/work/run/1.0\") && !Exists(dir_ + \"/work/1.0\")",
+      [&] { return !Exists(dir_ + "/work/run/1.0") && !Exists(dir_ + "/work/1.0"); },
+      absl::Seconds(5)));
   EXPECT_TRUE(agent.Stop().ok());
 }
 
@@ -377,7 +381,9 @@ TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   kill.mutable_kill()->set_grace_ms(300);
   absl::Time sent = absl::Now();
   master.Send(kill);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[0].signal(), SIGKILL);
   EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));
 }
@@ -389,10 +395,14 @@ TEST_F(AgentTest, TheModelContextIsFetchedOnceAndCachedByItsHashAcrossRestarts) 
     FakeMasterClient master;
     RunningAgent agent(config_, master, options_);
     master.Send(Launch(master, "8.0", 1, "echo first\n"));
-    ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+    ASSERT_TRUE(WaitUntil(
+        "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+        << master.AllLines();
     EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
     master.Send(Launch(master, "8.1", 1, "echo first\n"));
-    ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+    ASSERT_TRUE(WaitUntil(
+        "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+        << master.AllLines();
     EXPECT_EQ(master.exits()[1].exit_code(), 0) << master.AllLines();
     EXPECT_EQ(master.context_fetches(), 1);
     EXPECT_TRUE(agent.Stop().ok());
@@ -403,13 +413,17 @@ TEST_F(AgentTest, TheModelContextIsFetchedOnceAndCachedByItsHashAcrossRestarts) 
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "8.2", 1, "echo first\n"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("first"));
   EXPECT_EQ(master.context_fetches(), 0);
   // Another context (another hash) is fetched.
   master.Send(Launch(master, "9.0", 1, "echo second\n"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.context_fetches(), 1);
 }
 
@@ -419,7 +433,9 @@ TEST_F(AgentTest, AContextThatCannotBeFetchedFailsTheLaunchNamingWhy) {
   master.FailContexts(absl::PermissionDeniedError("allocation 4.0 has no rank on it"));
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "4.0", 2, "echo never\n"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   for (const auto& e : master.exits()) {
     EXPECT_EQ(e.exit_code(), 127);
     EXPECT_THAT(e.message(), HasSubstr("cannot fetch the model context of experiment 1: "
@@ -435,7 +451,8 @@ TEST_F(AgentTest, MissingEntrypointExits127WithTheReason) {
   v1::AgentCommand cmd = Launch(master, "3.0", 1, "");
   cmd.mutable_launch()->set_argv(0, "no-such-entrypoint");
   master.Send(cmd);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait));
   EXPECT_EQ(master.exits()[0].exit_code(), 127);
   EXPECT_THAT(master.AllLines(), HasSubstr("cannot execute \"no-such-entrypoint\""));
 }
@@ -469,7 +486,9 @@ TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(gc("gc-1.0", {{"u-1", storage + "/u-1"}, {"u-2", storage + "/u-2"}}));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[0].allocation_id(), "gc-1.0");
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
   EXPECT_FALSE(Exists(storage + "/u-1"));
@@ -484,7 +503,9 @@ TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
 
   // A path that is not the checkpoint's own directory is refused: exit 1, naming it.
   master.Send(gc("gc-2.0", {{"u-3", storage}}));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[1].allocation_id(), "gc-2.0");
   EXPECT_EQ(master.exits()[1].exit_code(), 1);
   EXPECT_TRUE(Exists(storage));
@@ -535,8 +556,11 @@ exit 4
     first.Send(Launch(first, "5.0", 1, script));
     pid = WaitForPidFile("pid");
     ASSERT_GT(pid, 0);
-    ASSERT_TRUE(first.WaitFor([&] { return first.Lines(0, "stdout").size() == 1; }));
-    ASSERT_TRUE(first.WaitFor([&] { return first.launched().size() == 1; }));
+    ASSERT_TRUE(WaitUntil(
+        "first.Lines(0, \"stdout\").size() == 1",
+        [&] { return first.Lines(0, "stdout").size() == 1; }, kWait));
+    ASSERT_TRUE(WaitUntil(
+        "first.launched().size() == 1", [&] { return first.launched().size() == 1; }, kWait));
     EXPECT_TRUE(agent.Detach().ok());
     EXPECT_TRUE(first.exits().empty());
   }
@@ -545,9 +569,12 @@ exit 4
 
   FakeMasterClient second;
   RunningAgent agent(config_, second, options_);
-  ASSERT_TRUE(second.WaitFor([&] { return !second.registers().empty(); }));
+  ASSERT_TRUE(WaitUntil(
+      "!second.registers().empty()", [&] { return !second.registers().empty(); }, kWait));
   EXPECT_THAT(second.registers()[0].running_allocations(), ElementsAre("5.0"));
-  ASSERT_TRUE(second.WaitFor([&] { return second.exits().size() == 1; })) << second.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "second.exits().size() == 1", [&] { return second.exits().size() == 1; }, kWait))
+      << second.AllLines();
   EXPECT_EQ(second.exits()[0].exit_code(), 4);
   EXPECT_EQ(second.exits()[0].message(), "");
   // "before" was shipped by the first agent; only "after" comes now.
@@ -570,10 +597,14 @@ TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
   FakeMasterClient second;
   second.KillOnRegister("6.0");
   RunningAgent agent(config_, second, options_);
-  ASSERT_TRUE(second.WaitFor([&] { return second.exits().size() == 1; })) << second.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "second.exits().size() == 1", [&] { return second.exits().size() == 1; }, kWait))
+      << second.AllLines();
   EXPECT_EQ(second.exits()[0].signal(), SIGTERM);
   EXPECT_NE(kill(pid, 0), 0);
-  EXPECT_TRUE(second.WaitFor([&] { return !Exists(dir_ + "/work/run/6.0"); }, absl::Seconds(5)));
+  EXPECT_TRUE(WaitUntil(
+      "!Exists(dir_ + \"/work/run/6.0\")", [&] { return !Exists(dir_ + "/work/run/6.0"); },
+      absl::Seconds(5)));
 }
 
 // Long lines (cut at 64 KiB) go in batches of about 1 MiB at most, far below the 4 MiB the
@@ -584,8 +615,12 @@ TEST_F(AgentTest, LongLinesAreShippedInBatchesOfAtMostAboutOneMebibyte) {
   master.Send(Launch(master, "7.1", 1,
                      "i=0; while [ $i -lt 40 ]; do head -c 60000 /dev/zero | tr '\\0' x; "
                      "echo; i=$((i+1)); done\n"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
-  ASSERT_TRUE(master.WaitFor([&] { return master.Lines(0, "stdout").size() == 40; }));
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+      << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.Lines(0, \"stdout\").size() == 40",
+      [&] { return master.Lines(0, "stdout").size() == 40; }, kWait));
   for (const std::string& line : master.Lines(0, "stdout")) EXPECT_EQ(line.size(), 60000u);
   EXPECT_LE(master.largest_ship(), (1u << 20) + (64u << 10));
   EXPECT_GT(master.largest_ship(), 512u << 10);  // Batched, not one line at a time.
@@ -598,10 +633,12 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
   master.Send(Launch(master, "7.0", 1, "for i in 1 2 3; do echo line $i; done\n"));
   // The agent tried to report (the launch first; lines and the exit wait behind it) and
   // was refused.
-  ASSERT_TRUE(master.WaitFor([&] { return master.refused_reports() > 0; }));
+  ASSERT_TRUE(WaitUntil(
+      "master.refused_reports() > 0", [&] { return master.refused_reports() > 0; }, kWait));
   EXPECT_TRUE(master.exits().empty());
   master.FailReports(absl::OkStatus());
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }));
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait));
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("line 1", "line 2", "line 3"));
 }
 
@@ -611,7 +648,8 @@ TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "8.0", 1, "seq 1 250000\n"));
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; }, absl::Seconds(60)));
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, absl::Seconds(60)));
   std::vector<std::string> lines = master.Lines(0, "stdout");
   ASSERT_EQ(lines.size(), 250000u);
   for (size_t i = 0; i < lines.size(); i += 9973) EXPECT_EQ(lines[i], absl::StrCat(i + 1));
@@ -630,7 +668,8 @@ TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
     FakeMasterClient first;
     first.IssueCredential("c0ffee");
     RunningAgent agent(config_, first, options_);
-    ASSERT_TRUE(first.WaitFor([&] { return !first.registers().empty(); }));
+    ASSERT_TRUE(WaitUntil(
+        "!first.registers().empty()", [&] { return !first.registers().empty(); }, kWait));
     proposed = first.registers()[0].agent_credential();
     EXPECT_TRUE(agent.Stop().ok());
   }
@@ -643,7 +682,8 @@ TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
 
   FakeMasterClient second;
   RunningAgent agent(config_, second, options_);
-  ASSERT_TRUE(second.WaitFor([&] { return !second.registers().empty(); }));
+  ASSERT_TRUE(WaitUntil(
+      "!second.registers().empty()", [&] { return !second.registers().empty(); }, kWait));
   EXPECT_EQ(second.registers()[0].agent_credential(), "c0ffee");
   EXPECT_TRUE(agent.Stop().ok());
 
@@ -652,7 +692,8 @@ TEST_F(AgentTest, KeepsItsCredentialAndPresentsItWhenItRegistersAgain) {
   config::AgentConfig other = config_;
   other.work_dir = dir_ + "/work-2";
   RunningAgent agent2(other, third, options_);
-  ASSERT_TRUE(third.WaitFor([&] { return !third.registers().empty(); }));
+  ASSERT_TRUE(WaitUntil(
+      "!third.registers().empty()", [&] { return !third.registers().empty(); }, kWait));
   EXPECT_EQ(third.registers()[0].agent_credential().size(), 64u);
   EXPECT_NE(third.registers()[0].agent_credential(), proposed);
   EXPECT_EQ(Slurp(other.work_dir + "/run/agent_credential"),
@@ -669,7 +710,8 @@ TEST_F(AgentTest, RegistersItsAdvertisedAddressAndChiefPorts) {
     config_.chief_port_first = 31000;
     config_.chief_port_last = 31009;
     RunningAgent agent(config_, master, options_);
-    ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+    ASSERT_TRUE(WaitUntil(
+        "!master.registers().empty()", [&] { return !master.registers().empty(); }, kWait));
     v1::RegisterRequest req = master.registers()[0];
     EXPECT_EQ(req.advertise_address(), "127.0.0.1");
     EXPECT_EQ(req.chief_port_first(), 31000);
@@ -678,7 +720,8 @@ TEST_F(AgentTest, RegistersItsAdvertisedAddressAndChiefPorts) {
   FakeMasterClient master;
   config_.advertise_address = "node-7.example";  // sent as is, not resolved
   RunningAgent agent(config_, master, options_);
-  ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+  ASSERT_TRUE(WaitUntil(
+      "!master.registers().empty()", [&] { return !master.registers().empty(); }, kWait));
   EXPECT_EQ(master.registers()[0].advertise_address(), "node-7.example");
 }
 
@@ -705,7 +748,9 @@ echo "python=$DET_PYTHON pythonpath=$PYTHONPATH pwd=$PWD"
   l->set_max_restarts(3);
   (*l->mutable_env())["OMP_NUM_THREADS"] = "7";
   master.Send(cmd);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   for (const auto& e : master.exits()) EXPECT_EQ(e.exit_code(), 0) << master.AllLines();
   std::string work = dir_ + "/work/5.0";
   for (int rank : {0, 1}) {
@@ -729,7 +774,8 @@ TEST_F(AgentTest, RegistersItsPythonAndTheExperimentsInterpreterWins) {
   chosen.reason = "agent.yaml worker_python";
   options_.python = chosen;
   RunningAgent agent(config_, master, options_);
-  ASSERT_TRUE(master.WaitFor([&] { return !master.registers().empty(); }));
+  ASSERT_TRUE(WaitUntil(
+      "!master.registers().empty()", [&] { return !master.registers().empty(); }, kWait));
   EXPECT_EQ(master.registers()[0].worker_python(), "/nonexistent/python3");
   EXPECT_EQ(master.registers()[0].worker_torch_version(), "2.11.0");
 
@@ -738,7 +784,9 @@ TEST_F(AgentTest, RegistersItsPythonAndTheExperimentsInterpreterWins) {
   cmd.mutable_launch()->add_argv("train.sh");
   cmd.mutable_launch()->set_python("/bin/sh");  // the experiment's environment.python
   master.Send(cmd);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 1; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("python=/bin/sh"));
 }
@@ -759,7 +807,9 @@ TEST_F(AgentTest, ATorchEntrypointIsRefusedWhenTheAgentFoundNoTorch) {
     cmd.mutable_launch()->add_argv(a);
   }
   master.Send(cmd);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 2; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+      << master.AllLines();
   for (const auto& e : master.exits()) {
     EXPECT_EQ(e.exit_code(), 127);
     EXPECT_THAT(e.message(), HasSubstr("no Python interpreter that can import torch"));
@@ -772,7 +822,9 @@ TEST_F(AgentTest, ATorchEntrypointIsRefusedWhenTheAgentFoundNoTorch) {
   plain.mutable_launch()->set_argv(0, "python3");
   plain.mutable_launch()->add_argv("train.sh");
   master.Send(plain);
-  ASSERT_TRUE(master.WaitFor([&] { return master.exits().size() == 3; })) << master.AllLines();
+  ASSERT_TRUE(WaitUntil(
+      "master.exits().size() == 3", [&] { return master.exits().size() == 3; }, kWait))
+      << master.AllLines();
   EXPECT_EQ(master.exits()[2].exit_code(), 0) << master.AllLines();
 }
 
@@ -782,7 +834,8 @@ TEST_F(AgentTest, SystemMetricsGoWithHeartbeats) {
   options_.sampler = &sampler;
   options_.system_metrics_period = absl::Milliseconds(100);
   RunningAgent agent(config_, master, options_);
-  ASSERT_TRUE(master.WaitFor([&] { return master.metrics().size() >= 2; }));
+  ASSERT_TRUE(WaitUntil(
+      "master.metrics().size() >= 2", [&] { return master.metrics().size() >= 2; }, kWait));
   for (const auto& m : master.metrics()) {
     EXPECT_EQ(m.agent_id(), "agent-a");
     EXPECT_GE(m.cpu_utilization_percent(), 0);

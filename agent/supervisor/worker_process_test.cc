@@ -13,12 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "agent/supervisor/shim.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace det::agent {
 namespace {
 
+using ::det::testing::WaitUntil;
 using ::testing::HasSubstr;
 
 std::string Slurp(const std::string& path) {
@@ -52,16 +54,19 @@ class WorkerProcessTest : public ::testing::Test {
     return s;
   }
 
-  // Waits (bounded) for a file the worker writes, and returns its content as a pid.
+  // Waits (bounded) for a file the worker writes, and returns its content as a pid; 0 (and
+  // a failure) when none came within 10 s.
   pid_t WaitForPid(const std::string& name) {
     std::string path = dir_ + "/" + name;
-    for (int i = 0; i < 400; ++i) {
-      std::string text(absl::StripAsciiWhitespace(Slurp(path)));
-      pid_t pid = 0;
-      if (absl::SimpleAtoi(text, &pid) && pid > 0) return pid;
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    return 0;
+    pid_t pid = 0;
+    EXPECT_TRUE(WaitUntil(
+        absl::StrCat("a pid in ", name),
+        [&] {
+          std::string text(absl::StripAsciiWhitespace(Slurp(path)));
+          return absl::SimpleAtoi(text, &pid) && pid > 0;
+        },
+        absl::Seconds(10)));
+    return pid;
   }
 
   static WorkerExit WaitDone(WorkerProcess& w) {
@@ -168,12 +173,10 @@ TEST_F(WorkerProcessTest, SigtermToTheGroupIsRecordedByTheShimAndLeftoversAreSwe
   EXPECT_TRUE(ReadExitFile(dir_ + "/exit").ok());
   // The sleep child got SIGTERM or was swept by SIGKILL; it is gone (it is not our child:
   // it was reparented, so kill(0) fails once it has been reaped).
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
-    gone = kill(child, 0) != 0 || !IsRunning(child, StartTicks(child).value_or(0));
-    if (!gone) absl::SleepFor(absl::Milliseconds(25));
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(WaitUntil(
+      "the sleep child to be gone",
+      [&] { return kill(child, 0) != 0 || !IsRunning(child, StartTicks(child).value_or(0)); },
+      absl::Seconds(5)));
 }
 
 TEST_F(WorkerProcessTest, GroupSigkillKillsShimAndWorker) {

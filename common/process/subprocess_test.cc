@@ -21,12 +21,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/process/line_reader.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace det {
 namespace {
 
+using ::det::testing::WaitUntil;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -34,16 +36,6 @@ using Output = SpawnOptions::Output;
 
 constexpr absl::Duration kPatience = absl::Seconds(30);
 const EnvironmentVariables kPathOnly = {{"PATH", "/usr/bin:/bin"}};
-
-// Polls `condition` until it holds or `timeout` passes; returns whether it held.
-bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout = kPatience) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
 
 // A fresh directory under the test's temporary directory.
 std::string MakeTempDir() {
@@ -444,7 +436,8 @@ TEST(SubprocessTest, TryWaitAndWaitFor) {
 
   auto exiting = SpawnOrDie(Shell("exit 5"));
   ASSERT_NE(exiting, nullptr);
-  EXPECT_TRUE(WaitUntil([&] { return exiting->TryWait().has_value(); }));
+  EXPECT_TRUE(WaitUntil(
+      "the exit of `exit 5`", [&] { return exiting->TryWait().has_value(); }, kPatience));
   EXPECT_EQ(exiting->TryWait(), (ExitStatus{5, 0}));
   EXPECT_EQ(*exiting->WaitFor(absl::ZeroDuration()), (ExitStatus{5, 0}));
   EXPECT_EQ(*exiting->Wait(), (ExitStatus{5, 0}));
@@ -474,7 +467,7 @@ TEST(SubprocessTest, TerminateStopsCooperativeProcessWithinGrace) {
   absl::StatusOr<ExitStatus> status = process->Terminate(kPatience);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(*status, (ExitStatus{0, SIGTERM}));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, kPatience) << "Terminate waited out the grace";
   EXPECT_EQ(*process->Terminate(kPatience), (ExitStatus{0, SIGTERM}));  // idempotent
 }
 
@@ -483,7 +476,8 @@ TEST(SubprocessTest, TerminateReturnsExitCodeOfHandledSigterm) {
   auto process = SpawnOrDie(
       Shell("trap 'exit 7' TERM; : > \"$1\"; while :; do sleep 1; done", {ready}));
   ASSERT_NE(process, nullptr);
-  ASSERT_TRUE(WaitUntil([&] { return FileExists(ready); }));
+  ASSERT_TRUE(WaitUntil(
+      "the ready file", [&] { return FileExists(ready); }, kPatience));
   EXPECT_EQ(*process->Terminate(kPatience), (ExitStatus{7, 0}));
 }
 
@@ -493,7 +487,8 @@ TEST(SubprocessTest, TerminateKillsSigtermIgnoringGroupIncludingGrandchild) {
       "trap '' TERM; sleep 1000 & echo $! > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; wait",
       {pid_file}));
   ASSERT_NE(process, nullptr);
-  ASSERT_TRUE(WaitUntil([&] { return FileExists(pid_file); }));
+  ASSERT_TRUE(WaitUntil(
+      "the grandchild pid file", [&] { return FileExists(pid_file); }, kPatience));
   const pid_t grandchild = std::stoi(ReadFile(pid_file));
   ASSERT_GT(grandchild, 0);
   EXPECT_EQ(getpgid(grandchild), process->pid());
@@ -508,7 +503,8 @@ TEST(SubprocessTest, TerminateKillsSigtermIgnoringGroupIncludingGrandchild) {
 
   EXPECT_EQ(kill(pid, 0), -1);  // reaped
   EXPECT_EQ(errno, ESRCH);
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(grandchild); }))
+  EXPECT_TRUE(WaitUntil(
+      "the grandchild to be gone", [&] { return ProcessGone(grandchild); }, kPatience))
       << "grandchild " << grandchild << " survived";
 }
 
@@ -524,7 +520,9 @@ TEST(SubprocessTest, TerminateSweepsGroupAfterChildExited) {
   const pid_t orphan = std::stoi(ReadFile(pid_file));
   EXPECT_FALSE(ProcessGone(orphan));
   EXPECT_EQ(*process->Terminate(absl::Milliseconds(100)), (ExitStatus{4, 0}));
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(orphan); })) << "orphan " << orphan;
+  EXPECT_TRUE(WaitUntil(
+      "the orphan to be gone", [&] { return ProcessGone(orphan); }, kPatience))
+      << "orphan " << orphan;
 }
 
 TEST(SubprocessTest, WaitOnOneThreadTerminateOnAnother) {
@@ -570,7 +568,7 @@ TEST(SubprocessTest, DetachedProcessOutlivesObject) {
 TEST(EnvironmentTest, CurrentEnvironmentAndMerge) {
   ASSERT_EQ(setenv("DET_SUBPROCESS_TEST", "x=y", 1), 0);
   EnvironmentVariables env = CurrentEnvironment();
-  EXPECT_THAT(env, testing::Contains(std::make_pair(std::string("DET_SUBPROCESS_TEST"),
+  EXPECT_THAT(env, ::testing::Contains(std::make_pair(std::string("DET_SUBPROCESS_TEST"),
                                                     std::string("x=y"))));
   EnvironmentVariables merged =
       MergeEnvironment({{"A", "1"}, {"B", "2"}}, {{"B", "3"}, {"C", "4"}});

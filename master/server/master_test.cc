@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/fault_injecting_store.h"
@@ -153,13 +154,10 @@ class MasterTest : public ::testing::Test {
   }
 
   // Waits (bounded, real time) until the logs of `trial` contain `text`.
-  bool LogsEventually(int64_t trial, const std::string& text) {
-    absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      if (TrialLogs(trial).find(text) != std::string::npos) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+  ::testing::AssertionResult LogsEventually(int64_t trial, const std::string& text) {
+    return ::det::testing::WaitUntil(
+        absl::StrCat("trial ", trial, "'s logs to contain \"", text, "\""),
+        [&] { return TrialLogs(trial).find(text) != std::string::npos; }, absl::Seconds(20));
   }
 
   FakeClock clock_;

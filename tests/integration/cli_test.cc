@@ -194,13 +194,13 @@ TEST_F(Cli, DeterminedCommandsOnAGridSearch) {
   CommandResult deleted = cluster_.Det({"checkpoint", "delete", best_uuid, "--yes"});
   ASSERT_TRUE(deleted.exit.ok()) << deleted.err;
   EXPECT_THAT(deleted.out, StartsWith("Deleting 1 checkpoint(s)"));
-  bool gone = false;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60); !gone && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(200))) {
-    gone = cluster_.DetJson({"checkpoint", "describe", best_uuid})["checkpoint"]["state"] ==
-           "STATE_DELETED";
-  }
-  EXPECT_TRUE(gone) << cluster_.LogTail("master");
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return cluster_.DetJson({"checkpoint", "describe", best_uuid})["checkpoint"]["state"] ==
+               "STATE_DELETED";
+      },
+      absl::Seconds(60)))
+      << cluster_.LogTail("master");
 
   // master config: the running master's settings, the cluster secret redacted.
   CommandResult mc = cluster_.Det({"master", "config"});

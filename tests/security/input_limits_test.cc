@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc/context_upload.h"
 #include "common/rpc/rpc.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/api.grpc.pb.h"
@@ -236,9 +237,9 @@ TEST_F(InputLimitsTest, TheAdminPasswordIsNotInTheMastersEnvironment) {
 
 // Issue 15: a 50 MB description was accepted after 75 s with the master at 1.2 GB, and
 // every later experiment list took 10 s. Now gRPC refuses the message (over the master's
-// 4 MiB receive limit) before it is read whole: refused in under a second, master RSS
-// unchanged.
-TEST_F(InputLimitsTest, AFiftyMegabyteConfigIsRefusedInUnderASecondAndNothingIsKept) {
+// 4 MiB receive limit) before it is read whole: master RSS unchanged. (The time each
+// refusal took is printed, not asserted: a functional test makes no speed claim.)
+TEST_F(InputLimitsTest, AFiftyMegabyteConfigIsRefusedUnreadAndNothingIsKept) {
   const int pid = MasterPid(cluster_.dir());
   ASSERT_GT(pid, 0);
   v1::CreateExperimentRequest req;
@@ -253,17 +254,15 @@ TEST_F(InputLimitsTest, AFiftyMegabyteConfigIsRefusedInUnderASecondAndNothingIsK
     // The connection's read buffers of the refused message are freed as the call is torn
     // down, usually at once; gRPC may also keep them for the connection until its next call
     // (seen here once in five runs: +20-44 MiB until the next attempt). RSS is read once it
-    // is back within 8 MiB, or after 2 s.
-    const absl::Time settle_deadline = absl::Now() + absl::Seconds(2);
-    int64_t rss = RssKiB(pid);
-    while (rss - first_before >= (8 << 10) && absl::Now() < settle_deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-      rss = RssKiB(pid);
-    }
+    // is back within 8 MiB, or after 2 s (then checked against the 64 MiB bound below).
+    int64_t rss = 0;
+    (void)::det::testing::WaitUntil(
+        "master RSS back within 8 MiB",
+        [&] { return (rss = RssKiB(pid)) - first_before < (8 << 10); }, absl::Seconds(2),
+        absl::Milliseconds(10));
     rss_kib.push_back(rss);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     EXPECT_THAT(st.error_message(), HasSubstr("vs. 4194304")) << st.error_message();
-    EXPECT_LT(took, absl::Seconds(1)) << "attempt " << i;
     std::cout << "50 MB config " << i << " refused in " << absl::FormatDuration(took)
               << "; master VmRSS " << rss_kib.back() << " KiB (before the first: "
               << first_before << " KiB)\n";
