@@ -7,7 +7,10 @@
 # (loopback only), it runs tests/packaging/portable_in_root.sh under busybox sh, which
 # installs the release into a moved prefix and /opt/det, starts the installed det-master
 # and det-agent, and trains the C++ example for 100 batches to COMPLETED with the installed
-# det (the checks: that script's header).
+# det (the checks: that script's header). Then, where the build machine has CUDA 13
+# (/usr/local/cuda/lib64, or CUDA_LIB_DIR), a second such root with those libraries bound
+# read-only at /cuda: with DET_CUDA_LIB_DIR=/cuda in PREFIX/etc/cuda.env, the example's
+# launcher takes them and each loads from /cuda next to the release's glibc.
 #
 #   portable_test.sh TARBALL_DIR EXPERIMENT_YAML IN_ROOT_SCRIPT
 #
@@ -38,6 +41,7 @@ fail() {
 
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+CUDA=${CUDA_LIB_DIR:-/usr/local/cuda/lib64}
 
 # Inside the new namespaces: bind the data and the log directory, then enter the root.
 if [[ "${1:-}" == --enter ]]; then
@@ -46,6 +50,28 @@ if [[ "${1:-}" == --enter ]]; then
   mount -o remount,bind,ro "$root/data"
   mount --bind "$logs" "$root/logs"
   exec chroot "$root" /bin/busybox sh /portable_in_root.sh "/$(basename "$4")" /experiment.yaml
+fi
+
+# The second root: the same, with the build machine's CUDA libraries bound at /cuda.
+if [[ "${1:-}" == --enter-cuda ]]; then
+  root=$2
+  mount --bind "$CUDA" "$root/cuda"
+  mount -o remount,bind,ro "$root/cuda"
+  exec chroot "$root" /bin/busybox sh -euc '
+    /bin/busybox --install -s /bin
+    mount -t proc proc /proc
+    cd /tmp && tar -xzf /det-*-linux-x86_64.tar.gz && ./det-*-linux-x86_64/install.sh >/dev/null
+    echo "DET_CUDA_LIB_DIR=/cuda" >>/opt/det/etc/cuda.env
+    out=$(/opt/det/bin/det-fashion-mnist --cuda-libs) || { echo "$out"; exit 1; }
+    echo "$out" | head -n 1
+    for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+      echo "$out" | grep -q "$lib => /cuda/$lib " || { echo "$out"; echo "FAIL: $lib not from /cuda"; exit 1; }
+    done
+    echo "$out" | grep -q "libc.so.6 => /opt/det/[^ ]*lib/libc.so.6 " ||
+      { echo "$out"; echo "FAIL: libc.so.6 not from /opt/det/lib"; exit 1; }
+    ! echo "$out" | grep -q "not found" || { echo "$out"; echo "FAIL: a library is not found"; exit 1; }
+    echo "the host CUDA libraries (DET_CUDA_LIB_DIR=/cuda from /opt/det/etc/cuda.env) load with the release'"'"'s glibc"
+  '
 fi
 
 (($# == 3)) || fail "usage: portable_test.sh TARBALL_DIR EXPERIMENT_YAML IN_ROOT_SCRIPT"
@@ -93,4 +119,21 @@ rc=0
 unshare --mount --pid --net --fork --propagation private -- \
   bash "$0" --enter "$root" "$logs" "$tarball" || rc=$?
 ((rc == 0)) || fail "exit code $rc; see the output above and the logs in $logs"
+
+# The host's CUDA libraries (CUDA 13 in /usr/local/cuda on the build machines; not needed
+# to pass): a fresh root with only the tarball, busybox and them.
+if [[ -e $CUDA/libcudart.so.13 ]]; then
+  echo "== a second root with $CUDA bound at /cuda"
+  croot=$tmp/cuda-root
+  mkdir -p "$croot"/{bin,dev,proc,cuda}
+  mkdir -m 1777 "$croot/tmp"
+  cp "$BUSYBOX" "$croot/bin/busybox"
+  ln -s busybox "$croot/bin/sh"
+  mknod -m 0666 "$croot/dev/null" c 1 3
+  cp "$tarball" "$croot/"
+  unshare --mount --pid --net --fork --propagation private -- bash "$0" --enter-cuda "$croot" ||
+    fail "the host's CUDA libraries do not load (output above)"
+else
+  echo "== no $CUDA/libcudart.so.13: the host-CUDA case is not run"
+fi
 echo "PASSED"
