@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "master/store/schema_version.h"
 #include "master/store/sqlite_internal.h"
 
 namespace det::master {
@@ -156,6 +157,8 @@ CREATE TABLE model_versions (
 CREATE INDEX model_versions_by_checkpoint ON model_versions(checkpoint_uuid);
 )sql",
 };
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kStoreSchemaVersion,
+              "a migration is added to every backend (postgres_schema.cc too)");
 
 }  // namespace
 

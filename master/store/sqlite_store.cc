@@ -14,7 +14,7 @@
 #include "common/rpc/context_sha256.h"
 #include "master/store/sqlite_internal.h"
 #include "master/store/metric_summary.h"
-#include "nlohmann/json.hpp"
+#include "master/store/metric_values_json.h"
 
 namespace det::master {
 namespace {
@@ -23,33 +23,6 @@ using sqlite_internal::ParseRow;
 using sqlite_internal::SqlError;
 using sqlite_internal::Stmt;
 using sqlite_internal::Transaction;
-
-// A metric value in the `vals` JSON column: a number, or for the values JSON has no
-// number for, the string protobuf's JSON uses: "NaN", "Infinity", "-Infinity".
-std::string ValuesJson(const v1::Metrics& m) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : m.values()) {
-    if (std::isnan(v)) {
-      j[k] = "NaN";
-    } else if (std::isinf(v)) {
-      j[k] = v > 0 ? "Infinity" : "-Infinity";
-    } else {
-      j[k] = v;
-    }
-  }
-  return j.dump();
-}
-
-// The value ValuesJson wrote; nullopt for anything else.
-std::optional<double> ValueFromJson(const nlohmann::json& v) {
-  if (v.is_number()) return v.get<double>();
-  if (!v.is_string()) return std::nullopt;
-  const std::string& s = v.get_ref<const std::string&>();
-  if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
-  if (s == "Infinity") return std::numeric_limits<double>::infinity();
-  if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-  return std::nullopt;
-}
 
 }  // namespace
 
@@ -298,7 +271,7 @@ absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
          "VALUES (?, ?, ?, ?, ?, ?)");
   for (const auto& m : metrics) {
     s.Bind(1, m.trial_id()).Bind(2, m.run_id()).Bind(3, m.group());
-    s.Bind(4, m.total_batches()).Bind(5, m.report_time_ms()).Bind(6, ValuesJson(m));
+    s.Bind(4, m.total_batches()).Bind(5, m.report_time_ms()).Bind(6, MetricValuesJson(m));
     RETURN_IF_ERROR(s.Run());
     s.Reset();
   }
@@ -323,16 +296,7 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_
     m.set_group(s.Text(1));
     m.set_total_batches(s.Int(2));
     m.set_report_time_ms(s.Int(3));
-    auto j = nlohmann::json::parse(s.Text(4), nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return absl::DataLossError("database: corrupt metrics row");
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      std::optional<double> value = ValueFromJson(*it);
-      if (!value) {
-        return absl::DataLossError(absl::StrCat("database: metrics row of trial ", trial_id,
-                                                ": value '", it.key(), "' is not a number"));
-      }
-      (*m.mutable_values())[it.key()] = *value;
-    }
+    RETURN_IF_ERROR(ParseMetricValuesJson(s.Text(4), trial_id, &m));
   }
   RETURN_IF_ERROR(s.status());
   return out;
