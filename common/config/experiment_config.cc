@@ -179,6 +179,11 @@ class SchemaReader {
     r.Object("optimizations", [&](ObjectReader& o) {
       o.Int("aggregation_frequency", &c_.optimizations.aggregation_frequency, 1, 1000000);
       o.Bool("average_training_metrics", &c_.optimizations.average_training_metrics);
+      for (const char* key : {"average_aggregated_gradients", "gradient_compression",
+                              "mixed_precision", "tensor_fusion_cycle_time",
+                              "auto_tune_tensor_fusion", "grad_updates_size_file"}) {
+        NotApplied(o, key, "a Horovod option; det's workers use torch.distributed");
+      }
       double& mb = c_.optimizations.tensor_fusion_threshold;
       o.Double("tensor_fusion_threshold", &mb);
       if (o.ok() && !(mb > 0 && mb <= kMaxTensorFusionMb)) {
@@ -198,6 +203,17 @@ class SchemaReader {
       }
     }
     r.Any("profiling", &profiling);
+    // Determined 0.38 keys with no counterpart here: accepted, each with a warning.
+    NotApplied(r, "workspace", "det has no workspaces: experiments belong to their owner");
+    NotApplied(r, "project", "det has no projects: use labels to group experiments");
+    NotApplied(r, "debug", "det has no debug mode; raise the log level in your code");
+    NotApplied(r, "log_policies", "det does not act on log patterns; max_restarts still applies");
+    NotApplied(r, "perform_initial_validation",
+               "pass Trainer.fit(step_zero_validation=True) in the training script");
+    NotApplied(r, "integrations", "det has no integrations (pachyderm, ...)");
+    NotApplied(r, "pbs", "det places trials on its own agents");
+    NotApplied(r, "slurm", "det places trials on its own agents");
+    ReadPreemptionTimeout(r);
     if (!partial_) {
       CrossChecks(r);
       ContainerWarnings();
@@ -208,6 +224,26 @@ class SchemaReader {
 
  private:
   bool Req(bool required = true) const { return required && !partial_; }
+
+  // A Determined key that det accepts and does not apply: known, and a warning when given.
+  void NotApplied(ObjectReader& r, const std::string& key, absl::string_view why) {
+    r.Known(key);
+    if (r.Has(key) && !r.node()[key].IsNull() && !partial_) {
+      warnings.push_back(absl::StrCat(r.PathOf(key), " is not applied: ", why));
+    }
+  }
+
+  // Determined's preemption_timeout (seconds a trial gets to stop by itself once asked to):
+  // det's stop_grace_period, which wins when both are given.
+  void ReadPreemptionTimeout(ObjectReader& r) {
+    if (!r.Has("preemption_timeout")) {
+      r.Known("preemption_timeout");
+      return;
+    }
+    int64_t seconds = 0;
+    r.Int("preemption_timeout", &seconds, 0, 7 * 24 * 3600);
+    if (r.ok() && !r.Has("stop_grace_period")) c_.stop_grace_period = absl::Seconds(seconds);
+  }
 
   // The entrypoint: a list of strings or one string split on whitespace, whose program
   // (first item) is not empty; Determined's `MODULE:CLASS` runs under det.pytorch.run.
@@ -484,6 +520,11 @@ class SchemaReader {
     res.Int("priority", &rc.priority, 1, 99);
     res.String("resource_pool", &rc.resource_pool);
     res.Int("max_slots", &rc.max_slots, 0);
+    NotApplied(res, "weight", "det's fair share is by priority, not by weight");
+    NotApplied(res, "shm_size", "det runs workers as host processes, which share the host's /dev/shm");
+    NotApplied(res, "is_single_node",
+               "det places a trial on one agent whenever one has slots_per_trial free slots");
+    NotApplied(res, "native_parallel", "det starts one process per slot");
     res.List("devices", [&](ObjectReader& d, size_t) {
       Device dev;
       d.String("host_path", &dev.host_path, Req());
@@ -571,6 +612,10 @@ class SchemaReader {
     YAML::Node image;
     env.Any("image", &image);  // Accepted for Determined configs; det runs no containers.
     has_image_ = image && !image.IsNull();
+    for (const char* key : {"force_pull_image", "pod_spec", "registry_auth", "add_capabilities",
+                            "drop_capabilities", "proxy_ports"}) {
+      NotApplied(env, key, "det runs workers as processes on the agent's host, not in containers");
+    }
     env.String("python", &c_.python);
     if (env.ok() && env.Has("python") &&
         (c_.python.empty() || c_.python[0] != '/')) {
@@ -863,14 +908,19 @@ void ReadCheckpointStorageConfig(ObjectReader& cs, bool required, CheckpointStor
   CheckpointStorageConfig& s = *out;
   const bool typed = cs.Has("type");
   cs.String("type", &s.type, required);
-  if (cs.ok() && typed && s.type != "shared_fs") {
-    cs.Fail("type", absl::StrCat("expected shared_fs (the only checkpoint storage det "
-                                 "supports), got \"", s.type, "\""));
+  if (cs.ok() && typed && s.type != "shared_fs" && s.type != "directory") {
+    cs.Fail("type", absl::StrCat("expected shared_fs or directory (the checkpoint storage det "
+                                 "supports: a directory every agent mounts), got \"", s.type,
+                                 "\""));
     return;
   }
-  cs.String("host_path", &s.host_path, required);
-  if (cs.ok() && cs.Has("host_path") && !IsAbsolute(s.host_path)) {
-    cs.Fail("host_path", absl::StrCat("expected an absolute path, got \"", s.host_path, "\""));
+  // Determined's `directory` storage is a path inside the task's container; det runs no
+  // containers, so it is the agents' own path: the same storage as shared_fs.
+  const std::string path_key = s.type == "directory" ? "container_path" : "host_path";
+  if (s.type == "directory") s.type = "shared_fs";
+  cs.String(path_key, &s.host_path, required);
+  if (cs.ok() && cs.Has(path_key) && !IsAbsolute(s.host_path)) {
+    cs.Fail(path_key, absl::StrCat("expected an absolute path, got \"", s.host_path, "\""));
   }
   cs.String("storage_path", &s.storage_path);
   if (cs.ok() && !s.storage_path.empty()) {

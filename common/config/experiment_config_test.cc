@@ -1,7 +1,10 @@
 // The experiment config schema: every section, its defaults, and each validation message.
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/experiment_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -182,8 +185,16 @@ TEST(ExperimentConfig, ValidationErrors) {
        "of resources.devices[0]"},
       // checkpoint_storage and optimizations.
       {m + "checkpoint_storage:\n  type: s3\n  bucket: b\n",
-       "exp.yaml:8: checkpoint_storage.type: expected shared_fs (the only checkpoint storage det "
-       "supports), got \"s3\""},
+       "exp.yaml:8: checkpoint_storage.type: expected shared_fs or directory (the checkpoint "
+       "storage det supports: a directory every agent mounts), got \"s3\""},
+      {m + "checkpoint_storage:\n  type: directory\n  host_path: /x\n",
+       "exp.yaml:8: checkpoint_storage.container_path: is required (a string)"},
+      {m + "checkpoint_storage:\n  type: directory\n  container_path: /c\n  host_path: /x\n",
+       "exp.yaml:10: checkpoint_storage.host_path: unknown key"},
+      {m + "checkpoint_storage: {type: directory, container_path: rel}\n",
+       "exp.yaml:7: checkpoint_storage.container_path: expected an absolute path, got \"rel\""},
+      {m + "preemption_timeout: soon\n",
+       "exp.yaml:7: preemption_timeout: expected an integer in [0, 604800], got \"soon\""},
       {m + "checkpoint_storage:\n  type: shared_fs\n",
        "exp.yaml:8: checkpoint_storage.host_path: is required (a string)"},
       {m + "checkpoint_storage: {type: shared_fs, host_path: /ckpt, storage_path: /other}\n",
@@ -634,7 +645,51 @@ TEST(Determined038, TrialClassEntrypoint) {
                                "t.yaml").ok());
 }
 
-}  // namespace
+TEST(Determined038, KeysWithoutACounterpartAreAcceptedWithAWarning) {
+  auto parsed = ParseExperimentConfig(std::string(kMinimal) + R"(workspace: Uncategorized
+project: Uncategorized
+debug: false
+perform_initial_validation: true
+log_policies:
+  - name: ECC Error
+    pattern: ".*uncorrectable ECC error encountered.*"
+    action: {type: exclude_node}
+resources: {weight: 2, shm_size: 4294967296, is_single_node: true}
+environment: {force_pull_image: false, proxy_ports: []}
+optimizations: {mixed_precision: O0, average_aggregated_gradients: true}
+preemption_timeout: 120
+checkpoint_storage: {type: directory, container_path: /mnt/ckpts}
+)",
+                                      "exp.yaml", 1);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::vector<std::string>& w = parsed->warnings;
+  for (const char* key : {"workspace", "project", "debug", "perform_initial_validation",
+                          "log_policies", "resources.weight", "resources.shm_size",
+                          "resources.is_single_node", "environment.force_pull_image",
+                          "environment.proxy_ports", "optimizations.mixed_precision",
+                          "optimizations.average_aggregated_gradients"}) {
+    EXPECT_EQ(std::count_if(w.begin(), w.end(),
+                            [&](const std::string& line) {
+                              return line.rfind(absl::StrCat(key, " is not applied: "), 0) == 0;
+                            }),
+              1)
+        << key << " in " << absl::StrJoin(w, "\n");
+  }
+  EXPECT_EQ(w.size(), 12u) << absl::StrJoin(w, "\n");
+  // preemption_timeout is det's stop_grace_period; directory storage is a host path here.
+  EXPECT_EQ(parsed->config.stop_grace_period, absl::Seconds(120));
+  ASSERT_TRUE(parsed->config.checkpoint_storage.has_value());
+  EXPECT_EQ(parsed->config.checkpoint_storage->type, "shared_fs");
+  EXPECT_EQ(parsed->config.checkpoint_storage->host_path, "/mnt/ckpts");
+  // stop_grace_period wins over preemption_timeout.
+  auto both = ParseExperimentConfig(
+      std::string(kMinimal) + "preemption_timeout: 120\nstop_grace_period: 30s\n", "exp.yaml", 1);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->config.stop_grace_period, absl::Seconds(30));
+  // Templates may carry them too (no warning until an experiment uses the template).
+  EXPECT_TRUE(ValidateTemplate("workspace: w\nresources: {weight: 1}\n", "t.yaml").ok());
+}
+
 TEST(ExperimentConfig, AQuotedInfinityIsAString) {
   auto parsed = ParseExperimentConfig(
       std::string(kMinimal) + "hyperparameters:\n  x: '.inf'\n  y: 1.5e3\n", "exp.yaml", 1);
@@ -644,4 +699,5 @@ TEST(ExperimentConfig, AQuotedInfinityIsAString) {
   EXPECT_EQ(parsed->config.hyperparameters.fields[1].value_json, "1.5e3");
 }
 
+}  // namespace
 }  // namespace det::config
