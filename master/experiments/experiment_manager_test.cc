@@ -3,7 +3,6 @@
 // experiments refusing changes, progress as batches trained, limits at submit.
 #include "master/experiments/experiment_manager.h"
 
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -306,18 +305,16 @@ TEST_F(ExperimentManagerTest, ModelContextsBreakingALimitAreRefusedAtSubmit) {
   EXPECT_EQ(experiments, 0);
 }
 
-TEST_F(ExperimentManagerTest, ATwoMebibyteConfigIsRefusedQuicklyNamingTheLimit) {
+TEST_F(ExperimentManagerTest, ATwoMebibyteConfigIsRefusedBeforeParsingNamingTheLimit) {
   v1::CreateExperimentRequest req;
+  // The quoted value is never closed: a parse would fail naming the YAML error instead.
   req.set_config_yaml(testing::ExperimentYaml("big", 1) + "description: \"" +
-                      std::string(2 << 20, 'x') + "\"\n");
+                      std::string(2 << 20, 'x') + "\n");
   v1::CreateExperimentResponse resp;
-  const auto start = std::chrono::steady_clock::now();
   absl::Status st = h_.Create(req, &resp);
-  const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("the document is 2.0 MiB; at most 1024 KiB is accepted"));
   EXPECT_LT(st.message().size(), 500u);  // The value is not echoed.
-  EXPECT_LT(took, std::chrono::seconds(1));
 }
 
 // det e archive|unarchive, label, set name|description, create --paused: checked,

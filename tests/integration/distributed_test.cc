@@ -148,7 +148,6 @@ TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestC
       << cluster_.Det({"trial", "logs", "1"}).out << cluster_.LogTail("master");
 
   const int victim = 2;
-  absl::Time killed = absl::Now();
   ASSERT_EQ(kill(pids[victim], SIGKILL), 0);
   // Every other rank exits within seconds: no rank hangs in an all-reduce.
   bool all_gone = WaitUntil(
@@ -160,7 +159,6 @@ TEST_F(Distributed, KillingOneRankStopsEveryRankAndTheTrialResumesFromItsLatestC
       },
       absl::Seconds(15));
   ASSERT_TRUE(all_gone) << cluster_.Det({"trial", "logs", "1"}).out;
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(15));
 
   // The trial restarts from its latest checkpoint of the first run.
   std::string logs;
