@@ -12,7 +12,7 @@ PACKAGES=(
   libgloo-dev libibverbs1 libhiredis0.14
   libcli11-dev libcpp-httplib-dev nlohmann-json3-dev libsodium-dev libssl-dev
   dataset-fashion-mnist
-  chromium  # headless browser for the web page's test (tests/integration/web_ui_test)
+  chromium  # headless browser for the web page's test (tests/integration/web/)
   openssl  # makes a test certificate for the master's HTTPS test
   dpkg-dev  # dpkg-shlibdeps for the Debian packages (deploy/package.sh, //deploy/debian:debs)
   iproute2  # ip netns / veth for the multi-host tests (tests/multihost)
