@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,13 +18,8 @@ namespace det::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using ::det::testing::StatusIs;
 using ::testing::HasSubstr;
-
-MATCHER_P2(StatusIs, code, substr, "") {
-  const absl::Status& st = arg.status();
-  *result_listener << "status " << st;
-  return st.code() == code && st.message().find(substr) != absl::string_view::npos;
-}
 
 class CopyCheckpointTest : public ::testing::Test {
  protected:
