@@ -186,12 +186,8 @@ std::string Sql(const std::string& db, const std::string& query) {
 }
 
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return condition();
+  return static_cast<bool>(
+      WaitUntil("a condition", condition, timeout, /*poll=*/absl::Milliseconds(50)));
 }
 
 TestCluster::TestCluster(const std::string& name, TestClusterHosts hosts)

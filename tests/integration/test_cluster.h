@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
+#include "common/testing/wait_until.h"  // IWYU pragma: export
 #include "nlohmann/json.hpp"
 
 namespace det::testing {
@@ -42,7 +43,8 @@ int64_t Int(const nlohmann::json& j);
 // Runs `query` on the SQLite file `db` with the sqlite3 tool; its output, trimmed.
 std::string Sql(const std::string& db, const std::string& query);
 
-// Polls `condition` every 50 ms until it holds or `timeout` passes.
+// Polls `condition` every 50 ms until it holds or `timeout` passes: common/testing's
+// WaitUntil without a description of what is awaited (new code should give one).
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
 
 // The contents of the file at `path` ("" when it cannot be read).
