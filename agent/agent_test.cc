@@ -623,7 +623,9 @@ TEST_F(AgentTest, LongLinesAreShippedInBatchesOfAtMostAboutOneMebibyte) {
       [&] { return master.Lines(0, "stdout").size() == 40; }, kWait));
   for (const std::string& line : master.Lines(0, "stdout")) EXPECT_EQ(line.size(), 60000u);
   EXPECT_LE(master.largest_ship(), (1u << 20) + (64u << 10));
-  EXPECT_GT(master.largest_ship(), 512u << 10);  // Batched, not one line at a time.
+  // Batched, not one line at a time: some request carried several lines. (How many depends
+  // on how far the worker got before each ship: 1 in 20 loaded runs saw under 512 KiB.)
+  EXPECT_GT(master.largest_ship(), 2 * 60000u);
 }
 
 TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
