@@ -11,6 +11,7 @@
 #include "common/logging/logging.h"
 #include "master/auth/linked_task_user.h"
 #include "master/loop/on_loop.h"
+#include "master/trials/run_outcome.h"
 #include "master/views/views.h"
 
 namespace det::master {
@@ -141,7 +142,8 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   t.token = token;
   t.exits.clear();
   t.unattached.clear();
-  t.killing = t.lost = t.preempting = t.pausing = false;
+  t.killing = false;
+  t.stop_cause = StopCause::kNone;
   t.asks_should_preempt = t.kill_sent = false;
   t.kill_reason.clear();
   t.failure.clear();
@@ -254,7 +256,7 @@ void AllocationManager::SendKill(TrialState& t, const std::string& reason, absl:
 
 void AllocationManager::Preempt(TrialState& t, const std::string& reason, absl::Duration grace) {
   DET_CHECK_ON_LOOP(loop_);
-  t.preempting = true;
+  t.NoteStopCause(StopCause::kPreempt);
   if (t.killing) return;
   experiments_manager_.WarnProgressLoss(t, nullptr);
   Stop(t, reason, grace);
@@ -275,38 +277,19 @@ void AllocationManager::EndAllocation(TrialState& t) {
   DET_CHECK_ON_LOOP(loop_);
   v1::Allocation* a = t.trial.mutable_allocation();
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
-  bool stopping = es.experiment.state() == v1::STATE_STOPPING;
-  v1::State outcome = v1::STATE_COMPLETED;
-  std::string error;
-  const bool stopped_early = t.trial.search().stopped_early();
-  if (stopping) {
-    outcome = v1::STATE_CANCELED;
-  } else if (es.experiment.state() == v1::STATE_PAUSED && t.killing) {
-    outcome = v1::STATE_PAUSED;  // Resumes from its checkpoint when activated.
-  } else if (stopped_early) {
-    outcome = v1::STATE_COMPLETED;  // The searcher stopped it: done, with the length it has.
-  } else if (t.lost || t.preempting || t.pausing) {
-    // Rerun; losing an agent, a preemption or a pause (the experiment was activated again
-    // before the run stopped) is not the trial's fault.
-    outcome = v1::STATE_QUEUED;
-  } else if (!t.failure.empty()) {
-    if (t.trial.restarts() < es.config.max_restarts) {
-      outcome = v1::STATE_QUEUED;
-      t.trial.set_restarts(t.trial.restarts() + 1);
-    } else {
-      outcome = v1::STATE_ERROR;
-      error = absl::StrCat(t.failure, "; max_restarts (", es.config.max_restarts, ") reached");
-    }
-  }
-  a->set_state(t.failure.empty() || stopping || stopped_early ? v1::STATE_COMPLETED
-                                                              : v1::STATE_ERROR);
+  RunEnd end;
+  end.experiment_state = es.experiment.state();
+  end.stop_requested = t.killing;
+  end.cause = RunStopCause(t.trial, t.stop_cause);
+  end.failure = t.failure;
+  end.restarts = t.trial.restarts();
+  end.max_restarts = es.config.max_restarts;
+  end.allocation_id = a->id();
+  const RunOutcome outcome = DecideRunOutcome(end);
+  if (outcome.restart_counted) t.trial.set_restarts(t.trial.restarts() + 1);
+  a->set_state(outcome.allocation_state);
   a->set_end_time_ms(clock_.NowMs());
-  a->set_exit_reason(stopped_early && t.trial.search().stop_reason() ==
-                                          ExperimentManager::kKilledByUser
-                         ? ExperimentManager::kKilledByUser
-                     : stopped_early ? "stopped early by the searcher"
-                     : t.failure.empty() ? "all ranks exited normally"
-                                         : t.failure);
+  a->set_exit_reason(outcome.exit_reason);
   (void)PersistAllocation(store_, *a, t.token);  // Logged; the runs have ended either way.
   agents_.ReleaseSlots(a->id());
   chief_ports_.Release(a->id());
@@ -319,27 +302,16 @@ void AllocationManager::EndAllocation(TrialState& t) {
   t.rendezvous_waiters.clear();
   t.rendezvous_responses.clear();
   t.rendezvous_keys.clear();
-  std::string alloc_id = a->id();
   t.last_allocation = *a;
   t.trial.clear_allocation();
-  if (outcome == v1::STATE_PAUSED) {
+  if (outcome.trial_state == v1::STATE_PAUSED || outcome.trial_state == v1::STATE_QUEUED) {
     t.trial.set_run_id(t.trial.run_id() + 1);
-    t.trial.set_state(v1::STATE_PAUSED);
-    TrialEvent(t.trial.id(), absl::StrCat("allocation ", alloc_id, " stopped: experiment paused"));
+    t.trial.set_state(outcome.trial_state);
+    TrialEvent(t.trial.id(), outcome.event);
     RecordTrial(store_, t);
-  } else if (outcome == v1::STATE_QUEUED) {
-    t.trial.set_run_id(t.trial.run_id() + 1);
-    t.trial.set_state(v1::STATE_QUEUED);
-    TrialEvent(t.trial.id(),
-               t.preempting ? absl::StrCat("allocation ", alloc_id, " preempted; requeued (not counted as a restart)")
-               : t.lost ? absl::StrCat("allocation ", alloc_id, " lost; rescheduling (not counted as a restart)")
-               : t.pausing ? absl::StrCat("allocation ", alloc_id, " stopped for a pause; the experiment is active again: requeued")
-                      : absl::StrCat("allocation ", alloc_id, " failed: ", t.failure, "; restart ",
-                                     t.trial.restarts(), " of ", es.config.max_restarts));
-    RecordTrial(store_, t);
-    turns_.RequestSchedule();
+    if (outcome.trial_state == v1::STATE_QUEUED) turns_.RequestSchedule();
   } else {
-    experiments_manager_.FinishTrial(t, outcome, error);
+    experiments_manager_.FinishTrial(t, outcome.trial_state, outcome.error);
   }
   experiments_manager_.UpdateExperiment(es);
   turns_.RequestSchedule();
@@ -366,7 +338,7 @@ void AllocationManager::OnExit(const v1::ReportExitRequest& req, const std::stri
     return;
   }
   TrialState& t = trials_.at(at->second);
-  if (req.agent_stopping()) t.lost = true;
+  if (req.agent_stopping()) t.NoteStopCause(StopCause::kLostAgent);
   OnRankExit(t, req.rank(), how, abnormal);
 }
 
@@ -376,7 +348,7 @@ void AllocationManager::StopRunsOn(const std::string& agent_id) {
     bool on_agent = false;
     for (const auto& r : t.trial.allocation().ranks()) on_agent |= r.agent_id() == agent_id;
     if (!on_agent) continue;
-    t.lost = true;
+    t.NoteStopCause(StopCause::kLostAgent);
     KillAllocation(t, absl::StrCat("agent ", agent_id, " disabled"));
   }
 }

@@ -252,7 +252,7 @@ void AllocationManager::LoseMissing(const std::string& agent_id,
     for (const auto& r : a.ranks()) on_agent |= r.agent_id() == agent_id;
     if (!on_agent) continue;
     t.unattached.erase(agent_id);
-    t.lost = true;
+    t.NoteStopCause(StopCause::kLostAgent);
     ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; },
                 "agent restarted without it");
   }
@@ -283,7 +283,7 @@ void AllocationManager::LoseUnattached(const std::vector<std::string>& allocatio
     if (at == allocation_trial_.end()) continue;
     TrialState& t = trials_.at(at->second);
     if (!t.unattached.erase(agent_id)) continue;  // It came back and reattached.
-    t.lost = true;
+    t.NoteStopCause(StopCause::kLostAgent);
     TrialEvent(t.trial.id(), absl::StrCat("agent ", agent_id, " did not return within ", wait,
                                           " (agent_reconnect_wait)"));
     ExitRanksOn(t, [&](const std::string& agent) { return agent == agent_id; }, "agent lost");
@@ -303,7 +303,7 @@ void AllocationManager::LoseUnreturned(
     if (gone.empty()) continue;
     std::string agents = absl::StrJoin(gone, ", ");
     TrialEvent(id, absl::StrCat("agent(s) ", agents, " did not return after the master restarted"));
-    ts.lost = true;
+    ts.NoteStopCause(StopCause::kLostAgent);
     for (const auto& agent : gone) ts.unattached.erase(agent);
     ExitRanksOn(ts, [&](const std::string& agent) { return gone.count(agent) > 0; },
                 "agent did not return");

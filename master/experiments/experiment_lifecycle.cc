@@ -9,6 +9,7 @@
 #include "common/status/status_macros.h"
 #include "master/experiments/experiment_manager.h"
 #include "master/loop/on_loop.h"
+#include "master/trials/run_outcome.h"
 #include "master/views/views.h"
 
 namespace det::master {
@@ -19,7 +20,7 @@ namespace {
 
 // Whether the user killed trial t (det trial kill), as ExperimentManager::KillTrial marks it.
 bool IsKilledByUser(const v1::Trial& t) {
-  return t.search().stopped_early() && t.search().stop_reason() == ExperimentManager::kKilledByUser;
+  return RunStopCause(t, StopCause::kNone) == StopCause::kUserKill;
 }
 
 }  // namespace

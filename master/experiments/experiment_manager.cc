@@ -288,7 +288,7 @@ absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req,
       TrialEvent(tid, "experiment paused");
     } else if (!t.trial.allocation().id().empty()) {
       WarnProgressLoss(t, resp->mutable_warnings());
-      t.pausing = true;
+      t.NoteStopCause(StopCause::kPause);
       kill_run_(t, "experiment paused", /*cooperative=*/true);
     }
   }

@@ -74,7 +74,6 @@ class ExperimentManager {
   // (the trial is marked stopped, reason kKilledByUser, so a restarted master does not
   // run it again). FailedPrecondition naming the state of an ended trial.
   absl::Status KillTrial(const v1::KillTrialRequest& req);
-  static constexpr char kKilledByUser[] = "killed by user";
   // Deletes an ended experiment (FailedPrecondition naming the state otherwise) with
   // everything of it: its checkpoints' files through a deletion task on an agent
   // (CheckpointManager::QueueExperimentDeletion), then its rows in one store transaction

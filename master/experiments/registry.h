@@ -21,6 +21,7 @@
 #include "master/api/handlers.h"
 #include "master/searcher/searcher.h"
 #include "master/store/store.h"
+#include "master/trials/run_outcome.h"
 #include "master/views/views.h"
 
 namespace det::master {
@@ -46,9 +47,9 @@ struct TrialState {
   std::map<int, std::string> exits;      // rank -> how it exited
   std::set<std::string> unattached;      // agents that must re-register to keep the run
   bool killing = false;                  // the master asked for the workers to stop
-  bool lost = false;                     // an agent was lost: rerun without counting it
-  bool preempting = false;               // stopped for a more important trial: requeue
-  bool pausing = false;                  // stopped for a pause: requeue if activated meanwhile
+  // Why the master stopped the current run (lost agent, preemption, pause), the most
+  // pressing noted (NoteStopCause); the searcher's and the user's stops are in trial.search().
+  StopCause stop_cause = StopCause::kNone;
   bool searcher_metric_missing = false;  // reported once: no searcher.metric in validation
   v1::Allocation last_allocation;        // the latest ended run, for display
   std::string failure;                   // first abnormal exit
@@ -74,6 +75,8 @@ struct TrialState {
     EventLoop::TimerId timer;
   };
   std::vector<PreemptWaiter> preempt_waiters;
+
+  void NoteStopCause(StopCause cause) { stop_cause = MorePressing(stop_cause, cause); }
 };
 
 struct ExperimentRegistry {
