@@ -476,6 +476,7 @@ TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
     p->set_agent_id("agent-a");
     l->set_world_size(1);
     l->set_num_agents(1);
+    l->mutable_checkpoint_gc()->set_storage_root(storage);
     for (const auto& [uuid, path] : cs) {
       v1::Checkpoint* c = l->mutable_checkpoint_gc()->add_checkpoints();
       c->set_uuid(uuid);
