@@ -155,6 +155,52 @@ TEST(DaemonConfig, MasterDefaultsAndErrors) {
   EXPECT_EQ(LoadMasterConfig("/nonexistent/master.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+// db: SQLite by default; PostgreSQL by URI with the password from a file or a variable,
+// never in the URI.
+TEST(DaemonConfig, Database) {
+  auto sqlite = ParseMasterConfig("data_dir: /x\n", "m.yaml");
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status();
+  EXPECT_EQ(sqlite->db_type, "sqlite");
+  EXPECT_EQ(DatabaseName(*sqlite), "/x/det.db");
+  auto path = ParseMasterConfig("db: {type: sqlite, path: /y/state.db}\n", "m.yaml");
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(path->db_path, "/y/state.db");
+
+  auto pg = ParseMasterConfig(
+      "db:\n  type: postgres\n  url: postgresql://det@db.example.com:5432/det?sslmode=verify-full\n"
+      "  password_file: /etc/det/db-password\n",
+      "m.yaml");
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(pg->db_type, "postgres");
+  EXPECT_EQ(pg->db_url, "postgresql://det@db.example.com:5432/det?sslmode=verify-full");
+  EXPECT_EQ(pg->db_password_file, "/etc/det/db-password");
+  EXPECT_EQ(DatabaseName(*pg), pg->db_url);
+  auto env = ParseMasterConfig(
+      "db: {type: postgres, url: 'host=db dbname=det', password_env: DET_DB_PASSWORD}\n", "m.yaml");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->db_password_env, "DET_DB_PASSWORD");
+
+  EXPECT_THAT(ParseMasterConfig("db: {type: mysql}\n", "m.yaml").status().message(),
+              HasSubstr("db.type: expected sqlite or postgres, got \"mysql\""));
+  EXPECT_THAT(ParseMasterConfig("db: {type: postgres}\n", "m.yaml").status().message(),
+              HasSubstr("db.url"));
+  EXPECT_THAT(
+      ParseMasterConfig("db: {type: postgres, url: 'postgresql://det:hunter2@db/det'}\n", "m.yaml")
+          .status()
+          .message(),
+      HasSubstr("db.url: holds a password: put it in password_file or password_env"));
+  EXPECT_THAT(ParseMasterConfig("db: {type: postgres, url: 'host=db password=hunter2'}\n", "m.yaml")
+                  .status()
+                  .message(),
+              HasSubstr("holds a password"));
+  EXPECT_THAT(ParseMasterConfig("db: {type: postgres, url: 'host=db', password_file: /p, "
+                                "password_env: P}\n",
+                                "m.yaml")
+                  .status()
+                  .message(),
+              HasSubstr("set password_file or password_env, not both"));
+}
+
 TEST(DaemonConfig, CheckpointStorageAllowedRoots) {
   auto none = ParseMasterConfig("data_dir: /x\n", "m.yaml");
   ASSERT_TRUE(none.ok()) << none.status();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -70,6 +71,30 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.String("data_dir", &c.data_dir);
   r.String("db_path", &c.db_path);
   r.Int("db_max_size_mb", &c.db_max_size_mb, 0);
+  r.Object("db", [&](ObjectReader& db) {
+    db.String("type", &c.db_type);
+    if (db.ok() && c.db_type != "sqlite" && c.db_type != "postgres") {
+      db.Fail("type", absl::StrCat("expected sqlite or postgres, got \"", c.db_type, "\""));
+    }
+    db.String("path", &c.db_path);
+    db.String("url", &c.db_url, /*required=*/c.db_type == "postgres");
+    db.String("password_file", &c.db_password_file);
+    db.String("password_env", &c.db_password_env);
+    if (db.ok() && !c.db_password_file.empty() && !c.db_password_env.empty()) {
+      db.Fail("password_env", "set password_file or password_env, not both");
+    }
+    // A password in the URI would sit in a file others read, and in logs.
+    const size_t scheme = c.db_url.find("://");
+    const size_t at = c.db_url.find('@');
+    if (db.ok() && ((scheme != std::string::npos && at != std::string::npos && at > scheme &&
+                     c.db_url.substr(scheme + 3, at - scheme - 3).find(':') != std::string::npos) ||
+                    absl::StrContains(c.db_url, "password="))) {
+      db.Fail("url", "holds a password: put it in password_file or password_env");
+    }
+    if (db.ok() && c.db_type == "sqlite" && !c.db_url.empty()) {
+      db.Fail("url", "is for type postgres");
+    }
+  });
   r.String("address_file", &c.address_file);
   r.String("http_listen", &c.http_listen);
   r.String("http_address_file", &c.http_address_file);
@@ -142,6 +167,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   if (c.db_path.empty()) c.db_path = c.data_dir + "/det.db";
   if (c.resource_pools.empty()) c.resource_pools.push_back({"default", "", false, absl::Seconds(60)});
   return c;
+}
+
+std::string DatabaseName(const MasterConfig& config) {
+  return config.db_type == "postgres" ? config.db_url : config.db_path;
 }
 
 std::vector<std::string> CheckpointStorageRoots(const MasterConfig& config) {

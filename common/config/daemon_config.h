@@ -26,8 +26,19 @@ struct MasterConfig {
   std::string grpc_listen = "0.0.0.0:8080";
   // Directory for the database (model contexts are stored in it); created if missing.
   std::string data_dir = "/var/lib/det";
-  // SQLite file. Default: DATA_DIR/det.db.
+  // The database (master.yaml's `db:`): "sqlite" (default; the file db_path) or
+  // "postgres" (db_url).
+  std::string db_type = "sqlite";
+  // SQLite file (also `db: {path: ...}`). Default: DATA_DIR/det.db.
   std::string db_path;
+  // PostgreSQL: a libpq connection URI or key=value string, without a password
+  // ("postgresql://det@db.example.com/det?sslmode=verify-full").
+  std::string db_url;
+  // Where the PostgreSQL password comes from (at most one; neither: none, or libpq's own
+  // ~/.pgpass / PGPASSWORD): a file holding it (trailing newline ignored), or the name of
+  // an environment variable holding it. Never the command line.
+  std::string db_password_file;
+  std::string db_password_env;
   // Largest size of the database in MiB (0: no limit). Past it, writes fail as on a full
   // disk: the request gets a clear error and nothing is half-written.
   int64_t db_max_size_mb = 0;
@@ -122,6 +133,9 @@ struct AgentConfig {
 // The checkpoint storage roots experiments may use: checkpoint_storage_allowed_roots, then
 // the directory of the default checkpoint_storage; empty (any absolute path) when
 // checkpoint_storage_allowed_roots is.
+// What the master's database is, for logs: the SQLite file or the PostgreSQL URI.
+std::string DatabaseName(const MasterConfig& config);
+
 std::vector<std::string> CheckpointStorageRoots(const MasterConfig& config);
 
 // Reads a config file; missing keys keep their defaults. The cluster secret may also come

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "master/api/grpc_services.h"
 #include "master/http/http_server.h"
 #include "master/loop/on_loop.h"
+#include "master/store/postgres_store.h"
 #include "master/store/sqlite_store.h"
 #include "master/views/views.h"
 
@@ -67,13 +69,47 @@ absl::Status MakeDirs(const std::string& path) {
   }
   return absl::OkStatus();
 }
+// The PostgreSQL password master.yaml names: from db.password_file or the variable
+// db.password_env; "" for neither (libpq's ~/.pgpass or PGPASSWORD may still give one).
+absl::StatusOr<std::string> DatabasePassword(const config::MasterConfig& config) {
+  if (!config.db_password_env.empty()) {
+    const char* value = std::getenv(config.db_password_env.c_str());
+    if (value == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "db.password_env: environment variable ", config.db_password_env, " is not set"));
+    }
+    return std::string(value);
+  }
+  if (config.db_password_file.empty()) return std::string();
+  std::ifstream in(config.db_password_file);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("db.password_file: cannot read '", config.db_password_file, "'"));
+  }
+  std::string password;
+  std::getline(in, password);
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  return password;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const config::MasterConfig& config) {
+  if (config.db_type == "postgres") {
+    ASSIGN_OR_RETURN(std::string password, DatabasePassword(config));
+    ASSIGN_OR_RETURN(std::unique_ptr<PostgresStore> store,
+                     PostgresStore::Open(config.db_url, password));
+    return std::unique_ptr<Store>(std::move(store));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
+                   SqliteStore::Open(config.db_path, config.db_max_size_mb));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Master>> Master::Start(const config::MasterConfig& config,
                                                       Clock& clock) {
   RETURN_IF_ERROR(MakeDirs(config.data_dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
-                   SqliteStore::Open(config.db_path, config.db_max_size_mb));
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(config));
   return Create(config, clock, std::move(store));
 }
 
@@ -171,7 +207,7 @@ absl::Status Master::Restore() {
   Logger("master")->info(
       "restored {} experiments, {} trials, {} open allocations, {} running checkpoint GC tasks from {}",
       registry_.experiments.size(), registry_.trials.size(), registry_.allocation_trial.size(),
-      checkpoints_.running(), config_.db_path);
+      checkpoints_.running(), config::DatabaseName(config_));
   return absl::OkStatus();
 }
 
@@ -239,7 +275,7 @@ absl::Status Master::Serve() {
     }
   }
   Logger("master")->info("det-master {} serving on {} (cluster {}, database {})", kVersion,
-                         address_, cluster_id_, config_.db_path);
+                         address_, cluster_id_, config::DatabaseName(config_));
   if (!config_.http_listen.empty()) {
     HttpServerOptions http_options;
     http_options.listen = config_.http_listen;

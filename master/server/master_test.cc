@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "master/store/fault_injecting_store.h"
 #include "master/store/in_memory_store.h"
+#include "master/store/testing/postgres_server.h"
 #include "master/testing/master_testing.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -693,6 +695,73 @@ TEST_F(MasterFaultTest, ARunTheStoreRefusesIsNotLaunched) {
   v1::EnableAgentResponse enabled;
   ASSERT_TRUE(Api(&master_->service(), &ApiHandler::EnableAgent, enable, &enabled).ok());
   EXPECT_EQ(NextLaunch("a1", session).allocation_id(), "1.0");
+}
+
+
+// The master on PostgreSQL (master.yaml's db: {type: postgres, url, password_file}): while
+// the server is stopped, writes fail with UNAVAILABLE and are not acknowledged; once it is
+// back the master reconnects by itself; after a master restart every acknowledged row is
+// there and nothing refused.
+class MasterPostgresTest : public MasterFaultTest {
+ protected:
+  void SetUp() override {
+    auto server = testing::PostgresServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    postgres_ = std::move(*server);
+    auto url = postgres_->CreateDatabase("det");
+    ASSERT_TRUE(url.ok()) << url.status();
+    dir_ = testing::FreshTestDir("master_pg_");
+    config_ = testing::LoopbackMasterConfig(dir_);
+    config_.db_type = "postgres";
+    config_.db_url = *url;
+    // The server trusts local connections; the file is read all the same.
+    config_.db_password_file = dir_ + "-db-password";
+    std::ofstream(config_.db_password_file) << "unused\n";
+    StartMaster();
+  }
+  void TearDown() override {
+    if (master_) master_->Shutdown();
+    master_.reset();
+    postgres_.reset();
+  }
+
+  std::unique_ptr<testing::PostgresServer> postgres_;
+};
+
+TEST_F(MasterPostgresTest, WritesFailUnavailableWhilePostgresIsDownAndNothingAcknowledgedIsLost) {
+  std::string session = RegisterAgent("a1", 1);
+  ASSERT_EQ(CreateExperiment("on-postgres"), 1);
+  v1::LaunchCommand launch = NextLaunch("a1", session);
+  ASSERT_TRUE(ReportMetrics(launch, 5).ok());
+
+  ASSERT_TRUE(postgres_->Stop().ok());
+  absl::Status st = ReportMetrics(launch, 10);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_THAT(st.message(), HasSubstr("database"));
+  v1::CreateExperimentRequest create;
+  create.set_config_yaml(ExperimentYaml("refused"));
+  v1::CreateExperimentResponse created;
+  st = Api(&master_->service(), &ApiHandler::CreateExperiment, create, &created);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  // Reads of the database (metric rows) fail alike.
+  v1::GetTrialMetricsRequest rows;
+  rows.set_trial_id(1);
+  v1::GetTrialMetricsResponse rows_resp;
+  st = Api(&master_->service(), &ApiHandler::GetTrialMetrics, rows, &rows_resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+
+  // Back: the next writes reconnect by themselves.
+  ASSERT_TRUE(postgres_->Restart().ok());
+  ASSERT_TRUE(ReportMetrics(launch, 15).ok());
+  EXPECT_EQ(CreateExperiment("after"), 2);
+
+  RestartMaster();
+  v1::ListExperimentsResponse listed;
+  ASSERT_TRUE(Api(&master_->service(), &ApiHandler::ListExperiments, v1::ListExperimentsRequest(),
+                  &listed).ok());
+  ASSERT_EQ(listed.total(), 2);
+  EXPECT_EQ(MetricRows(1), 2);
+  EXPECT_EQ(GetTrial(1).total_batches(), 15);
 }
 
 }  // namespace
