@@ -6,12 +6,14 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "common/config/daemon_config.h"
 #include "common/logging/logging.h"
 #include "master/server/master.h"
+#include "master/store/migrate_db.h"
 
 namespace {
 
@@ -49,7 +51,57 @@ static void ScrubAdminPassword() {
   while (*p != '\0') *p++ = '\0';
 }
 
+// det-master migrate-db --from sqlite:PATH --to postgres:URL
+//     [--password-file FILE | --password-env VAR]
+// Copies an SQLite database's history into an empty PostgreSQL database (the password, as
+// in master.yaml, never on the command line).
+static int MigrateDb(int argc, char** argv) {
+  std::string from, to, password_file, password_env;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string* out = arg == "--from"            ? &from
+                       : arg == "--to"            ? &to
+                       : arg == "--password-file" ? &password_file
+                       : arg == "--password-env"  ? &password_env
+                                                  : nullptr;
+    if (out == nullptr || i + 1 >= argc) {
+      std::cerr << "usage: det-master migrate-db --from sqlite:PATH --to postgres:URL "
+                   "[--password-file FILE | --password-env VAR]\n";
+      return 2;
+    }
+    *out = argv[++i];
+  }
+  if (from.rfind("sqlite:", 0) != 0 || to.rfind("postgres:", 0) != 0) {
+    std::cerr << "det-master migrate-db: expected --from sqlite:PATH --to postgres:URL\n";
+    return 2;
+  }
+  std::string password;
+  if (!password_env.empty()) {
+    const char* value = std::getenv(password_env.c_str());
+    if (value == nullptr) {
+      std::cerr << "det-master migrate-db: environment variable " << password_env << " is not set\n";
+      return 2;
+    }
+    password = value;
+  } else if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    if (!in) {
+      std::cerr << "det-master migrate-db: cannot read '" << password_file << "'\n";
+      return 2;
+    }
+    std::getline(in, password);
+  }
+  auto copied = det::master::CopySqliteToPostgres(from.substr(7), to.substr(9), password);
+  if (!copied.ok()) {
+    std::cerr << "det-master migrate-db: " << copied.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "copied " << *copied << " rows from " << from.substr(7) << "\n";
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "migrate-db") return MigrateDb(argc, argv);
   std::string config_path;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -68,6 +68,9 @@ class Stmt {
     sqlite3_clear_bindings(stmt_);
   }
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  int ColumnCount() { return sqlite3_column_count(stmt_); }
+  const char* ColumnName(int col) { return sqlite3_column_name(stmt_, col); }
+  bool ColumnIsInteger(int col) { return sqlite3_column_type(stmt_, col) == SQLITE_INTEGER; }
   std::string Text(int col) {
     const void* p = sqlite3_column_blob(stmt_, col);
     int n = sqlite3_column_bytes(stmt_, col);
