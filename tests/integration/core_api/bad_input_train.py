@@ -1,11 +1,12 @@
 """bad_input_test's worker (no torch: it starts fast): reports NaN and infinities as metrics,
 tries what the Core API must refuse and prints each error, and writes its environment to
-the file named by hyperparameter `env_out`, so that the test can call the Core API again
-after the allocation has ended."""
+the file named by hyperparameter `env_out` (with copies of its launch files), so that the
+test can call the Core API again after the allocation has ended."""
 
 import json
 import math
 import os
+import shutil
 
 import det
 
@@ -28,8 +29,17 @@ def main():
                 print(f"{what}: {type(e).__name__}: {e}", flush=True)
         with core.checkpoint.store_path({"steps_completed": 1}):
             pass
-        with open(info.trial.hparams["env_out"], "w") as f:
-            json.dump(dict(os.environ), f)
+        # The launch files (the trial spec, ...) go with the allocation: keep copies beside
+        # the environment and point the saved variables at them.
+        env = dict(os.environ)
+        out = info.trial.hparams["env_out"]
+        for name in ("DET_TRIAL_SPEC_FILE", "DET_HPARAMS_FILE", "DET_EXPERIMENT_CONFIG_FILE"):
+            if env.get(name):
+                copy = f"{out}.{name}"
+                shutil.copyfile(env[name], copy)
+                env[name] = copy
+        with open(out, "w") as f:
+            json.dump(env, f)
         for op in core.searcher.operations():
             op.report_completed(1.0)
 
