@@ -6,7 +6,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -14,6 +13,7 @@
 #include "common/logging/logging.h"
 #include "master/server/master.h"
 #include "master/store/migrate_db.h"
+#include "master/store/postgres_store.h"
 
 namespace {
 
@@ -75,23 +75,13 @@ static int MigrateDb(int argc, char** argv) {
     std::cerr << "det-master migrate-db: expected --from sqlite:PATH --to postgres:URL\n";
     return 2;
   }
-  std::string password;
-  if (!password_env.empty()) {
-    const char* value = std::getenv(password_env.c_str());
-    if (value == nullptr) {
-      std::cerr << "det-master migrate-db: environment variable " << password_env << " is not set\n";
-      return 2;
-    }
-    password = value;
-  } else if (!password_file.empty()) {
-    std::ifstream in(password_file);
-    if (!in) {
-      std::cerr << "det-master migrate-db: cannot read '" << password_file << "'\n";
-      return 2;
-    }
-    std::getline(in, password);
+  absl::StatusOr<std::string> password = det::master::ReadDatabasePassword(
+      password_env, "--password-env", password_file, "--password-file");
+  if (!password.ok()) {
+    std::cerr << "det-master migrate-db: " << password.status().message() << "\n";
+    return 2;
   }
-  auto copied = det::master::CopySqliteToPostgres(from.substr(7), to.substr(9), password);
+  auto copied = det::master::CopySqliteToPostgres(from.substr(7), to.substr(9), *password);
   if (!copied.ok()) {
     std::cerr << "det-master migrate-db: " << copied.status().message() << "\n";
     return 1;

@@ -69,32 +69,12 @@ absl::Status MakeDirs(const std::string& path) {
   }
   return absl::OkStatus();
 }
-// The PostgreSQL password master.yaml names: from db.password_file or the variable
-// db.password_env; "" for neither (libpq's ~/.pgpass or PGPASSWORD may still give one).
-absl::StatusOr<std::string> DatabasePassword(const config::MasterConfig& config) {
-  if (!config.db_password_env.empty()) {
-    const char* value = std::getenv(config.db_password_env.c_str());
-    if (value == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "db.password_env: environment variable ", config.db_password_env, " is not set"));
-    }
-    return std::string(value);
-  }
-  if (config.db_password_file.empty()) return std::string();
-  std::ifstream in(config.db_password_file);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("db.password_file: cannot read '", config.db_password_file, "'"));
-  }
-  std::string password;
-  std::getline(in, password);
-  if (!password.empty() && password.back() == '\r') password.pop_back();
-  return password;
-}
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const config::MasterConfig& config) {
   if (config.db_type == "postgres") {
-    ASSIGN_OR_RETURN(std::string password, DatabasePassword(config));
+    ASSIGN_OR_RETURN(std::string password,
+                     ReadDatabasePassword(config.db_password_env, "db.password_env",
+                                          config.db_password_file, "db.password_file"));
     ASSIGN_OR_RETURN(std::unique_ptr<PostgresStore> store,
                      PostgresStore::Open(config.db_url, password));
     return std::unique_ptr<Store>(std::move(store));

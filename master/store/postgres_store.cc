@@ -1,6 +1,8 @@
 #include "master/store/postgres_store.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <optional>
 
@@ -451,6 +453,27 @@ absl::Status PostgresStore::DeleteExperiment(int64_t experiment_id) {
     return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not in the database"));
   }
   return tx.Commit();
+}
+
+absl::StatusOr<std::string> ReadDatabasePassword(const std::string& env,
+                                                 absl::string_view env_what,
+                                                 const std::string& file,
+                                                 absl::string_view file_what) {
+  if (!env.empty()) {
+    const char* value = std::getenv(env.c_str());
+    if (value == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(env_what, ": environment variable ", env, " is not set"));
+    }
+    return std::string(value);
+  }
+  if (file.empty()) return std::string();
+  std::ifstream in(file);
+  if (!in) return absl::FailedPreconditionError(absl::StrCat(file_what, ": cannot read '", file, "'"));
+  std::string password;
+  std::getline(in, password);
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  return password;
 }
 
 }  // namespace det::master

@@ -102,6 +102,15 @@ class PostgresStore : public Store {
   const std::string password_;
 };
 
+// The database password given by the variable `env` (when not empty) or else the first line
+// of the file `file` (when not empty); "" for neither (libpq's ~/.pgpass or PGPASSWORD may
+// still give one). FAILED_PRECONDITION naming `env_what` / `file_what` (the key or flag that
+// named them) when the variable is unset or the file unreadable.
+absl::StatusOr<std::string> ReadDatabasePassword(const std::string& env,
+                                                 absl::string_view env_what,
+                                                 const std::string& file,
+                                                 absl::string_view file_what);
+
 }  // namespace det::master
 
 #endif  // DET_MASTER_STORE_POSTGRES_STORE_H_

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status/status_matchers.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/schema_version.h"

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/context_sha256.h"
-#include "common/status/status_matchers.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
