@@ -47,6 +47,12 @@ class WorkerClient:
         """(preempt, reason), waiting up to `wait_ms` for preempt to become true."""
         raise NotImplementedError
 
+    def report_early_exit(self, reason: str) -> None:
+        """Tells the master why the trial stops before its length; `reason` is the name of a
+        det.core.EarlyExitReason ("INVALID_HP", "USER_REQUESTED_STOP"). UnimplementedError
+        when the master (or this package's worker.proto) has no such call."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -181,6 +187,19 @@ class GrpcWorkerClient(WorkerClient):
                           timeout_s=self._CALL_TIMEOUT_S + wait_ms / 1000.0)
         return resp.preempt, resp.reason
 
+    # The call a master with early exits offers (WorkerService.ReportEarlyExit, enum
+    # EarlyExitReason { EARLY_EXIT_REASON_<NAME> }); see docs/coming-from-determined.md.
+    EARLY_EXIT_CALL = "ReportEarlyExit"
+
+    def report_early_exit(self, reason: str) -> None:
+        request_type = getattr(self._pb, f"{self.EARLY_EXIT_CALL}Request", None)
+        enum_value = getattr(self._pb, f"EARLY_EXIT_REASON_{reason}", None)
+        if request_type is None or enum_value is None:
+            raise UnimplementedError(
+                f"{self.EARLY_EXIT_CALL}({reason}) to master {self._master}: det's worker "
+                "channel (WorkerService in proto/worker.proto) has no such call yet")
+        self._call(self.EARLY_EXIT_CALL, request_type(auth=self._auth, reason=enum_value))
+
     def close(self) -> None:
         self._closed = True
         self._channel.close()
@@ -213,3 +232,6 @@ class OffClusterClient(WorkerClient):
 
     def should_preempt(self, wait_ms: int) -> Tuple[bool, str]:
         return False, ""
+
+    def report_early_exit(self, reason: str) -> None:
+        self._print(f"early exit: {reason}")

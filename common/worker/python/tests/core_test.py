@@ -518,6 +518,52 @@ class CoreTest(unittest.TestCase):
         self.assertIn("report_early_exit(USER_REQUESTED_STOP)", out.getvalue())
         self.assertEqual(self.service.metrics, [])
 
+    def test_invalid_hp_without_the_masters_call_fails_the_run(self):
+        # det's master has no ReportEarlyExit yet: leaving init() with det.InvalidHP keeps
+        # the exception (the run fails and is restarted) and says why in the log.
+        err = io.StringIO()
+        with self.assertRaisesRegex(det.InvalidHP, "lr too big"), self.env(), \
+                contextlib.redirect_stderr(err):
+            with det.core.init():
+                raise det.InvalidHP("lr too big")
+        self.assertIn("det.InvalidHP (lr too big) is not reported: report_early_exit", err.getvalue())
+        self.assertIn("has no such call", err.getvalue())
+
+    def test_invalid_hp_is_reported_by_the_chief_then_exit_0(self):
+        class Recording(_client.OffClusterClient):
+            def __init__(self):
+                super().__init__(io.StringIO())
+                self.early_exits = []
+
+            def report_early_exit(self, reason):
+                self.early_exits.append(reason)
+
+        for rank, expected in ((0, ["INVALID_HP"]), (1, [])):
+            client = Recording()
+            distributed = det.core.DistributedContext(rank=rank, size=2, local_rank=rank,
+                                                      local_size=2, cross_rank=0, cross_size=1)
+            context = det.core.Context(client=client, distributed=distributed, info=None,
+                                       checkpoint_dir=self.storage,
+                                       preempt_mode=det.core.PreemptMode.ChiefOnly,
+                                       searcher_length=None)
+            with self.assertRaises(SystemExit) as exited, \
+                    contextlib.redirect_stderr(io.StringIO()) as err:
+                with context:
+                    raise det.InvalidHP("batch size too big")
+            self.assertEqual(exited.exception.code, 0)
+            self.assertEqual(client.early_exits, expected, f"rank {rank}")
+            self.assertIn("the trial ends as invalid; exiting 0", err.getvalue())
+            self.assertTrue(context._closed)
+
+    def test_invalid_hp_off_cluster_prints_and_exits_0(self):
+        out = io.StringIO()
+        with fake_master.environment({}), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as e:
+            with det.core.init(checkpoint_storage=self.storage):
+                raise det.InvalidHP()
+        self.assertEqual(e.exception.code, 0)
+        self.assertIn("not reported): early exit: INVALID_HP", out.getvalue())
+
     def test_tensorboard_files_upload_in_manual_mode(self):
         with self.env(rank=0), det.core.init(
                 tensorboard_mode=det.core.TensorboardMode.MANUAL) as core:

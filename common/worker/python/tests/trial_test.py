@@ -273,9 +273,12 @@ class LocalTest(unittest.TestCase):
             pytorch.Trainer(trial, context).fit(max_length=pytorch.Batch(4))
         self.assertEqual([r["lr"] for r in records(self.log, "train")], [1, 1, 0.5, 0.5])
 
-    def test_invalid_hp_propagates_after_a_checkpoint(self):
-        with self.assertRaisesRegex(pytorch.InvalidHP, "bad hparams at batch 3"):
+    def test_invalid_hp_checkpoints_then_exits_0(self):
+        # As Determined: the loop checkpoints, init()'s core context reports the early exit
+        # (printed off-cluster) and exits 0.
+        with self.assertRaises(SystemExit) as exited:
             self.fit(max_length=pytorch.Batch(10), hparams={"invalid_at": 3})
+        self.assertEqual(exited.exception.code, 0)
         with open(os.path.join(self.checkpoints()[-1], "trial_state.pkl"), "rb") as f:
             self.assertEqual(pickle.load(f)["batches_trained"], 3)
 
@@ -330,9 +333,12 @@ class ClusterTest(unittest.TestCase):
                 [sys.executable, "-m", "det.pytorch.run", "tests.trial_model:TinyTrial"],
                 env=env, cwd=self.tmp.name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
+        outs = []
         for p in procs:
             out, _ = p.communicate(timeout=240)
             self.assertEqual(p.returncode, expect_rc, out)
+            outs.append(out)
+        return outs
 
     def test_in_process_reports_to_the_master(self):
         spec = cluster_spec(self.storage, {"log": self.log})
@@ -382,6 +388,16 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(sorted(epoch0), list(range(64)))
         self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
         self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)
+
+    def test_runner_invalid_hp_fails_the_run_while_the_master_cannot_replace_it(self):
+        # det's master has no ReportEarlyExit call yet: the run fails (restarted by the
+        # master) after checkpointing, and its log says why.
+        with fake_master.serve() as (service, address):
+            out = self.run_ranks(address, cluster_spec(self.storage, {"log": self.log,
+                                                                      "invalid_at": 2}),
+                                 expect_rc=1)
+        self.assertEqual([c.checkpoint.total_batches for c in service.checkpoints], [2])
+        self.assertIn("det.InvalidHP (bad hparams at batch 2) is not reported", out[0])
 
     def test_two_ranks_shard_reduce_and_resume(self):
         with fake_master.serve(2) as (service, address):

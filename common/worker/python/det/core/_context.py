@@ -7,6 +7,7 @@ import tempfile
 from typing import Any, Dict, Optional, Union
 
 from det import _client, _info
+from det.pytorch._harness.errors import InvalidHP
 from det.core import (_checkpoint, _distributed, _preempt, _profiler, _searcher, _tensorboard,
                       _train)
 
@@ -79,7 +80,24 @@ class Context:
 
     def __exit__(self, exc_type: Optional[type], exc_val: Optional[BaseException],
                  exc_tb: Any) -> None:
-        self.close(exc_type, exc_val, exc_tb)
+        invalid_hp = isinstance(exc_val, InvalidHP)
+        try:
+            if invalid_hp:
+                # As Determined: the chief tells the master, then the process exits 0 (a
+                # failure would be restarted; an invalid trial is replaced instead).
+                if self.distributed.rank == 0:
+                    self.train.report_early_exit(_train.EarlyExitReason.INVALID_HP)
+                print(f"det: det.InvalidHP ({exc_val}): the trial ends as invalid; exiting 0",
+                      file=sys.stderr, flush=True)
+        except (NotImplementedError, _client.MasterError) as e:
+            # The master cannot replace the trial: leave with the exception (a failed run).
+            print(f"det: det.InvalidHP ({exc_val}) is not reported: {e}", file=sys.stderr,
+                  flush=True)
+            invalid_hp = False
+        finally:
+            self.close(exc_type, exc_val, exc_tb)
+        if invalid_hp:
+            sys.exit(0)
 
 
 def _storage_directory(checkpoint_storage: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> str:

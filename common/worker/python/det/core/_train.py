@@ -211,17 +211,26 @@ class TrainContext:
         print(f"det: trial status: {status}", flush=True)
 
     def report_early_exit(self, reason: EarlyExitReason) -> None:
-        """Says why the trial stops early. USER_REQUESTED_STOP: the trial ends when the
-        script exits 0, which det's master records as a completed trial (there is nothing to
-        send; a line in the trial log says so). INVALID_HP: NotImplementedError, since the
-        master has no call to mark a trial's hyperparameters invalid."""
+        """Says why the trial stops early (Determined's report_early_exit).
+
+        USER_REQUESTED_STOP: the trial ends when the script exits 0, which det's master
+        records as a completed trial (nothing is sent; a line in the trial log says so).
+        INVALID_HP: tells the master the trial's hyperparameters are invalid, so that it ends
+        the trial as invalid and its searcher creates a replacement, as Determined's do;
+        call it from the chief, then exit 0 (leaving det.core.init()'s `with` block with
+        det.InvalidHP does both). NotImplementedError when the master has no call for it
+        (det's worker channel does not have one yet: docs/coming-from-determined.md)."""
         reason = EarlyExitReason(reason)
         if reason == EarlyExitReason.USER_REQUESTED_STOP:
             print("det: report_early_exit(USER_REQUESTED_STOP): the trial ends when this "
                   "process exits 0", flush=True)
             return
-        raise _missing_in_master("report_early_exit(EarlyExitReason.INVALID_HP)",
-                                 "mark the trial's hyperparameters invalid and replace it")
+        try:
+            self._client.report_early_exit(reason.name)
+        except _client.UnimplementedError as e:
+            raise NotImplementedError(
+                f"report_early_exit(EarlyExitReason.INVALID_HP) needs the master to mark the "
+                f"trial's hyperparameters invalid and replace it, and it cannot: {e}") from None
 
     def get_experiment_best_validation(self) -> Optional[float]:
         """Determined: the best searcher.metric value any trial of the experiment has

@@ -477,16 +477,20 @@ def init(*, hparams: Optional[Dict[str, Any]] = None, exp_conf: Optional[Dict[st
             exp_conf=exp_conf, aggregation_frequency=aggregation_frequency,
             steps_completed=steps_completed,
             enable_tensorboard_logging=enable_tensorboard_logging)
-        yield context
-    # DDP's reducer must go before the process group: destroyed after it (at the process's
-    # exit), torch 1.13 aborts ("terminate called without an active exception", seen 1 run in
-    # 20 of trial_test). The context lets go of what it wrapped; the caller should drop its
-    # trial before leaving the `with` block (det.pytorch.run does).
-    if context._tensorboard_writer is not None:
-        context._tensorboard_writer.close()
-    context.models.clear()
-    context.optimizers.clear()
-    gc.collect()
+        try:
+            yield context
+        finally:
+            # DDP's reducer must go before the process group: destroyed after it (at the
+            # process's exit), torch 1.13 aborts ("terminate called without an active
+            # exception", seen 1 run in 20 of trial_test). The context lets go of what it
+            # wrapped (also when leaving with an exception: det.InvalidHP ends in exit 0);
+            # the caller should drop its trial before leaving the `with` block (det.pytorch.run
+            # does).
+            if context._tensorboard_writer is not None:
+                context._tensorboard_writer.close()
+            context.models.clear()
+            context.optimizers.clear()
+            gc.collect()
     if created_group and torch.distributed.is_initialized():
         # Every rank is done before any closes its connections: Gloo aborts a process whose
         # peer goes away while its last collective's bytes are in flight. (After an
