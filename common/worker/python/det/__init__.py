@@ -5,6 +5,7 @@ sampler and deterministic mode."""
 
 from det import core
 from det._client import AllocationEndedError, MasterError
+from det._import import import_from_path
 from det._info import ClusterEnvironmentError, ClusterInfo, TrialInfo, get_cluster_info
 # A torch-free module: `import det` does not import torch.
 from det.pytorch._harness.errors import InvalidHP
@@ -13,4 +14,5 @@ from det.pytorch._harness.errors import InvalidHP
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
 __all__ = ["AllocationEndedError", "ClusterEnvironmentError", "ClusterInfo", "InvalidHP",
-           "LOG_FORMAT", "MasterError", "TrialInfo", "core", "get_cluster_info"]
+           "LOG_FORMAT", "MasterError", "TrialInfo", "core", "get_cluster_info",
+           "import_from_path"]

@@ -142,6 +142,9 @@ class ClusterInfo:
         if not self.allocation_id:
             raise _missing("DET_ALLOCATION_ID", "is not set")
         self.task_id: str = self.allocation_id
+        # Determined's task type ("TRIAL", "NOTEBOOK", "COMMAND", ...): det's allocations
+        # run trials only (a worker without a trial spec is refused below).
+        self.task_type: str = "TRIAL"
         self.session_token: str = env.get("DET_ALLOCATION_TOKEN", "")
         if not self.session_token:
             raise _missing("DET_ALLOCATION_TOKEN", "is not set")

@@ -378,6 +378,7 @@ class CoreTest(unittest.TestCase):
         self.assertEqual(info.latest_checkpoint, "abc-123")
         self.assertEqual(info.latest_checkpoint_path, self.storage + "/abc-123")
         self.assertEqual((info.rank, info.world_size, info.allocation_id), (1, 2, "7.1"))
+        self.assertEqual(info.task_type, "TRIAL")
 
     def test_missing_variables_inside_an_allocation_are_named(self):
         env = fake_master.allocation_env(self.address, self.storage)

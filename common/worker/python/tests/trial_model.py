@@ -95,3 +95,11 @@ class FullDatasetTrial(TinyTrial):
         n = sum(len(b[0]) for b in data_loader)
         # "batches" of its own: the Trainer must not replace it.
         return {"validation_loss": 1.0, "records": n, "batches": 99}
+
+
+class AmpTrial(TinyTrial):
+    """experimental.use_amp() before wrap_model, as Determined's AMP examples do."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        context.experimental.use_amp()
+        super().__init__(context)

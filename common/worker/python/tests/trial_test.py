@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +38,15 @@ def torch_load(path):
     if "weights_only" in inspect.signature(torch.load).parameters:
         return torch.load(path, map_location="cpu", weights_only=False)
     return torch.load(path, map_location="cpu")
+
+
+@contextlib.contextmanager
+def import_from(path):
+    sys.path.insert(0, path)
+    try:
+        yield
+    finally:
+        sys.path.remove(path)
 
 
 def free_port():
@@ -172,6 +182,53 @@ class LocalTest(unittest.TestCase):
         loaded = pytorch.load_trial_from_checkpoint_path(
             last, trial_class=trial_model.TinyTrial)
         self.assertTrue(torch.equal(loaded.model.weight, trial.model.weight.detach().cpu()))
+        self.assertIsInstance(loaded.context, pytorch.CheckpointLoadContext)
+        self.assertEqual(loaded.context.get_hparam("lr"), 0.05)
+
+    def test_checkpoints_hold_the_code_and_load_from_it(self):
+        # The model definition (the working directory) goes into code/, and
+        # load_trial_from_checkpoint_path imports the trial class from there.
+        work = os.path.join(self.tmp.name, "work")
+        os.makedirs(os.path.join(work, "pkg", "__pycache__"))
+        with open(os.path.join(work, "pkg", "copied_model.py"), "w") as f:
+            f.write("from tests import trial_model\n\n\n"
+                    "class CopiedTrial(trial_model.TinyTrial):\n"
+                    "    def source(self):\n        return __file__\n")
+        open(os.path.join(work, "pkg", "__init__.py"), "w").close()
+        open(os.path.join(work, "pkg", "__pycache__", "x.pyc"), "w").close()
+        cwd = os.getcwd()
+        os.chdir(work)
+        self.addCleanup(os.chdir, cwd)
+        self.storage = os.path.join(work, "checkpoints")  # Inside the working directory.
+        with import_from(work):
+            from pkg import copied_model
+        self.fit(copied_model.CopiedTrial, max_length=pytorch.Batch(2))
+        last = self.checkpoints()[-1]
+        code = os.path.join(last, "code")
+        self.assertEqual(sorted(os.path.relpath(os.path.join(d, f), code)
+                                for d, _, fs in os.walk(code) for f in fs),
+                         ["pkg/__init__.py", "pkg/copied_model.py"])
+        with open(os.path.join(last, "load_data.json")) as f:
+            self.assertEqual(json.load(f)["trial_cls_spec"], "pkg.copied_model:CopiedTrial")
+        # Only the checkpoint's copy is left.
+        shutil.rmtree(os.path.join(work, "pkg"))
+        for name in ("pkg", "pkg.copied_model"):
+            del sys.modules[name]
+        os.chdir(cwd)
+        loaded = pytorch.load_trial_from_checkpoint_path(last)
+        self.assertEqual(type(loaded).__name__, "CopiedTrial")
+        self.assertEqual(loaded.source(), os.path.join(last, "code", "pkg", "copied_model.py"))
+        # det.import_from_path forgets what it imported from code/ after the load.
+        self.assertFalse("pkg.copied_model" in sys.modules)
+        state = torch_load(os.path.join(last, "state_dict.pth"))
+        self.assertTrue(torch.equal(loaded.model.weight, state["models_state_dict"][0]["weight"]))
+        with self.assertRaisesRegex(ValueError, "failed to import Trial class as nope:Trial"):
+            with open(os.path.join(last, "load_data.json")) as f:
+                data = json.load(f)
+            data["trial_cls_spec"] = "nope:Trial"
+            with open(os.path.join(last, "load_data.json"), "w") as f:
+                json.dump(data, f)
+            pytorch.load_trial_from_checkpoint_path(last)
 
     def test_resume_continues_at_the_next_batch(self):
         # Uninterrupted: 20 batches (an epoch is 16), in another log.
@@ -281,6 +338,48 @@ class LocalTest(unittest.TestCase):
         self.assertEqual(exited.exception.code, 0)
         with open(os.path.join(self.checkpoints()[-1], "trial_state.pkl"), "rb") as f:
             self.assertEqual(pickle.load(f)["batches_trained"], 3)
+
+    def test_use_amp_on_the_cpu_trains_as_float32_and_checkpoints_the_scaler(self):
+        # torch disables the GradScaler and autocast without CUDA: the same losses as without
+        # AMP, and the scaler's state in the checkpoint (as Determined's scaler_state_dict).
+        self.fit(max_length=pytorch.Batch(6))
+        plain = [r[2]["loss"] for r in self.reports if r[0] == "training"]
+        amp_log = os.path.join(self.tmp.name, "amp.jsonl")
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, context = self.fit(trial_model.AmpTrial, log=amp_log, max_length=pytorch.Batch(6))
+        self.assertEqual([r[2]["loss"] for r in self.reports if r[0] == "training"], plain)
+        self.assertIsNotNone(context._scaler)
+        state = torch_load(os.path.join(self.checkpoints()[-1], "state_dict.pth"))
+        self.assertIn("scaler_state_dict", state)
+
+    def test_autocast_forward_pass_and_apex(self):
+        class Half(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(2, 2)
+
+            def forward(self, x):
+                y = self.linear(x)
+                return {"half": y.half(), "pair": (y.half(), y.double()), "n": 3}
+
+        with fake_master.environment({}), contextlib.redirect_stderr(io.StringIO()), \
+                pytorch.init(hparams={"global_batch_size": 4},
+                             checkpoint_storage=self.storage) as context:
+            model = Half()
+            keys = list(model.state_dict())
+            wrapped = context.autocast_forward_pass(model)
+            self.assertIs(wrapped, model)
+            self.assertEqual(list(wrapped.state_dict()), keys)
+            out = wrapped(torch.ones(1, 2))
+            self.assertEqual((out["half"].dtype, out["pair"][0].dtype, out["pair"][1].dtype),
+                             (torch.float32, torch.float32, torch.float64))
+            self.assertEqual(out["n"], 3)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            self.assertEqual(context.configure_apex_amp(model, opt, enabled=False), (model, opt))
+            with self.assertRaisesRegex(NotImplementedError,
+                                        r"configure_apex_amp \(NVIDIA apex\) is not supported.*"
+                                        r"use_amp\(\)"):
+                context.configure_apex_amp(model, opt)
 
     def test_api_misuse_is_named(self):
         class NoEvaluate(trial_model.TinyTrial):

@@ -37,6 +37,7 @@ _EXPORTS = {
     "PyTorchTrial": "_harness.trial",
     "Trainer": "_harness.trainer",
     "load_trial_from_checkpoint_path": "_harness.load",
+    "CheckpointLoadContext": "_harness.load",
 }
 
 __all__ = sorted(_EXPORTS)

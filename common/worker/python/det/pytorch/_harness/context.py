@@ -3,13 +3,14 @@ PyTorchTrialContext): what a PyTorchTrial wraps its models, optimizers and LR sc
 with, over a det.core Context."""
 
 import contextlib
+import functools
 import gc
 import json
 import logging
 import os
 import pathlib
 import random
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 import numpy as np
 import torch
@@ -45,11 +46,14 @@ class PyTorchExperimentalContext:
         self._auto_to_device = False
 
     def use_amp(self) -> None:
-        """Not supported by det: wrap a GradScaler with context.wrap_scaler() and use
-        torch.autocast in the model instead."""
-        raise NotImplementedError("det.pytorch: experimental.use_amp() is not supported; use "
-                                  "context.wrap_scaler(torch.cuda.amp.GradScaler()) and "
-                                  "torch.autocast in the forward pass")
+        """Automatic mixed precision as Determined's use_amp(): wraps a
+        torch.cuda.amp.GradScaler (context.wrap_scaler), runs the forward pass of every model
+        wrapped afterwards under autocast (context.autocast_forward_pass), scales losses in
+        context.backward and steps, unscales (for clip_grads) and updates the scaler in
+        step_optimizer. Call before wrap_model. On CPU slots torch disables the scaler and
+        autocast, so training runs in float32."""
+        self._parent.wrap_scaler(torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available()))
+        self._auto_amp = True
 
 
 def _calculate_batch_sizes(hparams: Optional[Dict[str, Any]], slots: int):
@@ -266,6 +270,8 @@ class PyTorchTrialContext(_ReducerContext):
             if any(p.requires_grad for p in model.parameters()):
                 ids = [self.device.index] if self.device.type == "cuda" else None
                 wrapped = _DistributedDataParallel(model, device_ids=ids)
+        if self.experimental._auto_amp:
+            wrapped = self.autocast_forward_pass(wrapped)
         self.models.append(wrapped)
         return wrapped
 
@@ -315,12 +321,52 @@ class PyTorchTrialContext(_ReducerContext):
 
     def configure_apex_amp(self, models: Any, optimizers: Any, enabled: Optional[bool] = True,
                            **_apex_options: Any) -> Any:
-        """Apex is not supported by det: with enabled=False the arguments come back as they
-        are (as in Determined); else NotImplementedError."""
+        """NVIDIA apex is not supported by det: with enabled=False the arguments come back as
+        they are (as in Determined, where apex.amp.initialize(enabled=False) does nothing);
+        else NotImplementedError saying what to use instead."""
         if not enabled:
             return models, optimizers
-        raise NotImplementedError("det.pytorch: configure_apex_amp (NVIDIA apex) is not "
-                                  "supported; use context.wrap_scaler with torch.cuda.amp")
+        raise NotImplementedError(
+            "det.pytorch: configure_apex_amp (NVIDIA apex) is not supported. Use PyTorch's own "
+            "AMP instead: context.experimental.use_amp() before wrap_model (automatic), or "
+            "scaler = context.wrap_scaler(torch.cuda.amp.GradScaler()) with torch.autocast in "
+            "the forward pass and context.step_optimizer(optimizer, scaler=scaler)")
+
+    def autocast_forward_pass(self, to_wrap: torch.nn.Module) -> torch.nn.Module:
+        """`to_wrap` with its forward pass under torch.autocast on the context's device (not
+        on the CPU: as torch.cuda.amp.autocast, which Determined uses, it is disabled there)
+        and its float16 outputs (in tensors, dicts, lists, tuples) cast back to float32, so
+        that losses are computed outside autocast. Returns the same module, whose state_dict
+        is unchanged. Used by wrap_model after experimental.use_amp()."""
+        enabled = self.device.type == "cuda"
+        forward = to_wrap.forward
+        device_type = self.device.type
+
+        @functools.wraps(forward)
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device_type=device_type, enabled=enabled):
+                return forward(*args, **kwargs)
+
+        warned_types: Set[type] = set()
+
+        def to_float32(output: Any) -> Any:
+            if isinstance(output, torch.Tensor):
+                return output.float() if output.dtype == torch.float16 else output
+            if isinstance(output, dict):
+                return {k: to_float32(v) for k, v in output.items()}
+            if isinstance(output, list):
+                return [to_float32(v) for v in output]
+            if isinstance(output, tuple):
+                return tuple(to_float32(v) for v in output)
+            if type(output) not in warned_types:
+                warned_types.add(type(output))
+                logger.warning("autocast_forward_pass: the model returned a %s; float16 tensors "
+                               "inside it stay float16", type(output).__name__)
+            return output
+
+        to_wrap.forward = autocast_forward  # type: ignore[assignment]
+        to_wrap.register_forward_hook(lambda _module, _input, output: to_float32(output))
+        return to_wrap
 
     def to_device(self, data: Any) -> Any:
         return _data.to_device(data, self.device, self._to_device_warned_types)
@@ -341,7 +387,10 @@ class PyTorchTrialContext(_ReducerContext):
     def backward(self, loss: torch.Tensor, gradient: Optional[torch.Tensor] = None,
                  retain_graph: bool = False, create_graph: bool = False) -> None:
         """loss.backward(...); with aggregation_frequency > 1, gradients are exchanged only on
-        the batches that step the optimizers."""
+        the batches that step the optimizers. After experimental.use_amp() the loss is scaled
+        by the wrapped GradScaler first."""
+        if self._scaler is not None and self.experimental._auto_amp:
+            loss = self._scaler.scale(loss)
         if self.distributed.size > 1 and self._current_batch_idx is not None and \
                 not self._should_communicate_and_update():
             with self._no_sync():
@@ -367,6 +416,8 @@ class PyTorchTrialContext(_ReducerContext):
             for p in params:
                 if p.grad is not None:
                     p.grad.data.div_(float(self._aggregation_frequency))
+        if scaler is None and self.experimental._auto_amp:
+            scaler = self._scaler
         if clip_grads is not None:
             if scaler is not None:
                 scaler.unscale_(optimizer)

@@ -8,7 +8,9 @@ import json
 import logging
 import pathlib
 import pickle
+import os
 import random
+import shutil
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -28,6 +30,49 @@ logger = logging.getLogger("det.pytorch")
 STATE_DICT_FILE = "state_dict.pth"
 TRIAL_STATE_FILE = "trial_state.pkl"
 LOAD_DATA_FILE = "load_data.json"
+# The model definition saved with each checkpoint (Determined's code/): the working
+# directory, which in a det allocation is the experiment's context directory.
+CODE_DIR = "code"
+# Above these (det's limits of a context directory) the code is not copied (logged).
+_CODE_MAX_FILES = 10000
+_CODE_MAX_BYTES = 64 << 20
+
+
+def _code_files(root: pathlib.Path, skip: List[pathlib.Path]) -> Optional[List[pathlib.Path]]:
+    """The files under `root` to save as the model definition (not __pycache__, hidden
+    entries or the directories in `skip`), relative to it; None when there are more than
+    det's context limits allow."""
+    files: List[pathlib.Path] = []
+    total = 0
+    skipped = {os.path.realpath(p) for p in skip}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith(".")
+                             and os.path.realpath(os.path.join(dirpath, d)) not in skipped)
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            full = pathlib.Path(dirpath, name)
+            try:
+                total += full.stat().st_size
+            except OSError:
+                continue  # A dangling link.
+            files.append(full.relative_to(root))
+            if len(files) > _CODE_MAX_FILES or total > _CODE_MAX_BYTES:
+                return None
+    return files
+
+
+def _write_code(dest: pathlib.Path, skip: List[pathlib.Path]) -> None:
+    root = pathlib.Path.cwd()
+    files = _code_files(root, skip)
+    if files is None:
+        logger.warning("the working directory %s holds more than %d files or %d MiB: its "
+                       "model definition is not saved in the checkpoint's %s/", root,
+                       _CODE_MAX_FILES, _CODE_MAX_BYTES >> 20, CODE_DIR)
+        return
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, dest / rel)
 
 
 class Trainer:
@@ -378,6 +423,9 @@ class _Controller:
         out = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=batch_idx)
         if isinstance(out, torch.Tensor):
             out = {"loss": out}
+        if self.context.experimental._auto_amp and self.context._should_communicate_and_update():
+            # experimental.use_amp(): the scaler stepped every optimizer of this batch.
+            self.context._scaler.update()
         for scheduler in self.context.lr_schedulers:
             self._step_lr_scheduler(batch_idx, scheduler)
         return _data._numbers(f"train_batch (batch {batch_idx})", out)
@@ -547,13 +595,19 @@ class _Controller:
         with (path / TRIAL_STATE_FILE).open("wb") as f:
             pickle.dump(state, f)
         trial_cls = type(self.trial)
-        hparams = self.context._hparams
+        module, in_main = trial_cls.__module__, trial_cls.__module__ == "__main__"
+        if in_main:
+            # Defined in the entrypoint script: loaded later by the script's module name.
+            main_file = getattr(sys.modules["__main__"], "__file__", None) or ""
+            module = pathlib.Path(main_file).stem
         with (path / LOAD_DATA_FILE).open("w") as f:
             json.dump({"trial_type": "PyTorchTrial",
                        "experiment_config": self.context._exp_conf,
-                       "hparams": hparams,
-                       "trial_cls_spec": f"{trial_cls.__module__}:{trial_cls.__qualname__}",
-                       "is_trainer": True}, f, default=str)
+                       "hparams": self.context._hparams,
+                       "trial_cls_spec": f"{module}:{trial_cls.__qualname__}",
+                       "is_trainer": True, "trial_in_main": in_main}, f, default=str)
+        storage = self.core.checkpoint.directory
+        _write_code(path / CODE_DIR, skip=[path] + ([pathlib.Path(storage)] if storage else []))
         for callback in self.callbacks.values():
             callback.on_checkpoint_end(str(path))
             callback.on_checkpoint_write_end(str(path))
