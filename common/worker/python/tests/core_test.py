@@ -527,7 +527,8 @@ class CoreTest(unittest.TestCase):
                 contextlib.redirect_stderr(err):
             with det.core.init():
                 raise det.InvalidHP("lr too big")
-        self.assertIn("det.InvalidHP (lr too big) is not reported: report_early_exit", err.getvalue())
+        self.assertIn("det.InvalidHP (lr too big) is not reported: report_early_exit",
+                      err.getvalue())
         self.assertIn("has no such call", err.getvalue())
 
     def test_invalid_hp_is_reported_by_the_chief_then_exit_0(self):

@@ -258,6 +258,26 @@ class LocalTest(unittest.TestCase):
         self.assertEqual([r["epoch_idx"] for r in train], [0] * 16 + [1] * 4)
         self.assertTrue(torch.equal(second.model.weight, whole.model.weight))
 
+    def test_paused_and_resumed_reports_the_same_metrics_as_uninterrupted(self):
+        # Every batch's training loss and every validation, bitwise: the resumed run restores
+        # weights, optimizer, RNG states and the data position (CPU, one rank).
+        # 20 batches cross an epoch (16), so the LR scheduler steps too.
+        periods = dict(max_length=pytorch.Batch(20), reporting_period=pytorch.Batch(1),
+                       validation_period=pytorch.Batch(8), checkpoint_policy="none")
+        hparams = {"shuffle": True, "lr_mode": "STEP_EVERY_EPOCH"}
+        self.fit(log=os.path.join(self.tmp.name, "whole.jsonl"), hparams=hparams, **periods)
+        whole = [r for r in self.reports if r[0] in ("training", "validation")]
+        self.fit(hparams={**hparams, "stop_at": 9}, **periods)  # Stops after batch 10.
+        first = [r for r in self.reports if r[0] in ("training", "validation")]
+        ckpt = self.checkpoints()[-1]
+        self.fit(hparams=hparams, latest_checkpoint=ckpt, **periods)
+        second = [r for r in self.reports if r[0] in ("training", "validation")]
+        self.assertEqual([r[1] for r in first if r[0] == "training"], list(range(1, 11)))
+        self.assertEqual(first + second, whole)
+        lrs = [r["lr"] for r in records(os.path.join(self.tmp.name, "whole.jsonl"), "train")]
+        self.assertEqual((lrs[15], lrs[16]), (0.05, 0.025))
+        self.assertEqual(len([r for r in whole if r[0] == "validation"]), 3)
+
     def test_set_profiler_writes_traces_to_the_tensorboard_directory(self):
         class Profiled(trial_model.TinyTrial):
             def __init__(self, context):

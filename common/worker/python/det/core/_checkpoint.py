@@ -287,10 +287,12 @@ class CheckpointContext:
         download_mode = DownloadMode(download_mode)
         ckpt_dir = os.fspath(ckpt_dir)
         if download_mode == DownloadMode.NoSharedDownload:
-            src = self._existing(storage_id, "download")
-            _copy_files(src, _list_files(src, selector), ckpt_dir)
+            existing = self._existing(storage_id, "download")
+            _copy_files(existing, _list_files(existing, selector), ckpt_dir)
             return
-        src, error, offer = None, None, None
+        src: Optional[str] = None
+        error: Optional[Exception] = None
+        offer: Optional[Tuple[Optional[List[str]], Optional[str]]] = None
         if self._dist.local_rank == 0:
             try:
                 src = self._existing(storage_id, "download")
@@ -305,11 +307,12 @@ class CheckpointContext:
             if error is not None:
                 raise error
             raise FileNotFoundError(f"download: {names[1]}")
-        picks = [selector is None or bool(selector(n)) for n in names[0]]
+        listing: List[str] = names[0] or []
+        picks = [selector is None or bool(selector(n)) for n in listing]
         everyone = self._dist.gather_local(picks)
         if self._dist.local_rank == 0:
-            wanted = [n for i, n in enumerate(names[0]) if any(p[i] for p in everyone)]
-            _copy_files(src, wanted, ckpt_dir)
+            wanted = [n for i, n in enumerate(listing) if any(p[i] for p in everyone or [])]
+            _copy_files(str(src), wanted, ckpt_dir)
         self._dist.broadcast_local(None)  # The copy is done.
 
     def get_metadata(self, storage_id: str) -> Dict[str, Any]:
@@ -404,6 +407,8 @@ def _make_private(root: str) -> None:
 
 
 def _fsync_dir(path: str) -> None:
+    if not os.access(path, os.R_OK):
+        return  # A storage root its user may add to, not read (cluster-up's 01733): no fd.
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

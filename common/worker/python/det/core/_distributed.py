@@ -84,19 +84,24 @@ class DistributedContext:
         # ZMQ transport); det's collectives need no ports.
         given = (rank, size, local_rank, local_size, cross_rank, cross_size)
         if all(x is None for x in given):
-            rank, size, local_rank, local_size, cross_rank, cross_size = 0, 1, 0, 1, 0, 1
+            given = (0, 1, 0, 1, 0, 1)
         elif any(x is None for x in given):
             raise ValueError("rank, size, local_rank, local_size, cross_rank and cross_size must "
                              "all be given if any is")
+        ranks: List[int] = [x for x in given if x is not None]
+        rank, size, local_rank, local_size, cross_rank, cross_size = ranks
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is outside size {size}")
         if local_size < 1 or not 0 <= local_rank < local_size:
             raise ValueError(f"local_rank {local_rank} is outside local_size {local_size}")
         if cross_size < 1 or not 0 <= cross_rank < cross_size:
             raise ValueError(f"cross_rank {cross_rank} is outside cross_size {cross_size}")
-        self.rank, self.size = rank, size
-        self.local_rank, self.local_size = local_rank, local_size
-        self.cross_rank, self.cross_size = cross_rank, cross_size
+        self.rank: int = rank
+        self.size: int = size
+        self.local_rank: int = local_rank
+        self.local_size: int = local_size
+        self.cross_rank: int = cross_rank
+        self.cross_size: int = cross_size
         self.chief_ip = chief_ip
         self._client = _client_for_rendezvous
         self._prefix = _rendezvous_prefix

@@ -7,7 +7,7 @@ import enum
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from det import _client
 from det.core import _distributed
@@ -48,7 +48,7 @@ class PreemptContext:
         self._closed = False           # GUARDED_BY(_lock)
         self._sigterm = False
         self._asked = False
-        self._previous_handler = None
+        self._previous_handler: Any = None
         self._thread: Optional[threading.Thread] = None
         self._started = False
 

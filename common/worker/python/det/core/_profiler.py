@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from det import _client
 from det.core import _distributed, _train
@@ -215,7 +215,7 @@ class _GpuReader:
         except (OSError, subprocess.SubprocessError):
             self._smi = None
             return {}
-        out = {}
+        out: Dict[str, Tuple[Any, ...]] = {}
         for line in text.strip().splitlines():
             parts = [p.strip() for p in line.split(",")]
             try:

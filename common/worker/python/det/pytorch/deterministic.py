@@ -23,7 +23,7 @@ import torch
 try:
     import numpy as _np  # Widening adds (see _Group.add_fallback); torch's own ops otherwise.
 except ImportError:
-    _np = None
+    _np = None  # type: ignore[assignment]
 import torch.distributed as dist
 
 from .elastic_order import mix64

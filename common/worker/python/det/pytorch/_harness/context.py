@@ -381,7 +381,7 @@ class PyTorchTrialContext(_ReducerContext):
         with contextlib.ExitStack() as stack:
             for model in self.models:
                 if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-                    stack.enter_context(model.no_sync())
+                    stack.enter_context(model.no_sync())  # type: ignore[operator]
             yield
 
     def backward(self, loss: torch.Tensor, gradient: Optional[torch.Tensor] = None,

@@ -6,7 +6,7 @@ trial starts at its next step in O(1), without reading or replaying the batches 
 
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Type, Union, cast
 
 import numpy as np
 import torch
@@ -138,7 +138,7 @@ class _TrainingBatches:
         self.sampler: Optional[ElasticSampler] = None
         if isinstance(loader, DataLoader) and loader._uses_elastic_order():
             n = len(loader.dataset)
-            global_batch = loader.batch_size * size
+            global_batch = cast(int, loader.batch_size) * size
             if global_batch > n:
                 raise ValueError(f"det.pytorch.DataLoader: the global batch ({loader.batch_size} "
                                  f"per slot x {size} slots) is larger than the training data "

@@ -7,7 +7,8 @@ class InvalidHP(Exception):
     unsaved work and lets it propagate; leaving det.core.init()'s (or det.pytorch.init()'s)
     `with` block with it reports the early exit to the master from the chief and exits 0, so
     that the master ends the trial as invalid and its searcher replaces it. While the master
-    has no call for that, the exception goes on and the run fails (docs/coming-from-determined.md)."""
+    has no call for that, the exception goes on and the run fails
+    (docs/coming-from-determined.md)."""
 
     def __init__(self, msg: str = "InvalidHP") -> None:
         super().__init__(msg)

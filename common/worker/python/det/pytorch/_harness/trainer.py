@@ -12,7 +12,7 @@ import os
 import random
 import shutil
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 import torch
@@ -223,7 +223,7 @@ class _Controller:
 
     # -- setup ----------------------------------------------------------------------------
 
-    def _checkpoint_dir(self) -> Iterator[pathlib.Path]:
+    def _checkpoint_dir(self) -> ContextManager[pathlib.Path]:
         return self.core.checkpoint.restore_path(self.latest_checkpoint)
 
     def _read_trial_state(self) -> None:
@@ -250,8 +250,9 @@ class _Controller:
         self._check_loader("build_training_data_loader", train)
         self.training = _data._TrainingBatches(train, self.dist.rank, self.dist.size,
                                                self.seed, self.state["batches_trained"])
-        self.context._epoch_len = self.dist.broadcast(self.training.epoch_len)
-        if self.context._epoch_len < 1:
+        epoch_len: int = self.dist.broadcast(self.training.epoch_len)
+        self.context._epoch_len = epoch_len
+        if epoch_len < 1:
             raise ValueError("the training data loader has no batches per epoch")
         validation = self.trial.build_validation_data_loader()
         self.validation_loader: Any = None
@@ -383,7 +384,7 @@ class _Controller:
         for model in self.context.models:
             model.train()
         self.context.reset_reducers()
-        epoch_len = self.context._epoch_len
+        epoch_len = self.context._require_epoch_len()
         metrics: List[Dict[str, float]] = []
         while True:
             batch_idx = self.state["batches_trained"]
@@ -444,7 +445,7 @@ class _Controller:
                 scheduler.step()
         elif mode == LRScheduler.StepMode.STEP_EVERY_EPOCH:
             # Step for each epoch that ends before the next optimizer step.
-            epoch_len = self.context._epoch_len
+            epoch_len = self.context._require_epoch_len()
             for e in range(batch_idx // epoch_len, (batch_idx + aggregation) // epoch_len):
                 if (e + 1) % freq == 0:
                     scheduler.step()
@@ -479,7 +480,7 @@ class _Controller:
             return
         done = self.state["epochs_trained"] if isinstance(length, Epoch) else \
             self.state["batches_trained"]
-        self.core.train.report_progress(min(1.0, done / max(1, length.value)))
+        self.core.train.report_progress(min(1.0, done / max(1, cast(int, length.value))))
 
     @torch.no_grad()
     def _validate(self) -> Dict[str, float]:
@@ -499,7 +500,7 @@ class _Controller:
                 if self.context.experimental._auto_to_device:
                     batch = self.context.to_device(batch)
                 out = (self.trial.evaluate_batch(batch, idx) if with_idx
-                       else self.trial.evaluate_batch(batch))
+                       else self.trial.evaluate_batch(batch))  # type: ignore[call-arg]
                 values = _data._numbers(f"evaluate_batch (batch {idx})", out)
                 if keys is None:
                     keys = list(values)

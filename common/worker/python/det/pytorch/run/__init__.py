@@ -10,7 +10,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
@@ -21,7 +21,7 @@ def _trial_class(spec: str) -> type:
         raise SystemExit(f"det.pytorch.run: expected MODULE:CLASS, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    value = importlib.import_module(module_name)
+    value: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         value = getattr(value, part)
     return value
