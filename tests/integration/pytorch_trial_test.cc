@@ -73,23 +73,41 @@ class PyTorchTrialTest : public ::testing::Test {
     storage_ = cluster_.dir() + "/checkpoints";
     // The example's files, copied from the runfiles into a context directory, with the
     // test's subclass beside them.
-    const std::string runfiles = TestCluster::BinDir() + "/../../";
-    ASSERT_EQ(mkdir((cluster_.dir() + "/context").c_str(), 0755), 0);
-    for (const char* f : {"model_def.py", "train.py", "data.py"}) {
-      std::string text =
-          Slurp(runfiles + "common/worker/python/examples/fashion_mnist_trial/" + f);
-      ASSERT_FALSE(text.empty()) << runfiles << f;
-      cluster_.WriteFile(std::string("context/") + f, text);
-    }
+    CopyContext("context", "common/worker/python/examples/fashion_mnist_trial",
+                {"model_def.py", "train.py", "data.py"});
     context_ = cluster_.WriteFile("context/logged_trial.py", kLoggedTrial);
     context_ = context_.substr(0, context_.rfind('/'));
-    configs_ = runfiles + "configs/examples/";
+    configs_ = Runfiles() + "configs/examples/";
   }
 
   // Creates an experiment of the shipped config `name` (configs/examples/) with the
   // test's checkpoint storage and `overrides` (--config KEY.PATH=VALUE); its id, or -1.
   int64_t Create(const std::string& name, const std::vector<std::string>& overrides) {
-    std::vector<std::string> args = {"experiment", "create", configs_ + name, context_, "--json",
+    return CreateFrom(configs_ + name, context_, overrides);
+  }
+
+  // The workspace's root in the test's runfiles, ending in '/'.
+  static std::string Runfiles() { return TestCluster::BinDir() + "/../../"; }
+
+  // A context directory `name` under the cluster's directory holding `files` of the
+  // runfiles directory `from` (relative to the workspace); its path.
+  std::string CopyContext(const std::string& name, const std::string& from,
+                          const std::vector<std::string>& files) {
+    const std::string runfiles = Runfiles();
+    EXPECT_EQ(mkdir((cluster_.dir() + "/" + name).c_str(), 0755), 0) << name;
+    std::string path;
+    for (const std::string& f : files) {
+      std::string text = Slurp(runfiles + from + "/" + f);
+      EXPECT_FALSE(text.empty()) << runfiles << from << "/" << f;
+      path = cluster_.WriteFile(name + "/" + f, text);
+    }
+    return path.substr(0, path.rfind('/'));
+  }
+
+  // As Create, for the config file `config` and the context directory `context`.
+  int64_t CreateFrom(const std::string& config, const std::string& context,
+                     const std::vector<std::string>& overrides) {
+    std::vector<std::string> args = {"experiment", "create", config, context, "--json",
                                      "--config",
                                      "checkpoint_storage={type: shared_fs, host_path: '" +
                                          storage_ + "'}"};
@@ -331,6 +349,59 @@ TEST_F(PyTorchTrialTest, AdaptiveAshaTimeMetricStopsTrialsAtRungs) {
     }
   }
   EXPECT_GE(stopped, 1) << d.dump(2);
+}
+
+// Determined's published example shapes (common/worker/python/examples/determined, det's
+// versions with the import and data lines changed), run from their own configs with the
+// length lines shortened. cifar10_pytorch: `entrypoint: model_def:CIFARTrial`,
+// records_per_epoch, max_length and min_validation_period in epochs, the old
+// evaluate_batch(batch).
+TEST_F(PyTorchTrialTest, DeterminedCifar10ExampleCompletes) {
+  const std::string dir = "common/worker/python/examples/determined/cifar10_pytorch";
+  std::string context = CopyContext("cifar10", dir, {"model_def.py", "data.py"});
+  // 320 records of 32: 10 batches an epoch.
+  int64_t id = CreateFrom(Runfiles() + dir + "/const.yaml", context,
+                          {"records_per_epoch=320", "searcher.max_length={epochs: 2}"});
+  ASSERT_EQ(id, 1);
+  nlohmann::json d = WaitEnded(id);
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << Logs(1);
+  const nlohmann::json t = Trial(1);
+  EXPECT_EQ(Int(t["total_batches"]), 20) << t.dump();
+  // A validation each epoch, with the example's metrics.
+  EXPECT_EQ(Int(t["validation_summary"]["validation_error"]["count"]), 2) << t.dump();
+  EXPECT_TRUE(t["validation_summary"].contains("validation_accuracy")) << t.dump();
+  EXPECT_TRUE(t["training_summary"].contains("train_accuracy")) << t.dump();
+  std::map<int64_t, nlohmann::json> checkpoints = Checkpoints(1);
+  ASSERT_TRUE(checkpoints.count(20)) << cluster_.Det({"e", "lc", "1"}).out;
+  EXPECT_TRUE(checkpoints[20]["metrics"].contains("validation_error")) << checkpoints[20].dump();
+  // The model definition travels with the checkpoint (code/), as in Determined.
+  EXPECT_TRUE(Exists(checkpoints[20]["storage_path"].get<std::string>() + "/code/model_def.py"));
+}
+
+// mnist_pytorch in both of Determined's forms at once (the agent has two slots): the
+// pre-0.38 `entrypoint: model_def:MNistTrial` with max_length in batches, and the 0.38
+// Trainer-API script (`python3 train.py`, no searcher length: the script's --batches).
+TEST_F(PyTorchTrialTest, DeterminedMnistExampleCompletesInBothForms) {
+  const std::string dir = "common/worker/python/examples/determined/mnist_pytorch";
+  std::string context =
+      CopyContext("mnist", dir, {"model_def.py", "train.py", "model.py", "data.py", "const.yaml"});
+  const std::string configs = Runfiles() + dir + "/";
+  ASSERT_EQ(CreateFrom(configs + "const-legacy.yaml", context,
+                       {"searcher.max_length={batches: 30}"}),
+            1);
+  ASSERT_EQ(CreateFrom(configs + "const.yaml", context,
+                       {"entrypoint=python3 train.py --batches 30"}),
+            2);
+  for (int64_t id : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("experiment ", id));
+    nlohmann::json d = WaitEnded(id);
+    ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << Logs(id);
+    const nlohmann::json t = Trial(id);
+    EXPECT_EQ(Int(t["total_batches"]), 30) << t.dump();
+    EXPECT_EQ(Int(t["validation_summary"]["validation_loss"]["count"]), 1) << t.dump();
+    EXPECT_GT(t["validation_summary"]["accuracy"]["last"].get<double>(), 0.3) << t.dump();
+    EXPECT_TRUE(Checkpoints(id).count(30)) << cluster_.Det({"e", "lc", absl::StrCat(id)}).out;
+  }
 }
 
 }  // namespace
