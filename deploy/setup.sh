@@ -9,6 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   postgresql-15 libpq-dev  # the master's PostgreSQL store and its tests (master/store)
+  slurm-wlm munge libslurm-dev  # the Slurm resource manager's tests (tests/slurm): slurmctld, slurmd, munged
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libibverbs1 libhiredis0.14
   libcli11-dev libcpp-httplib-dev nlohmann-json3-dev libsodium-dev libssl-dev

@@ -59,6 +59,82 @@ absl::Status ParsePortRange(const std::string& text, int* first, int* last) {
   return absl::OkStatus();
 }
 
+// Values the master writes into a Slurm batch script (single-quoted there): no quote, no
+// control character.
+bool ScriptSafe(const std::string& s) {
+  return std::none_of(s.begin(), s.end(), [](char ch) {
+    return ch == '\'' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+  });
+}
+
+void ReadResourceManager(ObjectReader& rm, MasterConfig* c) {
+  std::string type = "agent";
+  rm.String("type", &type);
+  if (rm.ok() && type != "agent" && type != "slurm") {
+    rm.Fail("type", absl::StrCat("expected agent or slurm, got \"", type, "\""));
+  }
+  if (!rm.ok() || type != "slurm") return;
+  SlurmConfig s;
+  rm.String("partition", &s.partition);
+  rm.String("account", &s.account);
+  rm.String("qos", &s.qos);
+  rm.String("slot_type", &s.slot_type);
+  if (rm.ok() && s.slot_type != "cpu" && s.slot_type != "cuda") {
+    rm.Fail("slot_type", absl::StrCat("expected cpu or cuda, got \"", s.slot_type, "\""));
+  }
+  rm.String("gpu_type", &s.gpu_type);
+  rm.Int("cpus_per_slot", &s.cpus_per_slot, 1, 1024);
+  rm.Int("slots_per_node", &s.slots_per_node, 0, 1024);
+  rm.StringList("sbatch_options", &s.sbatch_options);
+  for (const std::string& option : s.sbatch_options) {
+    if (rm.ok() && (option.size() < 3 || option.rfind("--", 0) != 0 || !ScriptSafe(option))) {
+      rm.Fail("sbatch_options",
+              absl::StrCat("expected options such as \"--time=04:00:00\" (each one word "
+                           "starting with \"--\", no quote or control character), got \"",
+                           option, "\""));
+    }
+  }
+  rm.String("master_address", &s.master_address);
+  rm.String("launcher", &s.launcher);
+  rm.String("work_dir", &s.work_dir);
+  rm.String("worker_python", &s.worker_python);
+  rm.StringList("worker_path", &s.worker_path);
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"partition", s.partition},
+                                                        {"account", s.account},
+                                                        {"qos", s.qos},
+                                                        {"gpu_type", s.gpu_type},
+                                                        {"master_address", s.master_address}}) {
+    if (rm.ok() && (!ScriptSafe(value) || value.find_first_of(" ,=") != std::string::npos)) {
+      rm.Fail(key, absl::StrCat("expected a name without spaces, commas, '=' or quotes, got \"",
+                                value, "\""));
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> paths = {{"launcher", s.launcher},
+                                                            {"work_dir", s.work_dir},
+                                                            {"worker_python", s.worker_python}};
+  for (const std::string& p : s.worker_path) paths.emplace_back("worker_path", p);
+  for (const auto& [key, value] : paths) {
+    if (rm.ok() && !value.empty() && (value[0] != '/' || !ScriptSafe(value))) {
+      rm.Fail(key, absl::StrCat("expected an absolute path without quotes or control "
+                                "characters, got \"", value, "\""));
+    }
+  }
+  std::string ports;
+  rm.String("chief_port_range", &ports);
+  if (rm.ok() && !ports.empty()) {
+    absl::Status st = ParsePortRange(ports, &s.chief_port_first, &s.chief_port_last);
+    if (!st.ok()) rm.Fail("chief_port_range", std::string(st.message()));
+  }
+  rm.Duration("poll_interval", &s.poll_interval);
+  if (rm.ok() && (s.poll_interval < absl::Milliseconds(100) || s.poll_interval > absl::Minutes(5))) {
+    rm.Fail("poll_interval", "expected between 100ms and 5m");
+  }
+  rm.Duration("kill_grace", &s.kill_grace);
+  if (rm.ok() && s.kill_grace < absl::ZeroDuration()) rm.Fail("kill_grace", "must not be negative");
+  c->slurm = std::move(s);
+}
+
 }  // namespace
 
 absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::string_view filename) {
@@ -162,6 +238,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.Duration("agent_reconnect_wait", &c.agent_reconnect_wait);
   r.Duration("stop_grace_period", &c.stop_grace_period);
   r.String("log_level", &c.log_level);
+  r.Object("resource_manager", [&](ObjectReader& rm) { ReadResourceManager(rm, &c); });
   absl::Status st = r.Finish();
   if (!st.ok()) return st;
   if (c.db_path.empty()) c.db_path = c.data_dir + "/det.db";

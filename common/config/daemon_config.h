@@ -21,6 +21,42 @@ struct ResourcePoolConfig {
   absl::Duration preemption_timeout = absl::Seconds(60);
 };
 
+// master.yaml's `resource_manager: {type: slurm, ...}`: trials run as Slurm batch jobs
+// (docs/slurm.md) instead of on det's agents.
+struct SlurmConfig {
+  // sbatch --partition, --account, --qos; empty: Slurm's default.
+  std::string partition;
+  std::string account;
+  std::string qos;
+  // "cpu" (default: a slot is cpus_per_slot CPUs of one task) or "cuda" (a slot is one
+  // GPU: --gres=gpu[:gpu_type]:N per node).
+  std::string slot_type = "cpu";
+  std::string gpu_type;
+  int cpus_per_slot = 1;
+  // The most slots one node gives a trial: a trial of more slots spans
+  // ceil(slots / slots_per_node) nodes with slots_per_node tasks each. 0: all on one node.
+  int slots_per_node = 0;
+  // More sbatch options, one argv word each ("--time=04:00:00"), each starting with "--".
+  std::vector<std::string> sbatch_options;
+  // host:port the jobs reach the master's gRPC API at. Default: the master's own address.
+  std::string master_address;
+  // det-slurm-launcher on the nodes (absolute). Default: beside det-master.
+  std::string launcher;
+  // Where the launcher keeps each rank's work dir on the nodes (absolute).
+  std::string work_dir = "/tmp/det-slurm";
+  // The launcher's interpreter for `python3` entrypoints, and directories searched (before
+  // PATH) for entrypoint programs, on the nodes.
+  std::string worker_python;
+  std::vector<std::string> worker_path;
+  // torchrun's MASTER_PORT of a job: first + job id % (last - first + 1).
+  int chief_port_first = 29500;
+  int chief_port_last = 29999;
+  // How often the master asks Slurm about its jobs (squeue).
+  absl::Duration poll_interval = absl::Seconds(1);
+  // Between scancel's SIGTERM to the ranks and the job's end (a Kill with no grace).
+  absl::Duration kill_grace = absl::Seconds(10);
+};
+
 struct MasterConfig {
   // host:port of the gRPC API (users, agents, workers). Port 0 picks a free port.
   std::string grpc_listen = "0.0.0.0:8080";
@@ -87,6 +123,8 @@ struct MasterConfig {
   // outside them. Empty: any absolute path (the master warns).
   std::vector<std::string> checkpoint_storage_allowed_roots;
   std::string log_level = "info";
+  // resource_manager: {type: agent} (default: det's agents) or {type: slurm, ...}.
+  std::optional<SlurmConfig> slurm;
 };
 
 struct AgentConfig {

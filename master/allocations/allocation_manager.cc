@@ -81,17 +81,54 @@ std::optional<int> AllocationManager::FreeChiefPort(const std::string& agent_id,
   return chief_ports_.Lowest(agent_id, first, last);
 }
 
-bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agents,
-                              const std::string& chief_address, int chief_port) {
-  DET_CHECK_ON_LOOP(loop_);
-  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+std::string AllocationManager::NewToken() { return RandomHex(24); }
+
+absl::StatusOr<LaunchInputs> AllocationManager::LaunchInputsFor(const TrialState& t,
+                                                                const std::string& chief_address,
+                                                                int chief_port,
+                                                                const std::string& token) const {
+  const ExperimentState& es = experiments_.at(t.trial.experiment_id());
   // The owner's workers run as the OS user linked to it, else as the agents' default:
   // an unreadable link must not silently become the default, so the run waits.
   absl::StatusOr<v1::AgentUserGroup> task_user = LinkedTaskUser(store_, es.experiment.owner());
   if (!task_user.ok()) {
-    waiting_reason_[t.trial.id()] = absl::StrCat("cannot read the agent user linked to '",
-                                                 es.experiment.owner(), "': ",
-                                                 task_user.status().message());
+    return absl::Status(task_user.status().code(),
+                        absl::StrCat("cannot read the agent user linked to '",
+                                     es.experiment.owner(), "': ", task_user.status().message()));
+  }
+  // The context's hash only (agents fetch the context off the loop); "" when unreadable:
+  // the agents then fetch without caching.
+  absl::StatusOr<std::string> context_sha256 = store_.GetExperimentContextSha256(es.experiment.id());
+  LaunchInputs in;
+  in.experiment_id = es.experiment.id();
+  in.trial = t.trial;
+  // User code's copy; the stored effective YAML parsed at create (or recovery), so the
+  // conversion cannot fail.
+  in.config_json =
+      config::EffectiveConfigJson(es.experiment.config_yaml(), "experiment config").value_or("{}");
+  in.trial_spec = config::BuildTrialSpec(es.config, es.experiment.id(), t.trial);
+  in.entrypoint = es.config.entrypoint;
+  in.environment.insert(es.config.environment_variables.begin(),
+                        es.config.environment_variables.end());
+  in.python = es.config.python;
+  in.max_restarts = es.config.max_restarts;
+  in.token = token;
+  if (context_sha256.ok()) in.context_sha256 = *std::move(context_sha256);
+  in.chief_address = chief_address;
+  in.chief_port = chief_port;
+  in.task_user = *std::move(task_user);
+  return in;
+}
+
+bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agents,
+                              const std::string& chief_address, int chief_port,
+                              const std::string& run_token) {
+  DET_CHECK_ON_LOOP(loop_);
+  ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  const std::string token = run_token.empty() ? NewToken() : run_token;
+  absl::StatusOr<LaunchInputs> in = LaunchInputsFor(t, chief_address, chief_port, token);
+  if (!in.ok()) {
+    waiting_reason_[t.trial.id()] = std::string(in.status().message());
     return false;
   }
   if (t.trial.run_id() > 0) {
@@ -127,7 +164,6 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   a.set_chief_port(chief_port);
   for (auto& r : PlaceRanks(agents)) *a.add_ranks() = std::move(r);
   // Stored before anything is launched: a run the store does not know is never started.
-  const std::string token = RandomHex(24);
   v1::Trial started = t.trial;
   *started.mutable_allocation() = a;
   started.set_state(v1::STATE_STARTING);
@@ -152,34 +188,18 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   chief_ports_.Hold(agents.at(0).agent_id, chief_port, a.id());
   counters_.set_allocations_started_total(counters_.allocations_started_total() + 1);
 
-  // The context's hash only (agents fetch the context off the loop); "" when unreadable:
-  // the agents then fetch without caching.
-  absl::StatusOr<std::string> context_sha256 = store_.GetExperimentContextSha256(es.experiment.id());
-  LaunchInputs in;
-  in.experiment_id = es.experiment.id();
-  in.trial = t.trial;
-  // User code's copy; the stored effective YAML parsed at create (or recovery), so the
-  // conversion cannot fail.
-  in.config_json =
-      config::EffectiveConfigJson(es.experiment.config_yaml(), "experiment config").value_or("{}");
-  in.trial_spec = config::BuildTrialSpec(es.config, es.experiment.id(), t.trial);
-  in.entrypoint = es.config.entrypoint;
-  in.environment.insert(es.config.environment_variables.begin(),
-                        es.config.environment_variables.end());
-  in.python = es.config.python;
-  in.max_restarts = es.config.max_restarts;
-  in.token = t.token;
-  if (context_sha256.ok()) in.context_sha256 = *std::move(context_sha256);
-  in.chief_address = chief_address;
-  in.chief_port = chief_port;
-  in.task_user = *std::move(task_user);
-  for (auto& [agent_id, launch] : BuildLaunchCommands(in, a, agents)) {
-    for (const AgentShare& share : agents) {
-      if (share.agent_id == agent_id) agents_.SetSlotsUsed(agent_id, share.slots, a.id());
+  in->trial = t.trial;
+  std::vector<std::pair<std::string, v1::LaunchCommand>> launches =
+      BuildLaunchCommands(*in, a, agents);
+  for (const AgentShare& share : agents) agents_.SetSlotsUsed(share.agent_id, share.slots, a.id());
+  if (run_launcher_ != nullptr) {
+    run_launcher_->Launch(t.trial.id(), a, std::move(launches));
+  } else {
+    for (auto& [agent_id, launch] : launches) {
+      v1::AgentCommand cmd;
+      *cmd.mutable_launch() = std::move(launch);
+      agents_.Send(agent_id, std::move(cmd));
     }
-    v1::AgentCommand cmd;
-    *cmd.mutable_launch() = std::move(launch);
-    agents_.Send(agent_id, std::move(cmd));
   }
   std::vector<std::string> where;
   for (const AgentShare& share : agents) {
@@ -241,6 +261,10 @@ void AllocationManager::SendKill(TrialState& t, const std::string& reason, absl:
   std::set<std::string> agents;
   for (const auto& r : t.trial.allocation().ranks()) agents.insert(r.agent_id());
   TrialEvent(t.trial.id(), absl::StrCat("stopping allocation ", allocation, ": ", reason));
+  if (run_launcher_ != nullptr) {
+    run_launcher_->Kill(t.trial.allocation(), reason, grace);
+    return;
+  }
   for (const auto& agent_id : agents) {
     v1::AgentCommand cmd;
     cmd.mutable_kill()->set_allocation_id(allocation);

@@ -34,6 +34,21 @@
 
 namespace det::master {
 
+// Where a run's ranks are started and stopped when not by det's agents (the Slurm resource
+// manager). Loop thread only.
+class RunLauncher {
+ public:
+  virtual ~RunLauncher() = default;
+  // The run `allocation` of trial `trial_id` was stored and starts: `launches`, what each of
+  // its agents (BuildLaunchCommands) runs.
+  virtual void Launch(int64_t trial_id, const v1::Allocation& allocation,
+                      std::vector<std::pair<std::string, v1::LaunchCommand>> launches) = 0;
+  // Stop the ranks of `allocation`: SIGTERM, SIGKILL after `grace` (zero: the launcher's
+  // default). Their exits are reported as the agents' are (OnExit).
+  virtual void Kill(const v1::Allocation& allocation, const std::string& reason,
+                    absl::Duration grace) = 0;
+};
+
 class AllocationManager {
  public:
   // Everything must outlive this.
@@ -48,8 +63,19 @@ class AllocationManager {
   // Starts t's next run on `agents`; rank 0's agent is agents[0], reached by the other
   // ranks at chief_address:chief_port (a port of its range the allocation holds).
   // False (and t unchanged, its waiting reason saying why) when the store refused it.
+  // `token`: the run's worker token ("": a new random one).
   bool Start(TrialState& t, const std::vector<AgentShare>& agents,
-             const std::string& chief_address, int chief_port);
+             const std::string& chief_address, int chief_port, const std::string& token = "");
+  // Runs are started and stopped through `launcher` instead of the agents' command queues
+  // (nullptr: the agents). Must outlive this.
+  void SetRunLauncher(RunLauncher* launcher) { run_launcher_ = launcher; }
+  // What t's next run launches with (BuildLaunchCommands' inputs), for worker token
+  // `token`; fails (naming the owner) when the OS user linked to the owner is unreadable.
+  absl::StatusOr<LaunchInputs> LaunchInputsFor(const TrialState& t,
+                                               const std::string& chief_address, int chief_port,
+                                               const std::string& token) const;
+  // A new worker token.
+  static std::string NewToken();
   // Asks the agents of t's run to stop it (SIGTERM, SIGKILL after `grace`; zero: the
   // agent's default). Also ends the grace period of a cooperative stop under way.
   void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
@@ -158,6 +184,7 @@ class AllocationManager {
   std::map<int64_t, int64_t> lines_dropped_;
   // torchrun MASTER_PORTs held by open allocations, per chief agent.
   ChiefPorts chief_ports_;
+  RunLauncher* run_launcher_ = nullptr;
 };
 
 }  // namespace det::master

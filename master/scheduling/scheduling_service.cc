@@ -1,5 +1,6 @@
 #include "master/scheduling/scheduling_service.h"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -32,26 +33,30 @@ void SchedulingService::SchedulePass() {
   std::vector<scheduler::Running> running;
   // Experiment job -> slots its open allocations hold (resources.max_slots).
   std::map<std::string, int> group_used;
-  for (const auto& [id, t] : trials_) {
-    const ExperimentState& es = experiments_.at(t.trial.experiment_id());
-    const v1::Experiment& e = es.experiment;
-    const std::string group = absl::StrCat("exp-", e.id());
-    if (!t.trial.allocation().id().empty()) group_used[group] += t.trial.allocation().slots();
-    if (t.trial.state() == v1::STATE_QUEUED) {
-      scheduler::Request r{ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
-                           e.resource_pool()};
-      r.group = group;
-      r.group_max_slots = es.config.resources.max_slots;
-      queue.push_back(std::move(r));
-    } else if (!t.trial.allocation().id().empty() && !t.killing) {
-      scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
-      std::map<std::string, std::vector<std::string>> shares;
-      for (const auto& rank : t.trial.allocation().ranks()) {
-        auto& slots = shares[rank.agent_id()];
-        slots.insert(slots.end(), rank.slot_ids().begin(), rank.slot_ids().end());
+  if (slurm_ != nullptr) slurm_->SchedulePass();
+  // Under Slurm, the trials are its to place (above): the queue holds GC tasks only.
+  if (slurm_ == nullptr) {
+    for (const auto& [id, t] : trials_) {
+      const ExperimentState& es = experiments_.at(t.trial.experiment_id());
+      const v1::Experiment& e = es.experiment;
+      const std::string group = absl::StrCat("exp-", e.id());
+      if (!t.trial.allocation().id().empty()) group_used[group] += t.trial.allocation().slots();
+      if (t.trial.state() == v1::STATE_QUEUED) {
+        scheduler::Request r{ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
+                             e.resource_pool()};
+        r.group = group;
+        r.group_max_slots = es.config.resources.max_slots;
+        queue.push_back(std::move(r));
+      } else if (!t.trial.allocation().id().empty() && !t.killing) {
+        scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
+        std::map<std::string, std::vector<std::string>> shares;
+        for (const auto& rank : t.trial.allocation().ranks()) {
+          auto& slots = shares[rank.agent_id()];
+          slots.insert(slots.end(), rank.slot_ids().begin(), rank.slot_ids().end());
+        }
+        for (auto& [agent, slots] : shares) r.agents.push_back({agent, std::move(slots)});
+        running.push_back(std::move(r));
       }
-      for (auto& [agent, slots] : shares) r.agents.push_back({agent, std::move(slots)});
-      running.push_back(std::move(r));
     }
   }
   // Checkpoint GC tasks: zero-slot requests in their experiment's pool.
@@ -65,6 +70,13 @@ void SchedulingService::SchedulePass() {
   auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
                                                   : scheduler::Fit::kBestFit;
   std::vector<scheduler::AgentView> view = agents_.SchedulerView();
+  if (slurm_ != nullptr) {
+    view.erase(std::remove_if(view.begin(), view.end(),
+                              [](const scheduler::AgentView& a) {
+                                return SlurmResourceManager::IsSlurmAgent(a.id);
+                              }),
+               view.end());
+  }
   scheduler::Decision d = scheduler::Schedule(view, queue, fit, group_used);
   std::vector<std::string> preemptible;
   for (const auto& p : config_.resource_pools) {

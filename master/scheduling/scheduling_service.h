@@ -20,6 +20,7 @@
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
+#include "master/slurm/slurm_resource_manager.h"
 
 namespace det::master {
 
@@ -32,6 +33,9 @@ class SchedulingService {
 
   // One scheduling pass.
   void SchedulePass();
+  // Trials are placed by `slurm` (resource_manager: slurm) rather than on the agents; the
+  // agents (other than its Slurm agents) still run checkpoint GC tasks. Must outlive this.
+  void SetSlurm(SlurmResourceManager* slurm) { slurm_ = slurm; }
 
  private:
   // Records why queued trial `trial_id` waits (an event in its log when it changes).
@@ -49,6 +53,7 @@ class SchedulingService {
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;
   std::map<int64_t, std::string>& waiting_reason_;
+  SlurmResourceManager* slurm_ = nullptr;
 };
 
 }  // namespace det::master

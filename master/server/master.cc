@@ -154,6 +154,13 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
                                        contexts_, models_}) {
   checkpoints_.SetProtection(
       [this](const std::string& uuid) { return models_.WhyProtected(uuid); });
+  if (config_.slurm) {
+    slurm_ = std::make_unique<SlurmResourceManager>(
+        config_, clock_, turns_, agents_, logs_, registry_, allocations_,
+        slurm::NewCommandSlurmClient(config_.data_dir + "/slurm"));
+    allocations_.SetRunLauncher(slurm_.get());
+    scheduling_.SetSlurm(slurm_.get());
+  }
   turns_.SetSchedulePass([this] { scheduling_.SchedulePass(); });
   turns_.SetTurnEnd([this] {
     if (logs_.HasPendingEvents()) logs_.FlushEvents();
@@ -181,6 +188,7 @@ absl::Status Master::Restore() {
   checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));
   models_.Restore(std::move(snap.models), std::move(snap.model_versions));
   allocations_.Restore(std::move(snap.open_allocations));
+  if (slurm_) slurm_->Restore(cluster_id_);
   // Runs whose agents do not come back in time are lost.
   liveness_.AfterRestart();
   RETURN_IF_ERROR(experiments_.RestoreSearchers());
@@ -256,6 +264,7 @@ absl::Status Master::Serve() {
   }
   Logger("master")->info("det-master {} serving on {} (cluster {}, database {})", kVersion,
                          address_, cluster_id_, config::DatabaseName(config_));
+  if (slurm_) slurm_->Serve(address_);
   if (!config_.http_listen.empty()) {
     HttpServerOptions http_options;
     http_options.listen = config_.http_listen;

@@ -30,6 +30,7 @@
 #include "master/metrics/metrics_manager.h"
 #include "master/models/model_registry.h"
 #include "master/scheduling/scheduling_service.h"
+#include "master/slurm/slurm_resource_manager.h"
 #include "master/store/store.h"
 #include "master/templates/templates.h"
 
@@ -90,6 +91,8 @@ class Master {
   ExperimentManager experiments_;
   AllocationManager allocations_;
   SchedulingService scheduling_;
+  // resource_manager: slurm only.
+  std::unique_ptr<SlurmResourceManager> slurm_;
   MetricsManager metrics_;
   AgentLiveness liveness_;
   // The model registry; its versions' checkpoints are protected from deletion.
