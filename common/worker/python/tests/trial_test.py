@@ -508,6 +508,29 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
         self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)
 
+    def test_runner_preempted_and_resumed_reports_as_an_uninterrupted_run(self):
+        # Through the runner's real preemption path (SIGTERM -> should_preempt -> checkpoint,
+        # exit; a new process resumes from the spec's latest checkpoint): every batch's
+        # training metrics and every validation equal an uninterrupted run's, bitwise.
+        def reports(service):
+            return [(r.group, r.total_batches, dict(r.values)) for g in ("training", "validation")
+                    for r in service.rows(g)]
+
+        with fake_master.serve() as (whole, address):
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log},
+                                                 scheduling_unit=1))
+        with fake_master.serve() as (service, address):
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log, "sigterm_at": 6},
+                                                 scheduling_unit=1))
+            latest = service.checkpoints[-1].checkpoint
+            self.assertEqual(latest.total_batches, 7)
+            self.run_ranks(address, cluster_spec(self.storage, {"log": self.log},
+                                                 scheduling_unit=1,
+                                                 latest_checkpoint=latest.storage_path))
+            interrupted = reports(service)
+        self.assertEqual(interrupted, reports(whole))
+        self.assertEqual(len([r for r in interrupted if r[0] == "training"]), 12)
+
     def test_runner_invalid_hp_fails_the_run_while_the_master_cannot_replace_it(self):
         # det's master has no ReportEarlyExit call yet: the run fails (restarted by the
         # master) after checkpointing, and its log says why.
