@@ -15,7 +15,7 @@ absl::Status List(CliContext& ctx) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::ListAgentsResponse response, api->ListAgents());
   if (ctx.json) return WriteJson(response, ctx.out);
-  AgentsTable(response.agents()).Render(ctx.out);
+  AgentsTable(response.agents()).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 

@@ -389,6 +389,31 @@ absl::StatusOr<v1::EnableAgentResponse> ApiClient::EnableAgent(const std::string
               options_.deadline, address_);
 }
 
+absl::StatusOr<v1::EnableSlotResponse> ApiClient::EnableSlot(const std::string& agent_id,
+                                                              const std::string& slot_id) {
+  v1::EnableSlotRequest request;
+  request.set_agent_id(agent_id);
+  request.set_slot_id(slot_id);
+  return Call(*rpc_->stub, &v1::Api::Stub::EnableSlot, "EnableSlot", request, options_.deadline,
+              address_);
+}
+
+absl::StatusOr<v1::DisableSlotResponse> ApiClient::DisableSlot(const std::string& agent_id,
+                                                                const std::string& slot_id) {
+  v1::DisableSlotRequest request;
+  request.set_agent_id(agent_id);
+  request.set_slot_id(slot_id);
+  return Call(*rpc_->stub, &v1::Api::Stub::DisableSlot, "DisableSlot", request,
+              options_.deadline, address_);
+}
+
+absl::StatusOr<v1::GetModelDefResponse> ApiClient::GetModelDef(int64_t experiment_id) {
+  v1::GetModelDefRequest request;
+  request.set_experiment_id(experiment_id);
+  return Call(*rpc_->stub, &v1::Api::Stub::GetModelDef, "GetModelDef", request,
+              options_.deadline + absl::Minutes(2), address_);
+}
+
 absl::StatusOr<v1::DisableAgentResponse> ApiClient::DisableAgent(const std::string& agent_id,
                                                                  bool drain) {
   v1::DisableAgentRequest request;

@@ -90,6 +90,12 @@ class ApiClient {
   absl::StatusOr<v1::ListAgentsResponse> ListAgents();
   absl::StatusOr<v1::EnableAgentResponse> EnableAgent(const std::string& agent_id);
   absl::StatusOr<v1::DisableAgentResponse> DisableAgent(const std::string& agent_id, bool drain);
+  absl::StatusOr<v1::EnableSlotResponse> EnableSlot(const std::string& agent_id,
+                                                    const std::string& slot_id);
+  absl::StatusOr<v1::DisableSlotResponse> DisableSlot(const std::string& agent_id,
+                                                      const std::string& slot_id);
+  // Deadline: the usual plus 2 minutes (up to 64 MiB).
+  absl::StatusOr<v1::GetModelDefResponse> GetModelDef(int64_t experiment_id);
   absl::StatusOr<v1::ResetAgentCredentialResponse> ResetAgentCredential(
       const std::string& agent_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const std::string& resource_pool);

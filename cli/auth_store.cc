@@ -107,14 +107,65 @@ absl::StatusOr<std::optional<StoredSession>> LoadSession(const std::string& path
   return s;
 }
 
-absl::Status SaveSession(const std::string& path, const std::string& address,
-                         const StoredSession& session) {
+// The entry of `address` in `j`, made an object when it is not one.
+json& Entry(json& j, const std::string& address) {
+  if (!j["masters"].is_object()) j["masters"] = json::object();
+  json& entry = j["masters"][address];
+  if (!entry.is_object()) entry = json::object();
+  return entry;
+}
+
+// The file's JSON to be rewritten: what it holds, or a fresh object when it is not a det
+// auth file.
+absl::StatusOr<json> ReadForWrite(const std::string& path) {
   absl::StatusOr<json> all = ReadAll(path);
   if (!all.ok() && all.status().code() != absl::StatusCode::kDataLoss) return all.status();
-  json j = all.ok() ? *all : json::object();
-  if (!j["masters"].is_object()) j["masters"] = json::object();
-  j["masters"][address] = {{"username", session.username}, {"token", session.token}};
-  return WriteAll(path, j);
+  return all.ok() ? *all : json::object();
+}
+
+void SetUserToken(json& entry, const StoredSession& session) {
+  if (!entry["users"].is_object()) entry["users"] = json::object();
+  entry["users"][session.username] = session.token;
+}
+
+absl::Status SaveSession(const std::string& path, const std::string& address,
+                         const StoredSession& session) {
+  absl::StatusOr<json> j = ReadForWrite(path);
+  if (!j.ok()) return j.status();
+  json& entry = Entry(*j, address);
+  entry["username"] = session.username;
+  entry["token"] = session.token;
+  SetUserToken(entry, session);
+  return WriteAll(path, *j);
+}
+
+absl::Status SaveUserSession(const std::string& path, const std::string& address,
+                             const StoredSession& session) {
+  absl::StatusOr<json> j = ReadForWrite(path);
+  if (!j.ok()) return j.status();
+  json& entry = Entry(*j, address);
+  SetUserToken(entry, session);
+  if (entry.value("username", "") == session.username) entry["token"] = session.token;
+  return WriteAll(path, *j);
+}
+
+absl::StatusOr<std::optional<std::string>> LoadUserToken(const std::string& path,
+                                                         const std::string& address,
+                                                         const std::string& username) {
+  absl::StatusOr<json> all = ReadAll(path);
+  if (!all.ok()) return all.status();
+  const json& masters = (*all)["masters"];
+  if (!masters.is_object() || !masters.contains(address)) return std::nullopt;
+  const json& entry = masters[address];
+  if (!entry.is_object()) return std::nullopt;
+  if (entry.value("username", "") == username && entry.value("token", json()).is_string()) {
+    return entry["token"].get<std::string>();
+  }
+  const json users = entry.value("users", json());
+  if (users.is_object() && users.contains(username) && users[username].is_string()) {
+    return users[username].get<std::string>();
+  }
+  return std::nullopt;
 }
 
 absl::Status RemoveSession(const std::string& path, const std::string& address) {
@@ -124,6 +175,23 @@ absl::Status RemoveSession(const std::string& path, const std::string& address) 
     return absl::OkStatus();
   }
   (*all)["masters"].erase(address);
+  return WriteAll(path, *all);
+}
+
+absl::Status RemoveUserSession(const std::string& path, const std::string& address,
+                               const std::string& username) {
+  absl::StatusOr<json> all = ReadAll(path);
+  if (!all.ok()) return all.status();
+  if (!(*all)["masters"].is_object() || !(*all)["masters"].contains(address)) {
+    return absl::OkStatus();
+  }
+  json& entry = (*all)["masters"][address];
+  if (!entry.is_object()) return absl::OkStatus();
+  if (entry["users"].is_object()) entry["users"].erase(username);
+  if (entry.value("username", "") == username) {
+    entry.erase("username");
+    entry.erase("token");
+  }
   return WriteAll(path, *all);
 }
 

@@ -67,6 +67,14 @@ struct DownloadOptions {
 };
 
 absl::Status Download(CliContext& ctx, const DownloadOptions& options) {
+  return DownloadCheckpoint(ctx, options.uuid, options.output, /*quiet=*/false);
+}
+
+}  // namespace
+
+absl::Status DownloadCheckpoint(CliContext& ctx, const std::string& uuid,
+                                const std::string& output_dir, bool quiet) {
+  DownloadOptions options{uuid, output_dir};
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::GetCheckpointResponse response, api->GetCheckpoint(options.uuid));
   const v1::Checkpoint& c = response.checkpoint();
@@ -90,12 +98,14 @@ absl::Status Download(CliContext& ctx, const DownloadOptions& options) {
     ctx.out << j.dump(2) << '\n';
     return absl::OkStatus();
   }
+  if (quiet) {
+    ctx.out << output << '\n';
+    return absl::OkStatus();
+  }
   ctx.out << "Downloaded checkpoint " << c.uuid() << " (" << copied->files << " files, "
           << copied->bytes << " bytes) to " << output << '\n';
   return absl::OkStatus();
 }
-
-}  // namespace
 
 void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* group = app.add_subcommand("checkpoint", "inspect checkpoints");

@@ -8,11 +8,13 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/api_client.h"
@@ -27,14 +29,15 @@ struct CliContext {
       : out(out_stream), err(err_stream) {}
 
   // The client for `master`, created on first use and kept, sending the session token
-  // of that master (DET_USER_TOKEN or ~/.det/auth.json). Fails on a bad address or an
-  // unreadable auth file.
+  // of that master (DET_USER_TOKEN or ~/.det/auth.json), or with -u USER that user's
+  // (kept in ~/.det/auth.json, else from `login_user`). Fails on a bad address, an
+  // unreadable auth file or a failed login.
   absl::StatusOr<ApiClient*> Api() {
     if (api_ == nullptr) {
       absl::StatusOr<std::string> address = ParseMasterAddress(master);
       if (!address.ok()) return address.status();
       ApiClientOptions options;
-      absl::StatusOr<std::string> token = ResolveToken(*address);
+      absl::StatusOr<std::string> token = Token(*address);
       if (!token.ok()) return token.status();
       options.token = *token;
       absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(master, options);
@@ -48,8 +51,16 @@ struct CliContext {
   std::ostream& err;
   // -m/--master or $DET_MASTER.
   std::string master = "localhost:8080";
+  // -u/--user or $DET_USER: act as this user; empty: the active session's.
+  std::string user;
+  // Logs `user` in to `address` (host:port) and returns the session token; called by
+  // Api() when no token is kept for `user`. Unset: such a call fails.
+  std::function<absl::StatusOr<std::string>(const std::string& address)> login_user;
   // --json of the command being run.
   bool json = false;
+  // Tables wider than this are wrapped (Table::Render); 0: never. Set by RunDet from
+  // $COLUMNS, else the terminal's width when `out` is standard output on a terminal.
+  size_t width = 0;
   // The command chosen on the command line; set while parsing, run after.
   std::function<absl::Status()> action;
   // Time seams (polling loops, deadlines). Default: the real clock.
@@ -61,6 +72,21 @@ struct CliContext {
   std::function<bool()> interactive = [] { return isatty(0) == 1; };
 
  private:
+  absl::StatusOr<std::string> Token(const std::string& address) {
+    if (user.empty()) return ResolveToken(address);
+    absl::StatusOr<std::string> path = AuthFilePath();
+    if (path.ok()) {
+      absl::StatusOr<std::optional<std::string>> kept = LoadUserToken(*path, address, user);
+      if (!kept.ok()) return kept.status();
+      if (kept->has_value()) return **kept;
+    }
+    if (!login_user) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("not logged in as '", user, "': run `det -u ", user, " user login`"));
+    }
+    return login_user(address);
+  }
+
   std::unique_ptr<ApiClient> api_;
 };
 

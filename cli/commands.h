@@ -37,6 +37,14 @@ void RegisterModelCommands(CLI::App& app, CliContext& ctx);
 void RegisterSchedulingCommands(CLI::App& app, CliContext& ctx);
 // det checkpoint list|ls|describe (checkpoint_cmd.cc).
 void RegisterCheckpointCommands(CLI::App& app, CliContext& ctx);
+// det version (version_cmd.cc); PrintVersion is also det --version.
+void RegisterVersionCommand(CLI::App& app, CliContext& ctx);
+absl::Status PrintVersion(CliContext& ctx);
+
+// A user's password: DET_PASSWORD when set, else asked for on the terminal with `prompt`
+// (user_cmd.cc).
+absl::StatusOr<std::string> UserPassword(const std::string& prompt);
+
 // det experiment archive|unarchive|label and det experiment set description|name|priority
 // (experiment_edit_cmd.cc): `group` is det experiment, `set` its set command.
 void RegisterExperimentEditCommands(CLI::App& group, CLI::App& set, CliContext& ctx);
@@ -54,6 +62,12 @@ struct CheckpointsOptions {
 };
 // An experiment's checkpoints as a table (or JSON): det e lc, det checkpoint list.
 absl::Status ListExperimentCheckpoints(CliContext& ctx, const CheckpointsOptions& options);
+
+// Copies checkpoint `uuid`'s files into `output_dir` (default: checkpoints/UUID) and says
+// so (only the directory when `quiet`; JSON with ctx.json). FailedPrecondition for a
+// deleted checkpoint (checkpoint_cmd.cc).
+absl::Status DownloadCheckpoint(CliContext& ctx, const std::string& uuid,
+                                const std::string& output_dir, bool quiet);
 
 // Where a reader of one trial's logs stands.
 struct TrialLogCursor {

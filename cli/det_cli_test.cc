@@ -320,8 +320,10 @@ class FakeApi final : public v1::Api::Service {
     a->set_connected(true);
     a->set_enabled(true);
     a->set_resource_pool("default");
-    a->add_slots()->set_allocation_id("alloc-1");
-    a->add_slots();
+    v1::Slot* busy = a->add_slots();
+    busy->set_allocation_id("alloc-1");
+    busy->set_enabled(true);
+    a->add_slots()->set_enabled(true);
     return grpc::Status::OK;
   }
 
@@ -595,9 +597,9 @@ TEST_F(DetCliTest, TrialLogsFollowWithRank) {
 TEST_F(DetCliTest, AgentList) {
   ASSERT_EQ(Det({"agent", "list"}), 0) << err_;
   EXPECT_EQ(out_,
-            " ID      | Hostname | Slots | Used | Connected | Enabled | Pool\n"
-            "---------+----------+-------+------+-----------+---------+---------\n"
-            " agent-0 | node-a   | 2     | 1    | yes       | yes     | default\n");
+            " ID      | Hostname | Slots | Used | Connected | Enabled | Draining | Pool\n"
+            "---------+----------+-------+------+-----------+---------+----------+---------\n"
+            " agent-0 | node-a   | 2     | 1    | yes       | yes     | no       | default\n");
   ASSERT_EQ(Det({"a", "list", "--json"}), 0) << err_;
   v1::ListAgentsResponse parsed;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_, &parsed).ok()) << out_;

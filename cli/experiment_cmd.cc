@@ -1,5 +1,5 @@
-// det experiment|e create|list|describe|config|kill|pause|activate|set|list-trials|
-// list-checkpoints|logs|wait
+// det experiment|e create|fork|download-model-def|list|describe|config|kill|pause|activate|
+// set|list-trials|list-checkpoints|logs|wait
 #include <CLI/CLI.hpp>
 
 #include <map>
@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/experiment_files.h"
 #include "cli/format.h"
+#include "cli/model_def.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -86,13 +87,28 @@ absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id, bool 
   const v1::Experiment& experiment = latest.experiment();
   ctx.out << "\nExperiment " << id << " ended: " << StateName(experiment.state()) << '\n';
   if (latest.trials_size() > 0) {
-    TrialsTable(latest.trials(), ParseSearcherMetric(experiment.config_yaml())).Render(ctx.out);
+    TrialsTable(latest.trials(), ParseSearcherMetric(experiment.config_yaml())).Render(ctx.out, ctx.width);
   }
   if (experiment.state() == v1::STATE_COMPLETED) return absl::OkStatus();
   std::string reason = absl::StrCat("experiment ", id, " ended in ",
                                     StateName(experiment.state()));
   if (!experiment.error().empty()) absl::StrAppend(&reason, ": ", experiment.error());
   return absl::AbortedError(reason);
+}
+
+// Creates the experiment `request` describes and says so ("Created experiment N`what`"),
+// following it with options.follow.
+absl::Status Submit(CliContext& ctx, const v1::CreateExperimentRequest& request,
+                    const CreateOptions& options, const std::string& what) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperimentStream(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  const int64_t id = response.experiment().id();
+  ctx.out << "Created experiment " << id << what << '\n';
+  if (options.paused) ctx.out << "It is paused: det e activate " << id << " starts it\n";
+  PrintWarnings(ctx, response.warnings());
+  if (!options.follow) return absl::OkStatus();
+  return FollowExperiment(ctx, *api, id);
 }
 
 absl::Status Create(CliContext& ctx, const CreateOptions& options) {
@@ -109,15 +125,69 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
                      ReadContextDir(options.context_dir));
     for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
   }
+  return Submit(ctx, request, options, "");
+}
+
+// The parent's model context: the files of the serialized ModelContext GetModelDef returns.
+absl::StatusOr<std::vector<v1::ContextFile>> ModelDefFiles(ApiClient& api, int64_t id) {
+  ASSIGN_OR_RETURN(v1::GetModelDefResponse response, api.GetModelDef(id));
+  v1::ModelContext context;
+  if (!context.ParseFromString(response.model_context())) {
+    return absl::DataLossError(
+        absl::StrCat("experiment ", id, "'s model definition could not be read"));
+  }
+  return std::vector<v1::ContextFile>(context.files().begin(), context.files().end());
+}
+
+struct ForkOptions {
+  int64_t parent = 0;
+  // -c/--config-file: the fork's config instead of the parent's.
+  std::string config_file;
+  CreateOptions create;
+};
+
+// det experiment fork: a new experiment from the parent's config (or --config-file) and
+// the parent's model definition, with --config overrides.
+absl::Status Fork(CliContext& ctx, const ForkOptions& options) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
-  ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperimentStream(request));
-  if (ctx.json) return WriteJson(response, ctx.out);
-  const int64_t id = response.experiment().id();
-  ctx.out << "Created experiment " << id << '\n';
-  if (options.paused) ctx.out << "It is paused: det e activate " << id << " starts it\n";
-  PrintWarnings(ctx, response.warnings());
-  if (!options.follow) return absl::OkStatus();
-  return FollowExperiment(ctx, *api, id);
+  ASSIGN_OR_RETURN(v1::GetExperimentResponse parent, api->GetExperiment(options.parent));
+  v1::CreateExperimentRequest request;
+  if (options.config_file.empty()) {
+    request.set_config_yaml(parent.experiment().config_yaml());
+    request.set_config_path(absl::StrCat("experiment ", options.parent, "'s config"));
+  } else {
+    ASSIGN_OR_RETURN(*request.mutable_config_yaml(), ReadConfigFile(options.config_file));
+    request.set_config_path(options.config_file);
+  }
+  request.set_force(options.create.force);
+  request.set_paused(options.create.paused);
+  request.set_template_(options.create.template_name);
+  for (const std::string& item : options.create.config_overrides) {
+    request.add_config_overrides(item);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::ContextFile> files, ModelDefFiles(*api, options.parent));
+  for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
+  return Submit(ctx, request, options.create, absl::StrCat(" (forked from experiment ",
+                                                           options.parent, ")"));
+}
+
+// det experiment download-model-def: experiment_ID_model_def.tgz (or -o PATH).
+absl::Status DownloadModelDef(CliContext& ctx, int64_t id, std::string output) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(std::vector<v1::ContextFile> files, ModelDefFiles(*api, id));
+  if (output.empty()) output = absl::StrCat("experiment_", id, "_model_def.tgz");
+  RETURN_IF_ERROR(WriteTarGz(output, files, "model_def"));
+  int64_t bytes = 0;
+  for (const v1::ContextFile& f : files) bytes += static_cast<int64_t>(f.content().size());
+  if (ctx.json) {
+    nlohmann::json j = {{"experiment_id", id}, {"output", output}, {"files", files.size()},
+                        {"bytes", bytes}};
+    ctx.out << j.dump(2) << '\n';
+    return absl::OkStatus();
+  }
+  ctx.out << "Wrote the model definition of experiment " << id << " (" << files.size()
+          << " files, " << bytes << " bytes) to " << output << '\n';
+  return absl::OkStatus();
 }
 
 struct ListOptions {
@@ -149,7 +219,7 @@ absl::Status List(CliContext& ctx, const ListOptions& options) {
     }
   }
   if (ctx.json) return WriteJson(all, ctx.out);
-  ExperimentsTable(all.experiments()).Render(ctx.out);
+  ExperimentsTable(all.experiments(), /*archived_column=*/options.all).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -195,13 +265,22 @@ absl::Status DescribeOrListTrials(CliContext& ctx, const TrialsOptions& options,
                 << (metric->smaller_is_better ? "smaller" : "larger") << " is better)\n";
       }
     }
+    // Why it failed, trial by trial (the experiment's error only sums it up).
+    bool first = true;
+    for (const v1::Trial& t : response.trials()) {
+      const std::string why = TrialError(t);
+      if (t.state() != v1::STATE_ERROR || why.empty()) continue;
+      if (first) ctx.out << "\nFailed trials:\n";
+      first = false;
+      ctx.out << "  trial " << t.id() << ": " << why << '\n';
+    }
     ctx.out << "\nTrials:\n";
   }
   if (response.trials_size() == 0) {
     ctx.out << "Experiment " << options.id << " has no trials yet.\n";
     return absl::OkStatus();
   }
-  TrialsTable(response.trials(), metric, options.diagnostics).Render(ctx.out);
+  TrialsTable(response.trials(), metric, options.diagnostics).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -273,7 +352,7 @@ absl::Status ListExperimentCheckpoints(CliContext& ctx, const CheckpointsOptions
             << (options.best > 0 ? " with its searcher metric" : "") << ".\n";
     return absl::OkStatus();
   }
-  CheckpointsTable(response.checkpoints(), options.diagnostics).Render(ctx.out);
+  CheckpointsTable(response.checkpoints(), options.diagnostics).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -350,6 +429,45 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   list->add_flag("--all,-a", list_options->all, "archived experiments too");
   list->callback([&ctx, list_options] {
     ctx.action = [&ctx, list_options] { return List(ctx, *list_options); };
+  });
+
+  auto fork_options = std::make_shared<ForkOptions>();
+  CLI::App* fork = group->add_subcommand(
+      "fork", "create an experiment from another's config (or -c FILE) and model definition");
+  fork->add_option("ID", fork_options->parent, "the experiment to fork")->required();
+  fork->add_option("-c,--config-file", fork_options->config_file,
+                   "the new experiment's config file (default: the parent's config)");
+  CLI::Option* fork_follow = fork->add_flag("-f,--follow", fork_options->create.follow,
+                                            "follow the trials' logs until it ends");
+  fork->add_flag("--json", ctx.json, kJsonHelp)->excludes(fork_follow);
+  fork->add_flag("--force", fork_options->create.force,
+                 "queue it even if it can never fit the resource pool as configured");
+  fork->add_option("-t,--template", fork_options->create.template_name,
+                   "stored template to merge the config over");
+  fork->add_flag("--paused", fork_options->create.paused, "create it paused");
+  fork->add_option("--config", fork_options->create.config_overrides,
+                   "override a config value: KEY.PATH=VALUE (VALUE is YAML; repeatable)")
+      ->take_all()
+      ->expected(1);
+  fork->callback([&ctx, fork_options] {
+    ctx.action = [&ctx, fork_options] { return Fork(ctx, *fork_options); };
+  });
+
+  struct ModelDefOptions {
+    int64_t id = 0;
+    std::string output;
+  };
+  auto model_def = std::make_shared<ModelDefOptions>();
+  CLI::App* download_model_def = group->add_subcommand(
+      "download-model-def",
+      "write an experiment's model definition (context directory) to "
+      "experiment_ID_model_def.tgz");
+  download_model_def->add_option("ID", model_def->id, "experiment ID")->required();
+  download_model_def->add_option("-o,--output", model_def->output,
+                                 "the .tgz file to write (default: experiment_ID_model_def.tgz)");
+  download_model_def->add_flag("--json", ctx.json, kJsonHelp);
+  download_model_def->callback([&ctx, model_def] {
+    ctx.action = [&ctx, model_def] { return DownloadModelDef(ctx, model_def->id, model_def->output); };
   });
 
   for (bool trials_only : {false, true}) {

@@ -33,6 +33,38 @@ void RTrimAndNewline(std::string& line, std::ostream& out) {
 
 std::string YesNo(bool b) { return b ? "yes" : "no"; }
 
+// A wrapped column is never made narrower than this.
+constexpr size_t kLeastWrappedWidth = 8;
+
+// `text` in lines of at most `width` code points, broken after a space (else a '_', '/',
+// '-' or ',') where one is in the line's second half, else at the width.
+std::vector<std::string> Wrap(const std::string& text, size_t width) {
+  if (width == 0 || Width(text) <= width) return {text};
+  std::vector<std::string> lines;
+  std::string rest = text;
+  while (Width(rest) > width) {
+    // Byte offset of the first code point past `width`.
+    size_t end = 0;
+    for (size_t n = 0; end < rest.size(); ++end) {
+      if ((static_cast<unsigned char>(rest[end]) & 0xC0) != 0x80 && n++ == width) break;
+    }
+    size_t cut = end;
+    for (const char* breaks : {" ", "_/-,"}) {
+      size_t at = rest.find_last_of(breaks, end - (breaks[0] == ' ' ? 0 : 1));
+      if (at != std::string::npos && at != 0 && at >= end / 2) {
+        cut = at + 1;
+        break;
+      }
+    }
+    std::string line = rest.substr(0, cut);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    lines.push_back(std::move(line));
+    rest = rest.substr(cut);
+  }
+  if (!rest.empty()) lines.push_back(rest);
+  return lines;
+}
+
 }  // namespace
 
 Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
@@ -42,21 +74,50 @@ void Table::AddRow(std::vector<std::string> cells) {
   rows_.push_back(std::move(cells));
 }
 
-void Table::Render(std::ostream& out) const {
+void Table::Render(std::ostream& out, size_t max_width) const {
   std::vector<size_t> widths(headers_.size());
+  std::vector<size_t> least(headers_.size());  // narrowest a column may become
   for (size_t c = 0; c < headers_.size(); ++c) {
     widths[c] = Width(headers_[c]);
     for (const auto& row : rows_) widths[c] = std::max(widths[c], Width(row[c]));
+    least[c] = std::min(widths[c], kLeastWrappedWidth);
+  }
+  if (max_width > 0) {
+    // Each column takes its width plus 3 (" | "); narrow the widest until it fits.
+    auto total = [&] {
+      size_t t = 0;
+      for (size_t w : widths) t += w + 3;
+      return t;
+    };
+    while (total() > max_width + 1) {
+      size_t widest = widths.size();
+      for (size_t c = 0; c < widths.size(); ++c) {
+        if (widths[c] > least[c] && (widest == widths.size() || widths[c] > widths[widest])) {
+          widest = c;
+        }
+      }
+      if (widest == widths.size()) break;  // every column as narrow as it may be
+      --widths[widest];
+    }
   }
   auto render_row = [&](const std::vector<std::string>& cells) {
-    std::string line;
+    std::vector<std::vector<std::string>> pieces(cells.size());
+    size_t lines = 1;
     for (size_t c = 0; c < cells.size(); ++c) {
-      if (c > 0) line += " |";
-      line += ' ';
-      line += cells[c];
-      line.append(widths[c] - Width(cells[c]), ' ');
+      pieces[c] = Wrap(cells[c], widths[c]);
+      lines = std::max(lines, pieces[c].size());
     }
-    RTrimAndNewline(line, out);
+    for (size_t l = 0; l < lines; ++l) {
+      std::string line;
+      for (size_t c = 0; c < cells.size(); ++c) {
+        const std::string piece = l < pieces[c].size() ? pieces[c][l] : "";
+        if (c > 0) line += " |";
+        line += ' ';
+        line += piece;
+        line.append(widths[c] - std::min(widths[c], Width(piece)), ' ');
+      }
+      RTrimAndNewline(line, out);
+    }
   };
   render_row(headers_);
   std::string sep;
@@ -187,14 +248,27 @@ std::string FormatLogLine(const v1::LogLine& line) {
 }
 
 Table ExperimentsTable(
-    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments) {
-  Table table({"ID", "Owner", "Name", "State", "Progress", "Trials", "Start Time", "End Time"});
+    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments,
+    bool archived_column) {
+  std::vector<std::string> headers = {"ID",     "Owner",      "Name",    "State",
+                                      "Progress", "Trials", "Start Time", "End Time"};
+  if (archived_column) headers.push_back("Archived");
+  Table table(std::move(headers));
   for (const v1::Experiment& e : experiments) {
-    table.AddRow({absl::StrCat(e.id()), e.owner(), e.name(), StateName(e.state()),
-                  FormatPercent(e.progress()), absl::StrCat(e.num_trials()),
-                  FormatTimeMs(e.start_time_ms()), FormatTimeMs(e.end_time_ms())});
+    std::vector<std::string> row = {absl::StrCat(e.id()), e.owner(), e.name(),
+                                    StateName(e.state()), FormatPercent(e.progress()),
+                                    absl::StrCat(e.num_trials()), FormatTimeMs(e.start_time_ms()),
+                                    FormatTimeMs(e.end_time_ms())};
+    if (archived_column) row.push_back(YesNo(e.archived()));
+    table.AddRow(std::move(row));
   }
   return table;
+}
+
+std::string TrialError(const v1::Trial& trial) {
+  if (!trial.error().empty()) return trial.error();
+  if (trial.state() == v1::STATE_ERROR) return trial.allocation().exit_reason();
+  return "";
 }
 
 KeyValues ExperimentFields(const v1::Experiment& e) {
@@ -293,11 +367,13 @@ Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
                   const std::optional<SearcherMetric>& metric, bool diagnostics) {
   bool any_pending = false;
   bool any_stopped = false;
+  bool any_error = false;
   std::set<std::string> metric_names;
   std::set<std::string> hparam_names;
   for (const v1::Trial& t : trials) {
     if (!t.pending_reason().empty()) any_pending = true;
     if (t.search().stopped_early()) any_stopped = true;
+    if (!TrialError(t).empty()) any_error = true;
     for (const auto& [name, summary] : t.validation_summary()) {
       if (!diagnostics && IsDiagnosticMetric(name)) continue;
       if (metric.has_value() && name == metric->name) continue;  // in its own column
@@ -313,6 +389,7 @@ Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
   if (mark_best) headers.push_back("Best");
   headers.insert(headers.end(), {"State", "Restarts", "Batches"});
   if (any_pending) headers.push_back("Pending Reason");
+  if (any_error) headers.push_back("Error");
   headers.insert(headers.end(), hparam_names.begin(), hparam_names.end());
   if (metric.has_value()) {
     headers.push_back(absl::StrCat("Best ", metric->name));
@@ -327,6 +404,7 @@ Table TrialsTable(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
     row.insert(row.end(), {StateName(t.state()), absl::StrCat(t.restarts()),
                            absl::StrCat(t.total_batches())});
     if (any_pending) row.push_back(t.pending_reason());
+    if (any_error) row.push_back(TrialError(t));
     if (!hparam_names.empty()) {
       std::map<std::string, std::string> hparams;
       for (auto& [name, value] : FlattenHparams(t.hparams_json())) hparams[name] = value;
@@ -443,14 +521,19 @@ Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>&
 }
 
 Table AgentsTable(const google::protobuf::RepeatedPtrField<v1::Agent>& agents) {
-  Table table({"ID", "Hostname", "Slots", "Used", "Connected", "Enabled", "Pool"});
+  Table table(
+      {"ID", "Hostname", "Slots", "Used", "Connected", "Enabled", "Draining", "Pool"});
   for (const v1::Agent& a : agents) {
     int used = 0;
+    int disabled = 0;
     for (const v1::Slot& s : a.slots()) {
       if (!s.allocation_id().empty()) ++used;
+      if (!s.enabled()) ++disabled;
     }
-    table.AddRow({a.id(), a.hostname(), absl::StrCat(a.slots_size()), absl::StrCat(used),
-                  YesNo(a.connected()), YesNo(a.enabled()), a.resource_pool()});
+    std::string slots = absl::StrCat(a.slots_size());
+    if (disabled > 0) absl::StrAppend(&slots, " (", disabled, " disabled)");
+    table.AddRow({a.id(), a.hostname(), slots, absl::StrCat(used), YesNo(a.connected()),
+                  YesNo(a.enabled()), YesNo(a.draining()), a.resource_pool()});
   }
   return table;
 }

@@ -37,8 +37,11 @@ class Table {
   size_t num_rows() const { return rows_.size(); }
 
   // Writes the header, a separator line and the rows, each line ending in '\n' and
-  // without trailing spaces.
-  void Render(std::ostream& out) const;
+  // without trailing spaces. With `max_width` > 0 (a terminal's width) and a table wider
+  // than that, the widest columns are narrowed (to no less than 8 characters) and their
+  // cells (headers too) wrapped onto more lines, at spaces where possible: nothing is cut
+  // off.
+  void Render(std::ostream& out, size_t max_width = 0) const;
 
  private:
   std::vector<std::string> headers_;
@@ -111,9 +114,15 @@ std::optional<double> BestValue(const v1::Trial& trial, const SearcherMetric& me
 int BestTrialIndex(const google::protobuf::RepeatedPtrField<v1::Trial>& trials,
                    const SearcherMetric& metric);
 
-// ID, Owner, Name, State, Progress, Trials, Start Time, End Time.
+// ID, Owner, Name, State, Progress, Trials, Start Time, End Time (and Archived, yes or
+// no, with `archived_column`: det e list --all).
 Table ExperimentsTable(
-    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments);
+    const google::protobuf::RepeatedPtrField<v1::Experiment>& experiments,
+    bool archived_column = false);
+
+// Why a trial failed: its error, else (for an ERROR trial) its last run's exit reason; ""
+// for none.
+std::string TrialError(const v1::Trial& trial);
 KeyValues ExperimentFields(const v1::Experiment& experiment);
 
 // Trial ID, State, Restarts, Batches, Pending Reason (only when some trial has one),

@@ -182,14 +182,16 @@ TEST(FormatTest, AgentsTable) {
   a->set_connected(true);
   a->set_enabled(true);
   a->set_resource_pool("default");
-  a->add_slots()->set_allocation_id("alloc-1");
-  a->add_slots();
+  v1::Slot* busy = a->add_slots();
+  busy->set_allocation_id("alloc-1");
+  busy->set_enabled(true);
+  a->add_slots()->set_enabled(true);
   std::ostringstream out;
   AgentsTable(agents).Render(out);
   EXPECT_EQ(out.str(),
-            " ID      | Hostname | Slots | Used | Connected | Enabled | Pool\n"
-            "---------+----------+-------+------+-----------+---------+---------\n"
-            " agent-0 | host     | 2     | 1    | yes       | yes     | default\n");
+            " ID      | Hostname | Slots | Used | Connected | Enabled | Draining | Pool\n"
+            "---------+----------+-------+------+-----------+---------+----------+---------\n"
+            " agent-0 | host     | 2     | 1    | yes       | yes     | no       | default\n");
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ absl::Status ListJobs(CliContext& ctx, const std::string& pool) {
                   absl::StrCat(j.slots_per_trial()), absl::StrCat(j.queued_trials()),
                   absl::StrCat(j.running_trials()), absl::StrCat(j.slots_acquired()), j.reason()});
   }
-  table.Render(ctx.out);
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -65,7 +65,7 @@ absl::Status ListTasks(CliContext& ctx) {
                   t.resource_pool(), absl::StrJoin(t.agents(), ","), Placement(t.ranks()),
                   FormatTimeMs(t.start_time_ms()), details});
   }
-  table.Render(ctx.out);
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -81,7 +81,7 @@ absl::Status ListPools(CliContext& ctx) {
                   absl::StrCat(p.slots()), absl::StrCat(p.slots_used()),
                   absl::StrCat(p.queued_trials()), p.preemption() ? "yes" : "no"});
   }
-  table.Render(ctx.out);
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 

@@ -1,4 +1,4 @@
-// det template|tpl set|list|describe|remove
+// det template|tpl set|create|update-config|list|ls|describe|remove|rm
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -21,16 +21,22 @@ struct TemplateOptions {
   bool details = false;
 };
 
-absl::Status Set(CliContext& ctx, const TemplateOptions& options) {
+// Which command sets the template: set (create or replace), create, update-config.
+enum class SetMode { kCreateOrReplace, kCreate, kReplace };
+
+absl::Status Set(CliContext& ctx, const TemplateOptions& options, SetMode mode) {
   ASSIGN_OR_RETURN(std::string yaml, ReadConfigFile(options.file));
   v1::SetTemplateRequest request;
   request.set_name(options.name);
   request.set_config_yaml(std::move(yaml));
   request.set_config_path(options.file);
+  request.set_create_only(mode == SetMode::kCreate);
+  request.set_replace_only(mode == SetMode::kReplace);
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::SetTemplateResponse response, api->SetTemplate(request));
   if (ctx.json) return WriteJson(response, ctx.out);
-  ctx.out << "Set template " << response.template_().name() << '\n';
+  ctx.out << (response.created() ? "Created template " : "Replaced template ")
+          << response.template_().name() << '\n';
   return absl::OkStatus();
 }
 
@@ -51,7 +57,7 @@ absl::Status List(CliContext& ctx, bool details) {
     for (const v1::Template& t : response.templates()) {
       table.AddRow({t.name(), FormatTimeMs(t.create_time_ms()), FormatTimeMs(t.update_time_ms())});
     }
-    table.Render(ctx.out);
+    table.Render(ctx.out, ctx.width);
     return absl::OkStatus();
   }
   bool first = true;
@@ -96,14 +102,28 @@ void RegisterTemplateCommands(CLI::App& app, CliContext& ctx) {
   group->require_subcommand(1);
   auto options = std::make_shared<TemplateOptions>();
 
-  CLI::App* set = group->add_subcommand("set", "create or replace a template");
-  set->add_option("NAME", options->name, "template name")->required();
-  set->add_option("FILE", options->file, "template file (YAML: part of an experiment config)")
-      ->required();
-  set->add_flag("--json", ctx.json, kJsonHelp);
-  set->callback([&ctx, options] { ctx.action = [&ctx, options] { return Set(ctx, *options); }; });
+  struct SetCommand {
+    const char* name;
+    const char* help;
+    SetMode mode;
+  };
+  for (const SetCommand& c :
+       {SetCommand{"set", "create or replace a template (says which)", SetMode::kCreateOrReplace},
+        SetCommand{"create", "create a template (an error when it exists)", SetMode::kCreate},
+        SetCommand{"update-config", "replace an existing template's config",
+                   SetMode::kReplace}}) {
+    CLI::App* set = group->add_subcommand(c.name, c.help);
+    set->add_option("NAME", options->name, "template name")->required();
+    set->add_option("FILE", options->file, "template file (YAML: part of an experiment config)")
+        ->required();
+    set->add_flag("--json", ctx.json, kJsonHelp);
+    const SetMode mode = c.mode;
+    set->callback([&ctx, options, mode] {
+      ctx.action = [&ctx, options, mode] { return Set(ctx, *options, mode); };
+    });
+  }
 
-  CLI::App* list = group->add_subcommand("list", "list templates");
+  CLI::App* list = group->add_subcommand("list", "list templates")->alias("ls");
   list->add_flag("-d,--details", options->details, "print each template's config too");
   list->add_flag("--json", ctx.json, kJsonHelp);
   list->callback([&ctx, options] {

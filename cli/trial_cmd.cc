@@ -1,12 +1,18 @@
-// det trial|t describe|logs
+// det trial|t describe|logs|kill|download
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
@@ -64,12 +70,12 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
   Table metrics = TrialMetricsTable(response.trial(), options.diagnostics);
   if (metrics.num_rows() > 0) {
     ctx.out << "\nMetrics:\n";
-    metrics.Render(ctx.out);
+    metrics.Render(ctx.out, ctx.width);
   }
   Table timings = TrialTimingsTable(response.trial());
   if (timings.num_rows() > 0) {
     ctx.out << "\nTimings (per batch, latest batch group):\n";
-    timings.Render(ctx.out);
+    timings.Render(ctx.out, ctx.width);
     auto rate = response.trial().timings_summary().find("samples_per_second");
     if (rate != response.trial().timings_summary().end()) {
       ctx.out << "Throughput: " << FormatRate(rate->second.last(), "samples/s") << "\n";
@@ -78,17 +84,65 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
   const v1::Allocation& allocation = response.trial().allocation();
   if (!allocation.id().empty()) {
     ctx.out << "\nAllocation " << allocation.id() << " (" << StateName(allocation.state()) << "):\n";
-    RanksTable(allocation).Render(ctx.out);
+    RanksTable(allocation).Render(ctx.out, ctx.width);
   }
   if (response.system_metrics_size() > 0) {
     ctx.out << "\nSystem metrics:\n";
-    SystemMetricsTable(response.system_metrics()).Render(ctx.out);
+    SystemMetricsTable(response.system_metrics()).Render(ctx.out, ctx.width);
   }
   return absl::OkStatus();
 }
 
+// Log levels, lowest first, as Determined's --level takes them.
+constexpr const char* kLevels[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
+
+// The level a line was logged at: its message's leading level word ("INFO: ...",
+// "ERROR:root:...", "[WARNING] ...", "WARN ..."; FATAL counts as CRITICAL), else INFO.
+int LineLevel(absl::string_view message) {
+  absl::string_view m = absl::StripLeadingAsciiWhitespace(message);
+  if (absl::ConsumePrefix(&m, "[")) m = absl::StripLeadingAsciiWhitespace(m);
+  size_t end = 0;
+  while (end < m.size() && absl::ascii_isalpha(static_cast<unsigned char>(m[end]))) ++end;
+  const std::string word = absl::AsciiStrToUpper(m.substr(0, end));
+  const bool delimited = end < m.size() && (m[end] == ':' || m[end] == ' ' || m[end] == ']');
+  if (!delimited) return 2;
+  if (word == "WARN") return 3;
+  if (word == "FATAL") return 5;
+  for (int i = 0; i < 6; ++i) {
+    if (word == kLevels[i]) return i;
+  }
+  return 2;
+}
+
+// Determined's log source of a line: "container" for the workers' output, else "agent"
+// or "master".
+std::string LineSource(const v1::LogLine& line) {
+  if (line.stream() == "agent" || line.stream() == "master") return line.stream();
+  return "container";
+}
+
+struct LogFilter {
+  std::vector<std::string> agent_ids;
+  std::vector<std::string> sources;   // container, agent, master
+  std::vector<std::string> stdtypes;  // stdout, stderr
+  std::string level;                  // "": every level
+
+  bool Keeps(const v1::LogLine& line) const {
+    auto in = [](const std::vector<std::string>& set, const std::string& v) {
+      return set.empty() || std::find(set.begin(), set.end(), v) != set.end();
+    };
+    if (!in(agent_ids, line.agent_id()) || !in(sources, LineSource(line))) return false;
+    if (!stdtypes.empty() && !in(stdtypes, line.stream())) return false;
+    if (level.empty()) return true;
+    int min = 0;
+    while (min < 6 && level != kLevels[min]) ++min;
+    return LineLevel(line.message()) >= min;
+  }
+};
+
 struct LogsOptions {
   int64_t trial_id = 0;
+  LogFilter filter;
   bool follow = false;
   int32_t rank = 0;
   CLI::Option* rank_option = nullptr;
@@ -122,6 +176,7 @@ absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
     std::deque<v1::LogLine> last;
     while (!cursor.done) {
       ASSIGN_OR_RETURN(int n, FetchTrialLogs(*api, cursor, 0, [&](const v1::LogLine& line) {
+        if (!options.filter.Keeps(line)) return;
         last.push_back(line);
         if (static_cast<int64_t>(last.size()) > options.tail) last.pop_front();
       }));
@@ -137,6 +192,7 @@ absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
                                              if (options.head > 0 && printed >= options.head) {
                                                return;
                                              }
+                                             if (!options.filter.Keeps(line)) return;
                                              print(line);
                                            }));
     ctx.out.flush();
@@ -144,6 +200,94 @@ absl::Status Logs(CliContext& ctx, const LogsOptions& options) {
     if (!options.follow && n == 0) break;
   }
   return absl::OkStatus();
+}
+
+struct DownloadOptions {
+  int64_t trial_id = 0;
+  bool best = false;
+  bool latest = false;
+  std::string uuid;
+  std::string output_dir;
+  std::string sort_by;
+  std::optional<bool> smaller_is_better;
+  bool quiet = false;
+};
+
+// det trial download: the trial's best (by --sort-by, else the searcher's metric) or latest
+// checkpoint, or one by UUID, copied as det checkpoint download does.
+absl::Status Download(CliContext& ctx, const DownloadOptions& o) {
+  if (static_cast<int>(o.best) + static_cast<int>(o.latest) + static_cast<int>(!o.uuid.empty()) !=
+      1) {
+    return absl::InvalidArgumentError("give exactly one of --best, --latest and --uuid");
+  }
+  if (!o.sort_by.empty() && !o.smaller_is_better.has_value()) {
+    return absl::InvalidArgumentError(
+        "--sort-by needs --smaller-is-better true|false (e.g. false for accuracy)");
+  }
+  if ((!o.sort_by.empty() || o.smaller_is_better.has_value()) && !o.best) {
+    return absl::InvalidArgumentError("--sort-by and --smaller-is-better go with --best");
+  }
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::GetTrialResponse trial, api->GetTrial(o.trial_id));
+  v1::ListCheckpointsRequest request;
+  request.set_experiment_id(trial.trial().experiment_id());
+  request.set_trial_id(o.trial_id);
+  ASSIGN_OR_RETURN(v1::ListCheckpointsResponse response, api->ListCheckpoints(request));
+  std::vector<const v1::Checkpoint*> live;
+  for (const v1::Checkpoint& c : response.checkpoints()) {
+    if (c.trial_id() == o.trial_id && c.state() != v1::STATE_DELETED) live.push_back(&c);
+  }
+  if (!o.uuid.empty()) {
+    for (const v1::Checkpoint& c : response.checkpoints()) {
+      if (c.uuid() == o.uuid) return DownloadCheckpoint(ctx, o.uuid, o.output_dir, o.quiet);
+    }
+    return absl::NotFoundError(
+        absl::StrCat("trial ", o.trial_id, " has no checkpoint ", o.uuid));
+  }
+  if (live.empty()) {
+    return absl::NotFoundError(absl::StrCat("trial ", o.trial_id, " has no checkpoint to download"));
+  }
+  const v1::Checkpoint* chosen = nullptr;
+  if (o.latest) {
+    for (const v1::Checkpoint* c : live) {
+      if (chosen == nullptr || c->total_batches() > chosen->total_batches() ||
+          (c->total_batches() == chosen->total_batches() &&
+           c->report_time_ms() > chosen->report_time_ms())) {
+        chosen = c;
+      }
+    }
+  } else {
+    SearcherMetric metric;
+    if (!o.sort_by.empty()) {
+      metric = {o.sort_by, *o.smaller_is_better};
+    } else {
+      ASSIGN_OR_RETURN(v1::GetExperimentResponse e,
+                       api->GetExperiment(trial.trial().experiment_id()));
+      std::optional<SearcherMetric> searcher = ParseSearcherMetric(e.experiment().config_yaml());
+      if (!searcher.has_value()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--best: experiment ", trial.trial().experiment_id(),
+            "'s config names no searcher.metric; pass --sort-by and --smaller-is-better"));
+      }
+      metric = *searcher;
+    }
+    for (const v1::Checkpoint* c : live) {
+      auto it = c->metrics().find(metric.name);
+      if (it == c->metrics().end()) continue;
+      if (chosen == nullptr) {
+        chosen = c;
+        continue;
+      }
+      const double best = chosen->metrics().at(metric.name);
+      if (metric.smaller_is_better ? it->second < best : it->second > best) chosen = c;
+    }
+    if (chosen == nullptr) {
+      return absl::NotFoundError(absl::StrCat("--best: no checkpoint of trial ", o.trial_id,
+                                              " has the metric '", metric.name,
+                                              "' (use --latest)"));
+    }
+  }
+  return DownloadCheckpoint(ctx, chosen->uuid(), o.output_dir, o.quiet);
 }
 
 }  // namespace
@@ -192,6 +336,34 @@ void RegisterTrialCommands(CLI::App& app, CliContext& ctx) {
     };
   });
 
+  auto download_options = std::make_shared<DownloadOptions>();
+  CLI::App* download = group->add_subcommand(
+      "download", "copy a trial's checkpoint here (its storage must be mounted on this machine)");
+  download->add_option("ID", download_options->trial_id, "trial ID")->required();
+  download->add_flag("--best", download_options->best,
+                     "the checkpoint with the best validation metric (the searcher's, or "
+                     "--sort-by)");
+  download->add_flag("--latest", download_options->latest, "the most recent checkpoint");
+  download->add_option("--uuid", download_options->uuid, "the checkpoint with this UUID");
+  download->add_option("-o,--output-dir", download_options->output_dir,
+                       "directory to copy into (default: checkpoints/UUID)");
+  download->add_option("--sort-by", download_options->sort_by,
+                       "with --best: the validation metric to rank by (needs "
+                       "--smaller-is-better)");
+  download->add_option_function<std::string>(
+      "--smaller-is-better",
+      [download_options](const std::string& v) {
+        download_options->smaller_is_better = v == "true" || v == "True" || v == "1" ||
+                                              v == "yes";
+      },
+      "with --sort-by: true or false")
+      ->check(CLI::IsMember({"true", "false", "True", "False", "1", "0", "yes", "no"}));
+  download->add_flag("-q,--quiet", download_options->quiet, "print only the directory");
+  download->add_flag("--json", ctx.json, kJsonHelp);
+  download->callback([&ctx, download_options] {
+    ctx.action = [&ctx, download_options] { return Download(ctx, *download_options); };
+  });
+
   auto logs_options = std::make_shared<LogsOptions>();
   CLI::App* logs = group->add_subcommand("logs", "print a trial's logs");
   logs->add_option("ID", logs_options->trial_id, "trial ID")->required();
@@ -209,6 +381,25 @@ void RegisterTrialCommands(CLI::App& app, CliContext& ctx) {
       ->excludes(head);
   logs->add_flag("-t,--timestamps", logs_options->timestamps,
                  "prefix each line with the time the agent read it (UTC)");
+  LogFilter& filter = logs_options->filter;
+  logs->add_option("--agent-id", filter.agent_ids,
+                   "only the lines of this agent (repeat for several)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  logs->add_option("--source", filter.sources,
+                   "only lines from this source: container (the workers' output), agent or "
+                   "master (repeat for several)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::IsMember({"container", "agent", "master"}));
+  logs->add_option("--stdtype", filter.stdtypes,
+                   "only the workers' lines of this stream: stdout or stderr (repeat for "
+                   "several)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::IsMember({"stdout", "stderr"}));
+  logs->add_option("--level", filter.level,
+                   "only lines of this level or higher, read from the line's leading level "
+                   "word (\"INFO: ...\", det.LOG_FORMAT); a line without one counts as INFO")
+      ->transform(CLI::IsMember({"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"},
+                                CLI::ignore_case));
   logs->callback([&ctx, logs_options] {
     ctx.action = [&ctx, logs_options] { return Logs(ctx, *logs_options); };
   });

@@ -63,6 +63,14 @@ absl::StatusOr<std::string> NewPassword(const char* env, const std::string& whos
   return first;
 }
 
+}  // namespace
+
+absl::StatusOr<std::string> UserPassword(const std::string& prompt) {
+  return Password("DET_PASSWORD", prompt);
+}
+
+namespace {
+
 std::string When(int64_t ms) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(ms),
                           absl::LocalTimeZone());
@@ -71,6 +79,7 @@ std::string When(int64_t ms) {
 absl::Status Login(CliContext& ctx, std::string username) {
   ASSIGN_OR_RETURN(std::string address, ParseMasterAddress(ctx.master));
   ASSIGN_OR_RETURN(std::string path, AuthFilePath());
+  if (username.empty()) username = ctx.user;  // det -u alice user login
   if (username.empty()) {
     absl::StatusOr<std::optional<StoredSession>> stored = LoadSession(path, address);
     username = stored.ok() && *stored ? (*stored)->username : "admin";
@@ -92,8 +101,13 @@ absl::Status Logout(CliContext& ctx) {
   absl::Status ended = api->Logout();
   if (!ended.ok() && ended.code() != absl::StatusCode::kUnauthenticated) return ended;
   ASSIGN_OR_RETURN(std::string path, AuthFilePath());
-  RETURN_IF_ERROR(RemoveSession(path, address));
-  ctx.out << "Logged out of " << address << "\n";
+  if (ctx.user.empty()) {
+    RETURN_IF_ERROR(RemoveSession(path, address));
+    ctx.out << "Logged out of " << address << "\n";
+  } else {
+    RETURN_IF_ERROR(RemoveUserSession(path, address, ctx.user));
+    ctx.out << "Logged " << ctx.user << " out of " << address << "\n";
+  }
   return absl::OkStatus();
 }
 

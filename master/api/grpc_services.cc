@@ -132,7 +132,31 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_USER(ChangePassword)
   DET_SERVE_USER(LinkWithAgentUser)
 
-  DET_SERVE_API(GetMasterInfo)
+  // Answered without a session too, as Determined's /info: then only the version and the
+  // cluster's id and name (det version before det user login).
+  grpc::ServerUnaryReactor* GetMasterInfo(grpc::CallbackServerContext* ctx,
+                                          const v1::GetMasterInfoRequest* req,
+                                          v1::GetMasterInfoResponse* resp) override {
+    if (users_ == nullptr) return ServeAs(ctx, &h_, &ApiHandler::GetMasterInfo, req, resp);
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto caller = std::make_shared<Caller>();
+    users_->Authenticate(
+        BearerToken(ctx), caller.get(), [this, caller, req, resp, reactor](absl::Status st) {
+          const bool anonymous = !st.ok();
+          h_.GetMasterInfo(*caller, *req, resp,
+                           [caller, resp, reactor, anonymous](absl::Status s) {
+                             if (anonymous && s.ok()) {
+                               v1::GetMasterInfoResponse open;
+                               open.set_version(resp->version());
+                               open.set_cluster_id(resp->cluster_id());
+                               open.set_cluster_name(resp->cluster_name());
+                               *resp = std::move(open);
+                             }
+                             reactor->Finish(ToGrpcStatus(s));
+                           });
+        });
+    return reactor;
+  }
   DET_SERVE_API(GetMasterStats)
   DET_SERVE_API(GetMasterConfig)
   DET_SERVE_API(GetMasterLogs)
@@ -156,11 +180,14 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(UnarchiveExperiment)
   DET_SERVE_API(PatchExperiment)
   DET_SERVE_API(DeleteExperiment)
+  DET_SERVE_API(GetModelDef)
   DET_SERVE_API(KillTrial)
   DET_SERVE_API(GetCheckpoint)
   DET_SERVE_API(DeleteCheckpoints)
   DET_SERVE_API(EnableAgent)
   DET_SERVE_API(DisableAgent)
+  DET_SERVE_API(EnableSlot)
+  DET_SERVE_API(DisableSlot)
   DET_SERVE_API(ResetAgentCredential)
   DET_SERVE_API(ListJobs)
   DET_SERVE_API(UpdateJobPriority)

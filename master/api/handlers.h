@@ -45,6 +45,7 @@ class ApiHandler {
   virtual void UnarchiveExperiment(const Caller& caller, const v1::UnarchiveExperimentRequest& request, v1::UnarchiveExperimentResponse* response, Done done) = 0;
   virtual void PatchExperiment(const Caller& caller, const v1::PatchExperimentRequest& request, v1::PatchExperimentResponse* response, Done done) = 0;
   virtual void DeleteExperiment(const Caller& caller, const v1::DeleteExperimentRequest& request, v1::DeleteExperimentResponse* response, Done done) = 0;
+  virtual void GetModelDef(const Caller& caller, const v1::GetModelDefRequest& request, v1::GetModelDefResponse* response, Done done) = 0;
   virtual void KillTrial(const Caller& caller, const v1::KillTrialRequest& request, v1::KillTrialResponse* response, Done done) = 0;
   virtual void GetCheckpoint(const Caller& caller, const v1::GetCheckpointRequest& request, v1::GetCheckpointResponse* response, Done done) = 0;
   virtual void DeleteCheckpoints(const Caller& caller, const v1::DeleteCheckpointsRequest& request, v1::DeleteCheckpointsResponse* response, Done done) = 0;
@@ -55,6 +56,8 @@ class ApiHandler {
   virtual void ListAgents(const Caller& caller, const v1::ListAgentsRequest& request, v1::ListAgentsResponse* response, Done done) = 0;
   virtual void EnableAgent(const Caller& caller, const v1::EnableAgentRequest& request, v1::EnableAgentResponse* response, Done done) = 0;
   virtual void DisableAgent(const Caller& caller, const v1::DisableAgentRequest& request, v1::DisableAgentResponse* response, Done done) = 0;
+  virtual void EnableSlot(const Caller& caller, const v1::EnableSlotRequest& request, v1::EnableSlotResponse* response, Done done) = 0;
+  virtual void DisableSlot(const Caller& caller, const v1::DisableSlotRequest& request, v1::DisableSlotResponse* response, Done done) = 0;
   virtual void ResetAgentCredential(const Caller& caller, const v1::ResetAgentCredentialRequest& request, v1::ResetAgentCredentialResponse* response, Done done) = 0;
   virtual void ListJobs(const Caller& caller, const v1::ListJobsRequest& request, v1::ListJobsResponse* response, Done done) = 0;
   virtual void UpdateJobPriority(const Caller& caller, const v1::UpdateJobPriorityRequest& request, v1::UpdateJobPriorityResponse* response, Done done) = 0;

@@ -245,11 +245,33 @@ void MasterService::EnableAgent(const Caller& caller, const v1::EnableAgentReque
   });
 }
 
+void MasterService::EnableSlot(const Caller& caller, const v1::EnableSlotRequest& req,
+                               v1::EnableSlotResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "enable slots"));
+    ASSIGN_OR_RETURN(*resp->mutable_agent(),
+                     m_.agents.SetSlotEnabled(req.agent_id(), req.slot_id(), true));
+    turns_.RequestSchedule();
+    return absl::OkStatus();
+  });
+}
+
+void MasterService::DisableSlot(const Caller& caller, const v1::DisableSlotRequest& req,
+                                v1::DisableSlotResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MustBeAdmin(caller, "disable slots"));
+    ASSIGN_OR_RETURN(*resp->mutable_agent(),
+                     m_.agents.SetSlotEnabled(req.agent_id(), req.slot_id(), false));
+    return absl::OkStatus();
+  });
+}
+
 void MasterService::DisableAgent(const Caller& caller, const v1::DisableAgentRequest& req,
                                  v1::DisableAgentResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
     RETURN_IF_ERROR(MustBeAdmin(caller, "disable agents"));
-    ASSIGN_OR_RETURN(*resp->mutable_agent(), m_.agents.SetEnabled(req.agent_id(), false));
+    ASSIGN_OR_RETURN(*resp->mutable_agent(),
+                     m_.agents.SetEnabled(req.agent_id(), false, req.drain()));
     // Not draining: its runs stop and are rescheduled elsewhere, not counted as restarts.
     if (!req.drain()) m_.allocations.StopRunsOn(req.agent_id());
     return absl::OkStatus();
@@ -321,9 +343,18 @@ void MasterService::SetTemplate(const Caller& caller, const v1::SetTemplateReque
                                 v1::SetTemplateResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
     if (absl::StatusOr<v1::Template> old = m_.templates.Get(req.name()); old.ok()) {
+      if (req.create_only()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "template '", req.name(), "' already exists; det template update-config ",
+            req.name(), " FILE replaces its config"));
+      }
       RETURN_IF_ERROR(MayChangeTemplate(caller, *old, "replace"));
     } else if (!absl::IsNotFound(old.status())) {
       return old.status();
+    } else if (req.replace_only()) {
+      return absl::NotFoundError(absl::StrCat("template '", req.name(),
+                                              "' does not exist; det template create ",
+                                              req.name(), " FILE makes it"));
     }
     bool created = false;
     ASSIGN_OR_RETURN(*resp->mutable_template_(),
@@ -503,6 +534,26 @@ void MasterService::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitR
     bool abnormal = req.signal() != 0 || req.exit_code() != 0;
     if (!m_.checkpoints.OnExit(req, how, abnormal)) m_.allocations.OnExit(req, how, abnormal);
     return absl::OkStatus();
+  });
+}
+
+void MasterService::GetModelDef(const Caller&, const v1::GetModelDefRequest& req,
+                                v1::GetModelDefResponse* resp, Done done) {
+  // Checked on the loop; the context is read off it (`done` from the reader).
+  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
+    if (m_.registry.experiments.count(req.experiment_id()) == 0) {
+      return done(absl::NotFoundError(
+          absl::StrCat("experiment ", req.experiment_id(), " not found")));
+    }
+    auto read = std::make_shared<v1::GetModelContextResponse>();
+    m_.contexts.Read(req.experiment_id(), read.get(),
+                     [read, resp, done = std::move(done)](absl::Status st) {
+                       if (st.ok()) {
+                         resp->set_model_context(std::move(*read->mutable_model_context()));
+                         resp->set_sha256(read->sha256());
+                       }
+                       done(st);
+                     });
   });
 }
 

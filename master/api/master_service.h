@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
+#include "common/version/version.h"
 #include "master/allocations/allocation_manager.h"
 #include "master/api/handlers.h"
 #include "master/api/model_contexts.h"
@@ -31,7 +32,7 @@
 
 namespace det::master {
 
-inline constexpr char kVersion[] = "0.1.0";
+inline constexpr const char* kVersion = kDetVersion;
 
 class MasterService : public ApiHandler, public AgentHandler, public WorkerHandler {
  public:
@@ -86,6 +87,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                        v1::PatchExperimentResponse*, Done) override;
   void DeleteExperiment(const Caller&, const v1::DeleteExperimentRequest&,
                         v1::DeleteExperimentResponse*, Done) override;
+  void GetModelDef(const Caller&, const v1::GetModelDefRequest&, v1::GetModelDefResponse*,
+                   Done) override;
   void KillTrial(const Caller&, const v1::KillTrialRequest&, v1::KillTrialResponse*, Done) override;
   void GetCheckpoint(const Caller&, const v1::GetCheckpointRequest&,
                      v1::GetCheckpointResponse*, Done) override;
@@ -104,6 +107,10 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                    v1::EnableAgentResponse*, Done) override;
   void DisableAgent(const Caller&, const v1::DisableAgentRequest&,
                     v1::DisableAgentResponse*, Done) override;
+  void EnableSlot(const Caller&, const v1::EnableSlotRequest&, v1::EnableSlotResponse*,
+                  Done) override;
+  void DisableSlot(const Caller&, const v1::DisableSlotRequest&, v1::DisableSlotResponse*,
+                   Done) override;
   void ResetAgentCredential(const Caller&, const v1::ResetAgentCredentialRequest&,
                             v1::ResetAgentCredentialResponse*, Done) override;
   void ListJobs(const Caller&, const v1::ListJobsRequest&, v1::ListJobsResponse*, Done) override;

@@ -3,6 +3,8 @@
 #include <sodium.h>
 
 #include <cstdlib>
+#include <map>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -147,8 +149,12 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
   }
   const bool returning = known != agents_.end() && known->second.agent.registered_time_ms() != 0;
   std::map<std::string, std::string> used;
+  std::set<std::string> disabled_slots;
   if (known != agents_.end()) {
-    for (const auto& s : known->second.agent.slots()) used[s.id()] = s.allocation_id();
+    for (const auto& s : known->second.agent.slots()) {
+      used[s.id()] = s.allocation_id();
+      if (!s.enabled()) disabled_slots.insert(s.id());
+    }
   }
 
   v1::Agent agent;
@@ -159,13 +165,14 @@ absl::StatusOr<AgentManager::Admission> AgentManager::Register(
   agent.set_worker_torch_version(req.worker_torch_version());
   agent.set_resource_pool(req.resource_pool().empty() ? "default" : req.resource_pool());
   agent.set_enabled(returning ? known->second.agent.enabled() : true);
+  agent.set_draining(returning && known->second.agent.draining());
   agent.set_connected(true);
   agent.set_registered_time_ms(clock_.NowMs());
   agent.set_last_heartbeat_ms(clock_.NowMs());
   for (const auto& s : req.slots()) {
     v1::Slot* slot = agent.add_slots();
     *slot = s;
-    slot->set_enabled(true);
+    slot->set_enabled(disabled_slots.count(s.id()) == 0);
     slot->set_allocation_id(used.count(s.id()) ? used[s.id()] : "");
     slot->set_agent_id(req.agent_id());
   }
@@ -329,15 +336,43 @@ void AgentManager::ReleaseSlots(const std::string& allocation_id) {
   }
 }
 
-absl::StatusOr<v1::Agent> AgentManager::SetEnabled(const std::string& agent_id, bool enabled) {
+absl::StatusOr<v1::Agent> AgentManager::SetEnabled(const std::string& agent_id, bool enabled,
+                                                   bool drain) {
   auto it = agents_.find(agent_id);
   if (it == agents_.end()) return absl::NotFoundError(absl::StrCat("agent ", agent_id, " not found"));
   v1::Agent updated = it->second.agent;
   updated.set_enabled(enabled);
+  updated.set_draining(!enabled && drain);
   absl::Status st = store_.UpsertAgent(updated);
   if (!st.ok()) return st;
   it->second.agent = updated;
-  Logger("agents")->info("agent {} {}", agent_id, enabled ? "enabled" : "disabled");
+  Logger("agents")->info("agent {} {}", agent_id,
+                         enabled ? "enabled" : (drain ? "disabled (draining)" : "disabled"));
+  return updated;
+}
+
+absl::StatusOr<v1::Agent> AgentManager::SetSlotEnabled(const std::string& agent_id,
+                                                       const std::string& slot_id,
+                                                       bool enabled) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return absl::NotFoundError(absl::StrCat("agent ", agent_id, " not found"));
+  v1::Agent updated = it->second.agent;
+  v1::Slot* slot = nullptr;
+  std::string ids;
+  for (v1::Slot& s : *updated.mutable_slots()) {
+    absl::StrAppend(&ids, ids.empty() ? "" : ", ", s.id());
+    if (s.id() == slot_id) slot = &s;
+  }
+  if (slot == nullptr) {
+    return absl::NotFoundError(absl::StrCat("agent ", agent_id, " has no slot '", slot_id,
+                                            "' (its slots: ", ids.empty() ? "none" : ids, ")"));
+  }
+  slot->set_enabled(enabled);
+  absl::Status st = store_.UpsertAgent(updated);
+  if (!st.ok()) return st;
+  it->second.agent = updated;
+  Logger("agents")->info("slot {} of agent {} {}", slot_id, agent_id,
+                         enabled ? "enabled" : "disabled");
   return updated;
 }
 

@@ -95,8 +95,14 @@ class AgentManager {
   // Frees every slot used by `allocation_id`.
   void ReleaseSlots(const std::string& allocation_id);
 
-  // Enables or disables an agent (persisted). NotFound for an unknown agent.
-  absl::StatusOr<v1::Agent> SetEnabled(const std::string& agent_id, bool enabled);
+  // Enables or disables an agent (persisted); `drain` marks a disabled one draining
+  // (enabling clears it). NotFound for an unknown agent.
+  absl::StatusOr<v1::Agent> SetEnabled(const std::string& agent_id, bool enabled,
+                                       bool drain = false);
+  // Enables or disables one slot of an agent (persisted; kept when the agent registers
+  // again). NotFound naming the agent or the slot (and the slots it has).
+  absl::StatusOr<v1::Agent> SetSlotEnabled(const std::string& agent_id,
+                                           const std::string& slot_id, bool enabled);
 
   const v1::Agent* Find(const std::string& agent_id) const;
   // Where allocations whose rank 0 runs on `agent_id` meet (torchrun's MASTER_ADDR) and

@@ -105,6 +105,8 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
            HandlerRoute(api, &ApiHandler::PatchExperiment, {"id"}), users);
   Register(srv, routes_, "DELETE", v1 + "/experiments/" + id,
            HandlerRoute(api, &ApiHandler::DeleteExperiment, {"id"}), users);
+  Register(srv, routes_, "GET", v1 + "/experiments/" + id + "/model_def",
+           HandlerRoute(api, &ApiHandler::GetModelDef, {"experiment_id"}), users);
   Register(srv, routes_, "GET", v1 + "/checkpoints/" + name,
            HandlerRoute(api, &ApiHandler::GetCheckpoint, {"uuid"}), users);
   Register(srv, routes_, "DELETE", v1 + "/checkpoints/" + name,
@@ -153,6 +155,10 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
            HandlerRoute(api, &ApiHandler::EnableAgent, {"agent_id"}), users);
   Register(srv, routes_, "POST", v1 + "/agents/" + name + "/disable",
            HandlerRoute(api, &ApiHandler::DisableAgent, {"agent_id"}), users);
+  Register(srv, routes_, "POST", v1 + "/agents/" + name + "/slots/" + name + "/enable",
+           HandlerRoute(api, &ApiHandler::EnableSlot, {"agent_id", "slot_id"}), users);
+  Register(srv, routes_, "POST", v1 + "/agents/" + name + "/slots/" + name + "/disable",
+           HandlerRoute(api, &ApiHandler::DisableSlot, {"agent_id", "slot_id"}), users);
   {
     auto slots = HandlerRoute(api, &ApiHandler::ListAgents);
     slots.render = RenderSlots;

@@ -64,7 +64,7 @@ class Templates : public ::testing::Test {
 TEST_F(Templates, MergedAtCreationAndNeverAfter) {
   std::string tpl = cluster_.WriteFile("tpl.yaml", kTemplate);
   std::string exp = cluster_.WriteFile("exp.yaml", kConfig);
-  EXPECT_EQ(Ok({"tpl", "set", "base", tpl}), "Set template base\n");
+  EXPECT_EQ(Ok({"tpl", "set", "base", tpl}), "Created template base\n");
   EXPECT_THAT(Ok({"template", "list"}), HasSubstr(" base "));
   EXPECT_THAT(Ok({"tpl", "list", "-d"}), HasSubstr("    - host_path: /tmp/template-cache"));
   EXPECT_EQ(Ok({"tpl", "describe", "base"}), kTemplate);
@@ -90,7 +90,7 @@ TEST_F(Templates, MergedAtCreationAndNeverAfter) {
 
   // The template changes: new experiments see it, the first does not.
   std::string tpl2 = cluster_.WriteFile("tpl2.yaml", "resources:\n  priority: 9\nlabels: [team-b]\n");
-  EXPECT_EQ(Ok({"tpl", "set", "base", tpl2}), "Set template base\n");
+  EXPECT_EQ(Ok({"tpl", "set", "base", tpl2}), "Replaced template base\n");
   EXPECT_THAT(Ok({"tpl", "describe", "base"}), HasSubstr("priority: 9"));
   EXPECT_THAT(Ok({"experiment", "create", exp, "-t", "base"}), HasSubstr("Created experiment 2"));
   const std::string second = Ok({"experiment", "config", "2"});
