@@ -152,7 +152,8 @@ void SlurmResourceManager::SchedulePass() {
   if (master_address_.empty() || registry_.shutting_down) return;
   for (auto& [id, t] : registry_.trials) {
     auto job = jobs_.find(id);
-    const bool wants_run = t.trial.state() == v1::STATE_QUEUED && !t.killing;
+    // (`killing` belongs to a run: a queued trial has none.)
+    const bool wants_run = t.trial.state() == v1::STATE_QUEUED;
     if (job == jobs_.end()) {
       if (wants_run) Submit(t);
       continue;
@@ -290,6 +291,7 @@ void SlurmResourceManager::OnJobs(const absl::StatusOr<std::vector<slurm::JobInf
       ++it;
     } else {
       it = jobs_.erase(it);
+      turns_.RequestSchedule();  // Its trial may wait for a job again.
     }
   }
   // Jobs of this master that no record claims (a run never stored before a restart, a
@@ -325,7 +327,7 @@ bool SlurmResourceManager::Reconcile(int64_t trial_id, Job& job, const slurm::Jo
   const std::string state = info ? info->state : "no longer listed by squeue";
   const bool open = t.trial.allocation().id() == job.allocation_id;
   if (!job.started) {
-    const bool wants_run = t.trial.state() == v1::STATE_QUEUED && !t.killing;
+    const bool wants_run = t.trial.state() == v1::STATE_QUEUED;
     if (info != nullptr && !slurm::Ended(state) && !slurm::Started(state)) {
       if (wants_run) {
         SetWaitingReason(trial_id, absl::StrCat("Slurm job ", info->id, " is pending (", info->reason, ")"));
@@ -404,6 +406,7 @@ void SlurmResourceManager::Kill(const v1::Allocation& allocation, const std::str
     Logger("slurm")->warn("allocation {}: no Slurm job to stop ({})", allocation.id(), reason);
     return;
   }
+  if (slurm::Ended(it->second.state)) return;  // Its ranks' exits are being recorded.
   const std::string job_id = it->second.job_id;
   const int64_t trial_id = allocation.trial_id();
   if (grace <= absl::ZeroDuration()) grace = slurm_.kill_grace;
