@@ -8,27 +8,35 @@
 // process on the same work_dir re-adopts the workers it finds there, resumes shipping their
 // output where the master's acknowledgements left off, and reports their exits; the master
 // reattaches them when the agent registers again within agent_reconnect_wait.
+//
+// The Agent composes the parts, each with its own state and lock: Session (registration,
+// heartbeat), CommandPoller (the master's commands), Outbox (lines and reports, in order,
+// retried), AllocationTable (the allocations and their records), AllocationStarter (launch),
+// Supervision (one per worker), MetricsBuffer (host metrics).
 #ifndef DET_AGENT_AGENT_H_
 #define DET_AGENT_AGENT_H_
 
-#include <deque>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
-#include "agent/context_cache.h"
+#include "absl/time/time.h"
+#include "agent/allocations/allocation_table.h"
+#include "agent/allocations/starter.h"
 #include "agent/launcher/launcher.h"
 #include "agent/master_client/master_client.h"
+#include "agent/outbox/outbox.h"
+#include "agent/poller/command_poller.h"
 #include "agent/python/python_finder.h"
-#include "agent/supervisor/allocation_record.h"
+#include "agent/session/session.h"
+#include "agent/stop_signal.h"
+#include "agent/supervisor/process_launcher.h"
 #include "agent/supervisor/worker_process.h"
+#include "agent/sysmetrics/metrics_buffer.h"
 #include "agent/sysmetrics/system_sampler.h"
+#include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
 #include "proto/agent.pb.h"
 
@@ -50,17 +58,22 @@ struct AgentOptions {
   // entrypoint needs an interpreter (or torch) this agent lacks fails at once, naming what
   // was tried. Unset: config.worker_python as is, nothing checked (tests).
   std::optional<PythonChoice> python;
+  // Time for every deadline, timer and timestamp of the agent. Null: the real clock. Not
+  // owned; must outlive the agent.
+  Clock* clock = nullptr;
+  // Starts and adopts the workers. Null: the shim (ShimProcessLauncher). Not owned; must
+  // outlive the agent.
+  ProcessLauncher* launcher = nullptr;
 };
 
 // Threads: Run() is the session loop (register, heartbeat); one poller thread; one outbox
-// thread (logs and reports, in order, retried until the master takes them); one metrics
-// thread; one supervisor thread per worker process. Shared state is under mu_.
-class Agent {
+// thread; one metrics thread; one supervisor thread per worker process.
+class Agent : private CommandHandler {
  public:
   // `client` must outlive the agent. `slots` are the slots this machine offers.
   Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::Slot> slots,
         AgentOptions options);
-  ~Agent();
+  ~Agent() override;
 
   // Re-adopts the workers a previous agent process left in work_dir, then serves until
   // Stop() or Detach(). After Stop(), workers have been stopped (SIGTERM, then SIGKILL after
@@ -74,94 +87,50 @@ class Agent {
   void Detach();
 
  private:
-  struct Worker {
-    v1::RankPlacement rank;
-    // Null when the rank never started.
-    std::unique_ptr<WorkerProcess> process;
-    std::thread supervisor;
-    bool exited = false;
-    // The master accepted its exit report.
-    bool exit_reported = false;
-    // Bytes of stdout (0) and stderr (1) the master accepted.
-    int64_t shipped[2] = {0, 0};
-  };
-  struct Allocation {
-    v1::LaunchCommand launch;
-    std::string work_dir;  // the workers' working directory (model context)
-    std::string run_dir;   // output, exit files, record
-    std::vector<std::unique_ptr<Worker>> workers;
-    absl::Time kill_deadline = absl::InfiniteFuture();
-    bool killing = false;
-    bool agent_stopping = false;
-    bool launched_reported = false;
-  };
-  // One entry of the outbox: a log line, or a report.
-  struct Outgoing {
-    std::optional<v1::LogLine> line;
-    std::optional<v1::ReportLaunchedRequest> launched;
-    std::optional<v1::ReportExitRequest> exit;
-    // For a worker's output line: its stream (0 stdout, 1 stderr) and the file offset just
-    // after it; -1 for lines the agent writes itself.
-    int stream = -1;
-    int64_t end_offset = 0;
-  };
+  // CommandHandler, on the poller's thread.
+  void Launch(const v1::LaunchCommand& launch) override;
+  void Kill(const std::string& allocation_id, const std::string& reason,
+            absl::Duration grace) override;
 
-  // Finds the allocations of a previous agent process in work_dir/run and watches them.
+  // `grace` zero: config kill_grace.
+  void StopAllocation(const std::string& allocation_id, const std::string& reason,
+                      absl::Duration grace = absl::ZeroDuration(), bool agent_stopping = false);
+  // Registers and heartbeats until Stop() or Detach(); the master's refusal, if it stopped
+  // the agent.
+  absl::Status SessionLoop();
+  // Stops every worker and lets the outbox report their exits (for a while).
+  void Shutdown();
+  // Finds the allocations of a previous agent process in work_dir and watches them.
   void Restore();
-  absl::Status RegisterOnce();
-  void PollLoop();
   void OutboxLoop();
   void MetricsLoop();
-  void Launch(const v1::LaunchCommand& launch);
-  // The model context of `launch` (ContextCache; GetModelContext, retried while the master
-  // is unreachable, up to 3 tries). Poll thread only.
-  absl::StatusOr<v1::ModelContext> ModelContext(const v1::LaunchCommand& launch);
-  // `grace` zero: config kill_grace.
-  void Kill(const std::string& allocation_id, const std::string& reason,
-            absl::Duration grace = absl::ZeroDuration(), bool agent_stopping = false);
-  void StartSupervisor(Allocation* allocation, Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Supervise(Allocation* allocation, Worker* worker);
-  void Enqueue(Outgoing item);
-  void AgentLine(const v1::LaunchCommand& launch, int rank, const std::string& message);
-  // Records delivered outbox items in their allocations' records.
-  void Delivered(const std::vector<Outgoing>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the allocation's record (the agent's memory of it across restarts).
-  void Persist(const Allocation& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartSupervisors(Allocation& allocation);
+  void ReportLaunched(const std::string& allocation_id, const std::vector<int>& ranks);
   // Joins and forgets allocations whose workers have all exited and whose exits the master
   // accepted (or not, when `even_if_unreported`), deleting their directories.
   void ReapFinished(bool even_if_unreported);
-  // Sleeps up to `d`, returning early (true) when stopping.
-  bool SleepOrStop(absl::Duration d);
-  std::string Session();
-  void SessionLost(const std::string& stale_session);
   // Stops the helper threads (not the workers' supervisors) and the client.
   void StopThreads();
 
-  config::AgentConfig config_;
+  const config::AgentConfig config_;
   MasterClient& client_;
-  std::vector<v1::Slot> slots_;
-  AgentOptions options_;
-  // Fixed at construction, except advertise_address and network_interface: written under
-  // mu_ at each registration; Launch() copies the whole under mu_.
-  LaunchContext launch_context_;
-  // work_dir/contexts; used by the poll thread only.
-  ContextCache contexts_;
+  const AgentOptions options_;
+  RealClock real_clock_;
+  ShimProcessLauncher shim_launcher_;
+  Clock& clock_;
+  ProcessLauncher& launcher_;
+  // What every launch starts from (the session adds the advertised address).
+  const LaunchContext launch_context_;
 
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool detaching_ ABSL_GUARDED_BY(mu_) = false;
-  std::string session_ ABSL_GUARDED_BY(mu_);
-  // The credential the master issued to this agent id (work_dir/run/agent_credential).
-  std::string credential_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<Allocation>> allocations_ ABSL_GUARDED_BY(mu_);
-  std::deque<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
-  int64_t outbox_lines_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
-  // Samples not yet accepted by the master, oldest first (bounded).
-  std::deque<v1::SystemMetrics> metrics_ ABSL_GUARDED_BY(mu_);
+  StopSignal stop_;
+  Session session_;
+  MetricsBuffer metrics_;
+  Outbox outbox_;
+  AllocationTable allocations_;
+  AllocationStarter starter_;
+  CommandPoller poller_;
 
-  std::thread poller_;
+  std::thread poller_thread_;
   std::thread outbox_thread_;
   std::thread metrics_thread_;
 };

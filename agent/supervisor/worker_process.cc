@@ -163,4 +163,15 @@ WorkerExit WorkerProcess::Finish(std::optional<ExitStatus> child_status) {
   return exit;
 }
 
+absl::StatusOr<std::unique_ptr<Process>> ShimProcessLauncher::Start(const WorkerSpec& spec) {
+  absl::StatusOr<std::unique_ptr<WorkerProcess>> started = WorkerProcess::Start(spec);
+  if (!started.ok()) return started.status();
+  return std::unique_ptr<Process>(*std::move(started));
+}
+
+std::unique_ptr<Process> ShimProcessLauncher::Adopt(pid_t pid, uint64_t start_ticks,
+                                                    const std::string& exit_path) {
+  return WorkerProcess::Adopt(pid, start_ticks, exit_path);
+}
+
 }  // namespace det::agent

@@ -15,35 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/supervisor/process_launcher.h"
 #include "common/process/subprocess.h"
 
 namespace det::agent {
 
-struct WorkerSpec {
-  // The det-agent binary, run as the shim.
-  std::string shim_path;
-  // The entrypoint, exec'd directly. REQUIRES: non-empty.
-  std::vector<std::string> argv;
-  // The worker's complete environment, and its working directory.
-  EnvironmentVariables env;
-  std::string cwd;
-  // Appended to; created if missing.
-  std::string stdout_path;
-  std::string stderr_path;
-  // Where the shim records the exit status.
-  std::string exit_path;
-  // The user the entrypoint runs as (the shim keeps the agent's); unset: the agent's user.
-  std::optional<RunAs> run_as;
-};
-
-// How a worker ended. `note` explains a status the agent had to infer.
-struct WorkerExit {
-  ExitStatus status;
-  std::string note;
-};
-
 // Thread-safe.
-class WorkerProcess {
+class WorkerProcess : public Process {
  public:
   // Starts the shim for `spec`. Errors name the shim (a missing entrypoint is not an error
   // here: the worker then exits 127 with the reason on its stderr).
@@ -54,17 +32,17 @@ class WorkerProcess {
                                               const std::string& exit_path);
 
   // Never kills the worker: it is left running unless it has already been waited for.
-  ~WorkerProcess();
+  ~WorkerProcess() override;
 
-  pid_t pid() const { return pid_; }
-  uint64_t start_ticks() const { return start_ticks_; }
+  pid_t pid() const override { return pid_; }
+  uint64_t start_ticks() const override { return start_ticks_; }
 
   // Sends `sig` to the worker's process group; OK when the group is already gone.
-  absl::Status SignalGroup(int sig);
+  absl::Status SignalGroup(int sig) override;
 
   // Waits up to `timeout` for the worker to end. Once it has, SIGKILLs whatever is left of
   // its process group (no orphans) and returns how it ended; later calls return the same.
-  std::optional<WorkerExit> Wait(absl::Duration timeout);
+  std::optional<WorkerExit> Wait(absl::Duration timeout) override;
 
  private:
   WorkerProcess(pid_t pid, uint64_t start_ticks, std::string exit_path,
@@ -82,6 +60,14 @@ class WorkerProcess {
 
   absl::Mutex mu_;
   std::optional<WorkerExit> exit_ ABSL_GUARDED_BY(mu_);
+};
+
+// The real launcher: each worker runs under the det-agent shim (WorkerProcess).
+class ShimProcessLauncher : public ProcessLauncher {
+ public:
+  absl::StatusOr<std::unique_ptr<Process>> Start(const WorkerSpec& spec) override;
+  std::unique_ptr<Process> Adopt(pid_t pid, uint64_t start_ticks,
+                                 const std::string& exit_path) override;
 };
 
 // Start time of process `pid` in clock ticks after boot (/proc/PID/stat field 22), which
