@@ -201,6 +201,58 @@ TEST(DaemonConfig, Database) {
               HasSubstr("set password_file or password_env, not both"));
 }
 
+TEST(DaemonConfig, SlurmResourceManager) {
+  auto agents = ParseMasterConfig("resource_manager: {type: agent}\n", "m.yaml");
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  EXPECT_FALSE(agents->slurm.has_value());
+  auto slurm = ParseMasterConfig(
+      "resource_manager:\n  type: slurm\n  partition: gpu\n  account: lab\n  qos: normal\n"
+      "  slot_type: cuda\n  gpu_type: a100\n  slots_per_node: 8\n"
+      "  sbatch_options: [--time=04:00:00, --exclusive]\n  master_address: det.example.com:8080\n"
+      "  launcher: /opt/det/bin/det-slurm-launcher\n  work_dir: /scratch/det\n"
+      "  worker_python: /opt/venv/bin/python3\n  worker_path: [/opt/det/bin]\n"
+      "  chief_port_range: 30000-30099\n  poll_interval: 2s\n  kill_grace: 30s\n",
+      "m.yaml");
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  ASSERT_TRUE(slurm->slurm.has_value());
+  const SlurmConfig& s = *slurm->slurm;
+  EXPECT_EQ(s.partition, "gpu");
+  EXPECT_EQ(s.account, "lab");
+  EXPECT_EQ(s.qos, "normal");
+  EXPECT_EQ(s.slot_type, "cuda");
+  EXPECT_EQ(s.gpu_type, "a100");
+  EXPECT_EQ(s.slots_per_node, 8);
+  EXPECT_EQ(s.sbatch_options, (std::vector<std::string>{"--time=04:00:00", "--exclusive"}));
+  EXPECT_EQ(s.master_address, "det.example.com:8080");
+  EXPECT_EQ(s.launcher, "/opt/det/bin/det-slurm-launcher");
+  EXPECT_EQ(s.chief_port_first, 30000);
+  EXPECT_EQ(s.chief_port_last, 30099);
+  EXPECT_EQ(s.poll_interval, absl::Seconds(2));
+  EXPECT_EQ(s.kill_grace, absl::Seconds(30));
+
+  struct Bad {
+    std::string yaml;
+    std::string error;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"type: pbs", "resource_manager.type: expected agent or slurm, got \"pbs\""},
+           {"type: slurm\n  slot_type: tpu", "resource_manager.slot_type: expected cpu or cuda"},
+           {"type: slurm\n  sbatch_options: [-t 5]", "resource_manager.sbatch_options: expected options"},
+           {"type: slurm\n  sbatch_options: [\"--comment=it's\"]", "resource_manager.sbatch_options"},
+           {"type: slurm\n  partition: \"a b\"", "resource_manager.partition: expected a name"},
+           {"type: slurm\n  launcher: det-slurm-launcher", "resource_manager.launcher: expected an absolute path"},
+           {"type: slurm\n  work_dir: \"/tmp/it's\"", "resource_manager.work_dir: expected an absolute path"},
+           {"type: slurm\n  chief_port_range: 10-20", "resource_manager.chief_port_range: port 10"},
+           {"type: slurm\n  poll_interval: 10ms", "resource_manager.poll_interval: expected between"},
+           {"type: slurm\n  cpus_per_slot: 0", "resource_manager.cpus_per_slot"},
+           {"type: slurm\n  partitoin: x", "partitoin"},
+       }) {
+    auto parsed = ParseMasterConfig("resource_manager:\n  " + b.yaml + "\n", "m.yaml");
+    EXPECT_FALSE(parsed.ok()) << b.yaml;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(b.error)) << b.yaml;
+  }
+}
+
 TEST(DaemonConfig, CheckpointStorageAllowedRoots) {
   auto none = ParseMasterConfig("data_dir: /x\n", "m.yaml");
   ASSERT_TRUE(none.ok()) << none.status();

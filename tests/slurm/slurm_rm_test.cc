@@ -63,6 +63,16 @@ class SlurmResourceManagerTest : public ::testing::Test {
     return "";
   }
 
+  // Experiment 1 (3000 batches, checkpointed every 100) running with a checkpoint; its
+  // Slurm job in *job.
+  void StartCheckpointedTrial(std::string* job) {
+    ASSERT_EQ(Create(Example(3000, 100), "exp.yaml"), 1);
+    ASSERT_TRUE(WaitUntil("a checkpoint", [&] { return Checkpoints(1) >= 1; }, absl::Seconds(60)))
+        << Diagnostics();
+    *job = JobIn("RUNNING");
+    ASSERT_FALSE(job->empty()) << Diagnostics();
+  }
+
   // The trial's checkpoints (det checkpoint list --json).
   size_t Checkpoints(int64_t trial) {
     nlohmann::json c = master_.DetJson({"checkpoint", "list", absl::StrCat(trial)});
@@ -209,12 +219,9 @@ TEST_F(SlurmResourceManagerTest, WaitsWithSlurmsReasonAndResumesAfterPauseAndAct
 // scancel of a trial's job from outside det is a failed run: the trial restarts from its
 // latest checkpoint (max_restarts) in a new job and completes.
 TEST_F(SlurmResourceManagerTest, ScancelFromOutsideIsAFailedRunThatRestarts) {
-  const int64_t id = Create(Example(3000, 100), "exp.yaml");
-  ASSERT_EQ(id, 1);
-  ASSERT_TRUE(WaitUntil("a checkpoint", [&] { return Checkpoints(1) >= 1; }, absl::Seconds(60)))
-      << Diagnostics();
-  const std::string job = JobIn("RUNNING");
-  ASSERT_FALSE(job.empty()) << Diagnostics();
+  const int64_t id = 1;
+  std::string job;
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointedTrial(&job));
   ASSERT_TRUE(slurm_.Run({"scancel", job}).ok());
   ASSERT_TRUE(WaitState(id, "STATE_COMPLETED", absl::Seconds(120))) << Diagnostics();
   nlohmann::json d = Describe(id);
@@ -231,12 +238,9 @@ TEST_F(SlurmResourceManagerTest, ScancelFromOutsideIsAFailedRunThatRestarts) {
 // The master killed with SIGKILL while the trial's job runs: restarted, it finds the job by
 // its name, reattaches the run, and the trial completes in the same run.
 TEST_F(SlurmResourceManagerTest, MasterKilledWhileAJobRunsAdoptsItAfterRestart) {
-  const int64_t id = Create(Example(3000, 100), "exp.yaml");
-  ASSERT_EQ(id, 1);
-  ASSERT_TRUE(WaitUntil("a checkpoint", [&] { return Checkpoints(1) >= 1; }, absl::Seconds(60)))
-      << Diagnostics();
-  const std::string job = JobIn("RUNNING");
-  ASSERT_FALSE(job.empty()) << Diagnostics();
+  const int64_t id = 1;
+  std::string job;
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointedTrial(&job));
   master_.StopMaster(SIGKILL);
   ASSERT_TRUE(master_.StartMaster(MasterYaml()).ok()) << master_.LogTail("master");
   ASSERT_TRUE(WaitState(id, "STATE_COMPLETED", absl::Seconds(120))) << Diagnostics();
