@@ -452,7 +452,71 @@ absl::StatusOr<RunAs> ResolveTaskUser(const std::string& task_user) {
   return RunAs{pw->pw_uid, pw->pw_gid};
 }
 
+// Copies the file `from` (links followed) to `to` with mode 0755, replacing it atomically.
+absl::Status CopyExecutable(const std::string& from, const std::string& to) {
+  const std::string tmp = to + ".tmp";
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::permissions(tmp, static_cast<fs::perms>(0755), ec);
+  if (!ec) fs::rename(tmp, to, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot copy '", from, "' to '", to, "': ",
+                                            ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Copies the directory tree `from` (links followed) to `to`, directories 0755 and files
+// 0644, replacing what was there.
+absl::Status CopyTree(const std::string& from, const std::string& to) {
+  const std::string tmp = to + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::copy(from, tmp, fs::copy_options::recursive, ec);
+  for (fs::recursive_directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::permissions(it->path(),
+                    static_cast<fs::perms>(it->is_directory(ec) ? 0755 : 0644), ec);
+  }
+  if (!ec) fs::permissions(tmp, static_cast<fs::perms>(0755), ec);
+  if (!ec) fs::remove_all(to, ec);
+  if (!ec) fs::rename(tmp, to, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot copy '", from, "' to '", to, "': ",
+                                            ec.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<StagedBinaries> StageBinariesForTaskUser(const std::string& dir,
+                                                        const StagedBinaries& found,
+                                                        const std::optional<RunAs>& task_user) {
+  if (!task_user || agent::CheckUserCanReach(found.agent, task_user).ok()) return found;
+  const std::string bin = dir + "/bin";
+  RETURN_IF_ERROR(MakeDirWithMode(bin, 0755));
+  std::error_code ec;
+  const fs::path agent = fs::canonical(found.agent, ec);
+  if (ec) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve '", found.agent, "': ", ec.message()));
+  }
+  StagedBinaries staged;
+  staged.agent = bin + "/" + agent.filename().string();
+  RETURN_IF_ERROR(CopyExecutable(agent.string(), staged.agent));
+  if (!found.worker.empty()) {
+    staged.worker = bin + "/" + fs::path(found.worker).filename().string();
+    RETURN_IF_ERROR(CopyExecutable(found.worker, staged.worker));
+  }
+  // det's Python package, where the agent looks for it: beside its binary's directory.
+  const fs::path python = (agent.parent_path() / ".." / "python").lexically_normal();
+  if (fs::is_directory(python, ec)) {
+    staged.python = dir + "/python";
+    RETURN_IF_ERROR(CopyTree(python.string(), staged.python));
+  }
+  return staged;
+}
 
 std::string EffectiveTaskUser(const ClusterUpOptions& options, uid_t euid) {
   if (options.task_user) return *options.task_user;
@@ -478,10 +542,13 @@ std::string MasterYaml(const LocalClusterLayout& layout) {
                                             Quote(layout.master_cert_file), "\n  key_file: ",
                                             Quote(layout.master_key_file), "\n")
                              : ""),
-      "# Experiments that name no checkpoint_storage keep their checkpoints here.\n",
+      "# Experiments that name no checkpoint_storage keep their checkpoints here, and no\n",
+      "# experiment may keep them (nor its GC delete) anywhere else.\n",
       "checkpoint_storage:\n",
       "  type: shared_fs\n",
-      "  host_path: ", Quote(layout.data_dir + "/checkpoints"), "\n");
+      "  host_path: ", Quote(layout.data_dir + "/checkpoints"), "\n",
+      "checkpoint_storage_allowed_roots:\n",
+      "  - ", Quote(layout.data_dir + "/checkpoints"), "\n");
 }
 
 std::string AgentYaml(const LocalClusterLayout& layout, int index) {
@@ -660,8 +727,6 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   layout.master_port = options.master_port;
   layout.http_port = http_port;
   layout.slots_per_agent = options.slots_per_agent;
-  layout.worker_path = {
-      fs::path(worker_binary.ok() ? *worker_binary : agent_binary).parent_path().string()};
   ASSIGN_OR_RETURN(layout.cluster_secret, ReadOrCreateSecret(dir + "/cluster_secret"));
   // The password of the master's admin account, set on its first start.
   const std::string admin_password_file = dir + "/admin_password";
@@ -678,15 +743,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   // entry but only its owner may remove it, and no one lists them (01733, as /tmp without
   // the listing).
   RETURN_IF_ERROR(MakeDirWithMode(dir + "/checkpoints", task_ids ? 01733 : 0700));
-  Daemon master = DaemonNamed(dir, "master");
-  RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
-  std::vector<Daemon> agents;
-  for (int i = 0; i < options.agents; ++i) {
-    Daemon agent = DaemonNamed(dir, absl::StrCat("agent-", i));
-    RETURN_IF_ERROR(MakeDir(absl::StrCat(dir, "/agent-", i)));
-    RETURN_IF_ERROR(WriteFile(agent.config, AgentYaml(layout, i), 0600));
-    agents.push_back(std::move(agent));
-  }
+  for (int i = 0; i < options.agents; ++i) RETURN_IF_ERROR(MakeDir(absl::StrCat(dir, "/agent-", i)));
   // The task user's trials run in D/agent-I and write to D/checkpoints: refuse a layout
   // where they could not (the agent would start, and every trial fail).
   if (task_ids) {
@@ -700,6 +757,28 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
             "/var/lib/det-local rather than under /root), or another --task-user"));
       }
     }
+  }
+  // The task user runs det-agent's own binary (checkpoint GC) and the example worker: where
+  // it cannot reach them, the agents run copies under D/bin.
+  ASSIGN_OR_RETURN(const StagedBinaries binaries,
+                   StageBinariesForTaskUser(
+                       dir, {agent_binary, worker_binary.ok() ? *worker_binary : ""}, task_ids));
+  if (binaries.agent != agent_binary) {
+    ctx.out << "Copied det-agent" << (binaries.worker.empty() ? "" : " and det-fashion-mnist")
+            << " into " << dir << "/bin"
+            << (binaries.python.empty() ? "" : absl::StrCat(", det's Python package into ",
+                                                            binaries.python))
+            << ": the task user " << task_user << " cannot reach " << agent_binary << '\n';
+  }
+  layout.worker_path = {
+      fs::path(binaries.worker.empty() ? binaries.agent : binaries.worker).parent_path().string()};
+  Daemon master = DaemonNamed(dir, "master");
+  RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
+  std::vector<Daemon> agents;
+  for (int i = 0; i < options.agents; ++i) {
+    Daemon agent = DaemonNamed(dir, absl::StrCat("agent-", i));
+    RETURN_IF_ERROR(WriteFile(agent.config, AgentYaml(layout, i), 0600));
+    agents.push_back(std::move(agent));
   }
   const std::vector<std::string> agent_args =
       task_user.empty() ? std::vector<std::string>{}
@@ -766,7 +845,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   std::vector<StartedDaemons::Started*> agent_processes;
   for (size_t i = 0; i < agents.size(); ++i) {
     ASSIGN_OR_RETURN(StartedDaemons::Started * agent,
-                     started.Start(agent_binary, agents[i], dir, {}, agent_args));
+                     started.Start(binaries.agent, agents[i], dir, {}, agent_args));
     agent_processes.push_back(agent);
   }
   while (true) {

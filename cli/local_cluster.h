@@ -15,6 +15,11 @@
 //   D/checkpoints/                       the default checkpoint storage: 01733 with a task
 //                                        user (each trial's user creates its own entries,
 //                                        lists and deletes no one else's), else 0700
+//   D/bin/, D/python/                    with a task user that cannot reach the binaries where
+//                                        they are (under /root, say): copies of det-agent,
+//                                        the example worker and det's Python package (0755,
+//                                        0644), which the agents run (checkpoint GC runs
+//                                        det-agent's own binary as the task user)
 //   D/tls/ca.crt, D/tls/ca.key           with --tls: a private CA (made once; key 0600)
 //   D/tls/master.crt, D/tls/master.key   the master's certificate for 127.0.0.1 and
 //                                        localhost, signed by it (key 0600)
@@ -31,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/cli_context.h"
+#include "common/process/subprocess.h"
 
 namespace det::cli {
 
@@ -91,6 +97,23 @@ std::string AgentYaml(const LocalClusterLayout& layout, int index);
 // 0644. Sets the layout's TLS files.
 absl::Status MakeLocalTls(const std::string& dir, const std::string& openssl,
                           const std::string& log, LocalClusterLayout* layout);
+
+// The programs the agents run: det-agent and the example worker ("" when not found).
+struct StagedBinaries {
+  std::string agent;
+  std::string worker;
+  // det's Python package copied to D/python; "" when not copied.
+  std::string python;
+};
+
+// `found` when there is no task user or it can execute `found.agent` where it is. Else
+// copies det-agent (links followed), the worker and det's Python package (the directory
+// ../python beside det-agent's real path, where the agent looks for it) into `dir`/bin and
+// `dir`/python, readable and executable by everyone, and returns the copies. REQUIRES:
+// the task user can search `dir`.
+absl::StatusOr<StagedBinaries> StageBinariesForTaskUser(const std::string& dir,
+                                                        const StagedBinaries& found,
+                                                        const std::optional<RunAs>& task_user);
 
 // "~"-expanded, absolute, normalized.
 absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir);

@@ -63,10 +63,13 @@ TEST(LocalClusterYamlTest, MasterYaml) {
             "grpc_listen: \"127.0.0.1:9090\"\n"
             "data_dir: \"/d/master\"\n"
             "cluster_secret: \"abc\"\n"
-            "# Experiments that name no checkpoint_storage keep their checkpoints here.\n"
+            "# Experiments that name no checkpoint_storage keep their checkpoints here, and no\n"
+            "# experiment may keep them (nor its GC delete) anywhere else.\n"
             "checkpoint_storage:\n"
             "  type: shared_fs\n"
-            "  host_path: \"/d/checkpoints\"\n");
+            "  host_path: \"/d/checkpoints\"\n"
+            "checkpoint_storage_allowed_roots:\n"
+            "  - \"/d/checkpoints\"\n");
 }
 
 TEST(LocalClusterYamlTest, MasterYamlWithHttp) {
@@ -246,6 +249,8 @@ TEST_F(LocalClusterTest, AsRootTrialsRunAsNobodyWhoMustReachTheDataDir) {
   WriteScript("det-master", "exit 3\n");
   WriteScript("det-agent", "exit 0\n");
   WriteScript("det-fashion-mnist", "exit 0\n");
+  std::filesystem::create_directories(dir_ + "/python/det");
+  std::ofstream(dir_ + "/python/det/__init__.py") << "# det\n";
   options.bin_dir = dir_ + "/bin";
   options.master_port = 1;
   for (const auto& [user, code, message] :
@@ -287,6 +292,22 @@ TEST_F(LocalClusterTest, AsRootTrialsRunAsNobodyWhoMustReachTheDataDir) {
   for (const char* secret : {"cluster_secret", "admin_password", "master.yaml", "agent-0.yaml"}) {
     EXPECT_EQ(ModeOf(open + "/data/" + secret), 0600u) << secret;
   }
+  // The binaries lie where nobody cannot reach them (under the test's private tmp): the
+  // agents run copies in D/bin, with det's Python package (../python beside the binaries)
+  // in D/python, and the worker path names D/bin.
+  EXPECT_THAT(out_.str(), HasSubstr("Copied det-agent and det-fashion-mnist into " + open +
+                                    "/data/bin, det's Python package into " + open +
+                                    "/data/python: the task user nobody cannot reach " + dir_ +
+                                    "/bin/det-agent"));
+  for (const char* program : {"det-agent", "det-fashion-mnist"}) {
+    EXPECT_EQ(ModeOf(open + "/data/bin/" + program), 0755u) << program;
+    EXPECT_EQ(ReadAll(open + "/data/bin/" + program), ReadAll(dir_ + "/bin/" + program));
+  }
+  EXPECT_EQ(ModeOf(open + "/data/python/det"), 0755u);
+  EXPECT_EQ(ModeOf(open + "/data/python/det/__init__.py"), 0644u);
+  EXPECT_EQ(ReadAll(open + "/data/python/det/__init__.py"), "# det\n");
+  EXPECT_THAT(ReadAll(open + "/data/agent-0.yaml"),
+              HasSubstr("worker_path:\n  - \"" + open + "/data/bin\"\n"));
   std::filesystem::remove_all(open);
 }
 

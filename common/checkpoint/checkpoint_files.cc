@@ -169,7 +169,9 @@ absl::Status DeleteCheckpointFiles(const v1::Checkpoint& c, const std::string& r
         "checkpoint ", c.uuid(), ": refusing to delete '", c.storage_path(),
         "': not inside the checkpoint storage root '", root, "'"));
   }
-  Fd dir(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  // O_PATH: a root its user may add to but not list (cluster-up's 01733) is still a base
+  // for the *at() calls below.
+  Fd dir(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) {
     if (errno == ENOENT) return absl::OkStatus();  // Its storage, and so it, is gone.
     return RemoveError(c, root, errno);

@@ -400,6 +400,8 @@ address_file: $C/master.addr
 cluster_secret: gpu-check-secret
 http_listen: "127.0.0.1:0"
 http_address_file: $C/master.http_addr
+checkpoint_storage: {type: shared_fs, host_path: $C/checkpoints}
+checkpoint_storage_allowed_roots: [$C/checkpoints]
 EOF
   DET_ADMIN_PASSWORD=det-gpu-check-pw "$BIN/det-master" --config "$C/master.yaml" >"$C/master.log" 2>&1 &
   MPID=$!
@@ -456,7 +458,7 @@ if (( CLUSTER_OK )); then
   # The Core API example: one epoch (TORCH_LENGTH), data from the bundle.
   cap=$(budget 120 60)
   if (( cap < 30 )); then result "example torch-fashion-mnist" SKIPPED "out of time"; else
-    sed -e "s/^    epochs: 3\$/    $TORCH_LENGTH/" -e "s#host_path: .*#host_path: $C/checkpoints#" \
+    sed -e "s/^    epochs: 3\$/    $TORCH_LENGTH/" \
         -e "s#^  dir: .*#  dir: $D/data#" "$D/cfg/torch-fashion-mnist.yaml" >"$C/torch-fm.yaml"
     say "== (c) Core API example: $(grep -A1 max_length "$C/torch-fm.yaml" | tail -1 | xargs), $SLOT slot"
     s=$(date +%s)
@@ -479,7 +481,7 @@ if (( CLUSTER_OK )); then
   cap=$(budget 120 60)
   if [[ $RESUME != 1 ]]; then :
   elif (( cap < 40 )); then result "example torch-fashion-mnist resume" SKIPPED "out of time"; else
-    sed -e "s/^    epochs: 3\$/    $RESUME_LENGTH/" -e "s#host_path: .*#host_path: $C/checkpoints#" \
+    sed -e "s/^    epochs: 3\$/    $RESUME_LENGTH/" \
         -e "s#^  dir: .*#  dir: $D/data#" "$D/cfg/torch-fashion-mnist.yaml" >"$C/torch-fm-resume.yaml"
     say "== (c) Core API example: pause after the first report, activate, to the end"
     s=$(date +%s)

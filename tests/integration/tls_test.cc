@@ -147,8 +147,9 @@ TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
   EXPECT_EQ(t["trial"].value("state", ""), "STATE_COMPLETED") << trial.out;
   EXPECT_EQ(Int(t["trial"]["training_summary"]["loss"]["count"]), 2) << trial.out;
 
-  // The PyTorch (Core API) example: its workers report, checkpoint and ask should_preempt()
-  // over TLS, trusting the CA the agent passes on (DET_MASTER_CERT_FILE).
+  // The PyTorch (Core API) example: its workers report, checkpoint (into the cluster's
+  // default storage, DATA_DIR/checkpoints, the only root cluster-up allows) and ask
+  // should_preempt() over TLS, trusting the CA the agent passes on (DET_MASTER_CERT_FILE).
   const std::string examples =
       TestCluster::BinDir() + "/../../common/worker/python/examples/fashion_mnist_cnn/";
   ASSERT_EQ(mkdir((scratch.dir() + "/context").c_str(), 0755), 0);
@@ -159,16 +160,15 @@ TEST(Tls, ClusterUpWithTlsRunsAnExperimentOverHttps) {
     context = scratch.WriteFile(std::string("context/") + f, text);
   }
   context = context.substr(0, context.rfind('/'));
-  const std::string torch_config = scratch.WriteFile("torch.yaml", absl::StrCat(R"(name: tls-torch
+  const std::string torch_config = scratch.WriteFile("torch.yaml", R"(name: tls-torch
 entrypoint: python3 train.py
 hyperparameters: {global_batch_size: 64, learning_rate: 0.002}
 records_per_epoch: 60000
 searcher: {name: single, metric: validation_loss, max_length: {batches: 40}}
 min_validation_period: {batches: 40}
 max_restarts: 0
-checkpoint_storage: {type: shared_fs, host_path: ')", scratch.dir(), R"(/checkpoints'}
 data: {dir: /usr/share/datasets/fashion-mnist}
-)"));
+)");
   CommandResult torch = run({det, "-m", https, "experiment", "create", torch_config, context, "-f"},
                             {{"DET_MASTER_CERT_FILE", ca}});
   ASSERT_TRUE(torch.exit.ok()) << torch.out << torch.err << Slurp(data + "/logs/agent-0.log");

@@ -194,7 +194,7 @@ chown det:det "$w/checkpoints"
 if ! timeout 150 env HOME="$w/home" /usr/bin/det -m "$master" experiment create "$experiment" \
     --config 'searcher.max_length={batches: 100}' \
     --config 'min_validation_period={batches: 50}' \
-    --config "checkpoint_storage.host_path=$w/checkpoints" \
+    --config "checkpoint_storage={type: shared_fs, host_path: '$w/checkpoints'}" \
     --follow >"$logs/experiment.log" 2>&1; then
   show_log_on_failure "$logs/experiment.log"
   show_log_on_failure "$logs/det-agent.log"

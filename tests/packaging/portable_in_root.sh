@@ -173,7 +173,7 @@ step "det experiment create $experiment (100 batches) --follow"
 if ! HOME=$w/home timeout 150 /opt/det/bin/det -m "$master" experiment create "$experiment" \
     --config 'searcher.max_length={batches: 100}' \
     --config 'min_validation_period={batches: 50}' \
-    --config "checkpoint_storage.host_path=$w/checkpoints" \
+    --config "checkpoint_storage={type: shared_fs, host_path: '$w/checkpoints'}" \
     --config 'data.dir=/data' \
     --follow >"$logs/experiment.log" 2>&1; then
   show_log "$logs/experiment.log"

@@ -120,7 +120,11 @@ absl::StatusOr<v1::Checkpoint> WriteCheckpoint(const std::string& dir, const std
     RemoveTree(tmp);
     return st;
   }
-  if (auto s = FsyncPath(dir, O_RDONLY | O_DIRECTORY); !s.ok()) return s;
+  // A storage root the trial's user may add to but not read (cluster-up's 01733 with a task
+  // user) cannot be opened to sync; the rename is then as durable as the filesystem makes it.
+  if (access(dir.c_str(), R_OK) == 0) {
+    if (auto s = FsyncPath(dir, O_RDONLY | O_DIRECTORY); !s.ok()) return s;
+  }
   out.set_uuid(uuid);
   out.set_storage_path(final_path);
   return out;
