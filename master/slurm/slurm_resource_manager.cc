@@ -204,6 +204,18 @@ void SlurmResourceManager::Submit(TrialState& t) {
     SetWaitingReason(trial_id, absl::StrCat("cannot write its Slurm job: ", batch.status().message()));
     return;
   }
+  // The experiment owner's linked OS user (det user link-with-agent-user): only root may
+  // submit a job as another user.
+  if (const v1::AgentUserGroup& user = in->task_user; !user.agent_user().empty()) {
+    if (geteuid() != 0) {
+      SetWaitingReason(trial_id, absl::StrCat(
+          "its owner is linked to the OS user '", user.agent_user(), "', and det-master (uid ",
+          geteuid(), ") is not root: only root may submit Slurm jobs as another user"));
+      return;
+    }
+    batch->sbatch_args.push_back(absl::StrCat("--uid=", user.agent_uid()));
+    batch->sbatch_args.push_back(absl::StrCat("--gid=", user.agent_gid()));
+  }
   Job& job = jobs_[trial_id];
   job = Job{};
   job.allocation_id = a.id();

@@ -33,7 +33,8 @@ class SlurmResourceManagerTest : public ::testing::Test {
                         "\n  work_dir: ", slurm_.dir(), "/work\n  worker_path: [",
                         TestCluster::BinDir(), "]\n  worker_python: /usr/bin/python3\n",
                         "  poll_interval: 200ms\n  kill_grace: 5s\n  slots_per_node: ",
-                        slots_per_node, "\n");
+                        slots_per_node, "\n  chief_port_range: ", chief_port_, "-", chief_port_,
+                        "\n");
   }
 
   // The workspace's root in the test's runfiles, ending in '/'.
@@ -112,11 +113,18 @@ class SlurmResourceManagerTest : public ::testing::Test {
 
   nlohmann::json Describe(int64_t id) { return master_.DetJson({"experiment", "describe", absl::StrCat(id)}); }
 
+  // Waits for experiment `id` to reach `state`; false at once when it ends in another.
   bool WaitState(int64_t id, const std::string& state, absl::Duration timeout) {
-    return WaitUntil(absl::StrCat("experiment ", id, " ", state), [&] {
+    std::string now;
+    bool ended = false;
+    (void)WaitUntil(absl::StrCat("experiment ", id, " ", state), [&] {
       nlohmann::json d = Describe(id);
-      return d.is_object() && d["experiment"]["state"] == state;
+      now = d.is_object() ? d["experiment"].value("state", "") : "";
+      ended = now == "STATE_COMPLETED" || now == "STATE_ERROR" || now == "STATE_CANCELED";
+      return now == state || ended;
     }, timeout, absl::Milliseconds(200));
+    EXPECT_EQ(now, state);
+    return now == state;
   }
 
   std::string Diagnostics() {
@@ -125,6 +133,9 @@ class SlurmResourceManagerTest : public ::testing::Test {
   }
 
   SlurmCluster slurm_;
+  // MASTER_PORT of every job (by job id in a range of one): a port free when the test
+  // started, so that concurrent tests' jobs (whose ids start at 1 in each Slurm) differ.
+  const int chief_port_ = FreeLoopbackPort();
   TestCluster master_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
 };
 
