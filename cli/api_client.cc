@@ -8,6 +8,8 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -104,6 +106,12 @@ class BearerInterceptorFactory : public grpc::experimental::ClientInterceptorFac
 struct ApiClient::Rpc {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Api::Stub> stub;
+  // host:port of `channel`.
+  std::string address;
+  // Points channel and stub at `address` (the same credentials, token and limits).
+  std::function<void(Rpc&, const std::string& address)> connect;
+  // The port below the one given was tried (see ApiClient's class comment).
+  bool tried_port_below = false;
 };
 
 namespace {
@@ -145,20 +153,57 @@ absl::Status UserStatus(const grpc::Status& status, absl::string_view method_nam
   }
 }
 
+}  // namespace
+
+std::optional<std::string> PortBelow(const std::string& address) {
+  size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port <= 1) {
+    return std::nullopt;
+  }
+  return absl::StrCat(address.substr(0, colon + 1), port - 1);
+}
+
+namespace {
+
+// Whether `status` says the port speaks HTTP/1 (the master's web and REST port).
+bool SpeaksHttp1(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         absl::StrContains(absl::AsciiStrToLower(status.error_message()), "http1");
+}
+
 // Calls `method` of the stub with a deadline `timeout` from now and turns a failure into
-// a Status for the user.
+// a Status for the user. When the master's address names its web port (HTTP/1), the port
+// below it (grpc_listen's, by the convention web = gRPC + 1) is tried once; if a master
+// answers there, the client stays on it.
 template <typename Request, typename Response>
 absl::StatusOr<Response> Call(
-    v1::Api::Stub& stub,
+    ApiClient::Rpc& rpc,
     grpc::Status (v1::Api::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    absl::string_view method_name, const Request& request, absl::Duration timeout,
-    const std::string& address) {
+    absl::string_view method_name, const Request& request, absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   Response response;
-  grpc::Status status = (stub.*method)(&context, request, &response);
+  grpc::Status status = (rpc.stub.get()->*method)(&context, request, &response);
   if (status.ok()) return response;
-  return UserStatus(status, method_name, timeout, address);
+  if (SpeaksHttp1(status) && !rpc.tried_port_below) {
+    rpc.tried_port_below = true;
+    std::optional<std::string> below = PortBelow(rpc.address);
+    if (below.has_value()) {
+      const std::string web = rpc.address;
+      rpc.connect(rpc, *below);
+      grpc::ClientContext again;
+      again.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      grpc::Status retried = (rpc.stub.get()->*method)(&again, request, &response);
+      if (retried.ok()) return response;
+      if (retried.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        return UserStatus(retried, method_name, timeout, rpc.address);
+      }
+      rpc.connect(rpc, web);  // nothing there: the web port's own error
+    }
+  }
+  return UserStatus(status, method_name, timeout, rpc.address);
 }
 
 }  // namespace
@@ -188,36 +233,40 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(absl::string_view m
     credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
   }
   auto rpc = std::make_unique<Rpc>();
-  rpc->channel =
-      options.token.empty()
-          ? grpc::CreateCustomChannel(*address, credentials, args)
-          : [&] {
-              std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-                  interceptors;
-              interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
-              return grpc::experimental::CreateCustomChannelWithInterceptors(
-                  *address, credentials, args, std::move(interceptors));
-            }();
-  rpc->stub = v1::Api::NewStub(rpc->channel);
-  return std::unique_ptr<ApiClient>(
-      new ApiClient(*std::move(address), options, std::move(rpc)));
+  const std::string token = options.token;
+  rpc->connect = [credentials, args, token](Rpc& r, const std::string& to) {
+    r.address = to;
+    if (token.empty()) {
+      r.channel = grpc::CreateCustomChannel(to, credentials, args);
+    } else {
+      std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+          interceptors;
+      interceptors.push_back(std::make_unique<BearerInterceptorFactory>(token));
+      r.channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+          to, credentials, args, std::move(interceptors));
+    }
+    r.stub = v1::Api::NewStub(r.channel);
+  };
+  rpc->connect(*rpc, *address);
+  return std::unique_ptr<ApiClient>(new ApiClient(options, std::move(rpc)));
 }
 
-ApiClient::ApiClient(std::string address, ApiClientOptions options,
-                     std::unique_ptr<Rpc> rpc)
-    : address_(std::move(address)), options_(options), rpc_(std::move(rpc)) {}
+ApiClient::ApiClient(ApiClientOptions options, std::unique_ptr<Rpc> rpc)
+    : options_(options), rpc_(std::move(rpc)) {}
 
 ApiClient::~ApiClient() = default;
 
+const std::string& ApiClient::address() const { return rpc_->address; }
+
 absl::StatusOr<v1::GetMasterInfoResponse> ApiClient::GetMasterInfo() {
-  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterInfo, "GetMasterInfo",
-              v1::GetMasterInfoRequest(), options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetMasterInfo, "GetMasterInfo",
+              v1::GetMasterInfoRequest(), options_.deadline);
 }
 
 absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperiment(
     const v1::CreateExperimentRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::CreateExperiment, "CreateExperiment", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::CreateExperiment, "CreateExperiment", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperimentStream(
@@ -239,74 +288,74 @@ absl::StatusOr<v1::CreateExperimentResponse> ApiClient::CreateExperimentStream(
   if (status.ok()) return response;
   // A master older than the stream: the unary call, which takes small requests.
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return CreateExperiment(request);
-  return UserStatus(status, "CreateExperimentStream", timeout, address_);
+  return UserStatus(status, "CreateExperimentStream", timeout, rpc_->address);
 }
 
 absl::StatusOr<v1::ListExperimentsResponse> ApiClient::ListExperiments(
     const v1::ListExperimentsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListExperiments, "ListExperiments", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListExperiments, "ListExperiments", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetExperimentResponse> ApiClient::GetExperiment(int64_t id) {
   v1::GetExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetExperiment, "GetExperiment", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetExperiment, "GetExperiment", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::PauseExperimentResponse> ApiClient::PauseExperiment(int64_t id) {
   v1::PauseExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::PauseExperiment, "PauseExperiment", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::PauseExperiment, "PauseExperiment", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetMasterConfigResponse> ApiClient::GetMasterConfig() {
-  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterConfig, "GetMasterConfig",
-              v1::GetMasterConfigRequest(), options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetMasterConfig, "GetMasterConfig",
+              v1::GetMasterConfigRequest(), options_.deadline);
 }
 
 absl::StatusOr<v1::DeleteCheckpointsResponse> ApiClient::DeleteCheckpoints(
     const v1::DeleteCheckpointsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::DeleteCheckpoints, "DeleteCheckpoints", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::DeleteCheckpoints, "DeleteCheckpoints", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::ArchiveExperiment(int64_t id) {
   v1::ArchiveExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::ArchiveExperiment, "ArchiveExperiment", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::ArchiveExperiment, "ArchiveExperiment", request,
+              options_.deadline)
       .status();
 }
 
 absl::Status ApiClient::UnarchiveExperiment(int64_t id) {
   v1::UnarchiveExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::UnarchiveExperiment, "UnarchiveExperiment",
-              request, options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::UnarchiveExperiment, "UnarchiveExperiment",
+              request, options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::PatchExperimentResponse> ApiClient::PatchExperiment(
     const v1::PatchExperimentRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::PatchExperiment, "PatchExperiment", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::PatchExperiment, "PatchExperiment", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetCheckpointResponse> ApiClient::GetCheckpoint(const std::string& uuid) {
   v1::GetCheckpointRequest request;
   request.set_uuid(uuid);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetCheckpoint, "GetCheckpoint", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetCheckpoint, "GetCheckpoint", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::ActivateExperiment(int64_t id) {
   v1::ActivateExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::ActivateExperiment, "ActivateExperiment", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::ActivateExperiment, "ActivateExperiment", request,
+              options_.deadline)
       .status();
 }
 
@@ -317,76 +366,74 @@ absl::StatusOr<v1::SetExperimentSlotsResponse> ApiClient::SetExperimentSlots(int
   request.set_id(id);
   request.set_slots_per_trial(slots);
   request.set_force(force);
-  return Call(*rpc_->stub, &v1::Api::Stub::SetExperimentSlots, "SetExperimentSlots", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::SetExperimentSlots, "SetExperimentSlots", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::KillExperiment(int64_t id) {
   v1::KillExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::KillExperiment, "KillExperiment", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::KillExperiment, "KillExperiment", request,
+              options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::DeleteExperimentResponse> ApiClient::DeleteExperiment(int64_t id) {
   v1::DeleteExperimentRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::DeleteExperiment, "DeleteExperiment", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::DeleteExperiment, "DeleteExperiment", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::KillTrial(int64_t id) {
   v1::KillTrialRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::KillTrial, "KillTrial", request, options_.deadline,
-              address_)
+  return Call(*rpc_, &v1::Api::Stub::KillTrial, "KillTrial", request, options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::GetMasterLogsResponse> ApiClient::GetMasterLogs(
     const v1::GetMasterLogsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::GetMasterLogs, "GetMasterLogs", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetMasterLogs, "GetMasterLogs", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetTrialResponse> ApiClient::GetTrial(int64_t id) {
   v1::GetTrialRequest request;
   request.set_id(id);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetTrial, "GetTrial", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetTrial, "GetTrial", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetTrialMetricsResponse> ApiClient::GetTrialMetrics(
     const v1::GetTrialMetricsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::GetTrialMetrics, "GetTrialMetrics", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetTrialMetrics, "GetTrialMetrics", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetTrialLogsResponse> ApiClient::GetTrialLogs(
     const v1::GetTrialLogsRequest& request) {
   absl::Duration timeout =
       options_.deadline + absl::Milliseconds(std::max(0, request.wait_ms()));
-  return Call(*rpc_->stub, &v1::Api::Stub::GetTrialLogs, "GetTrialLogs", request, timeout,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::GetTrialLogs, "GetTrialLogs", request, timeout);
 }
 
 absl::StatusOr<v1::ListCheckpointsResponse> ApiClient::ListCheckpoints(
     const v1::ListCheckpointsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListCheckpoints, "ListCheckpoints", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListCheckpoints, "ListCheckpoints", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ListAgentsResponse> ApiClient::ListAgents() {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListAgents, "ListAgents",
-              v1::ListAgentsRequest(), options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListAgents, "ListAgents",
+              v1::ListAgentsRequest(), options_.deadline);
 }
 
 absl::StatusOr<v1::EnableAgentResponse> ApiClient::EnableAgent(const std::string& agent_id) {
   v1::EnableAgentRequest request;
   request.set_agent_id(agent_id);
-  return Call(*rpc_->stub, &v1::Api::Stub::EnableAgent, "EnableAgent", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::EnableAgent, "EnableAgent", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::EnableSlotResponse> ApiClient::EnableSlot(const std::string& agent_id,
@@ -394,8 +441,7 @@ absl::StatusOr<v1::EnableSlotResponse> ApiClient::EnableSlot(const std::string& 
   v1::EnableSlotRequest request;
   request.set_agent_id(agent_id);
   request.set_slot_id(slot_id);
-  return Call(*rpc_->stub, &v1::Api::Stub::EnableSlot, "EnableSlot", request, options_.deadline,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::EnableSlot, "EnableSlot", request, options_.deadline);
 }
 
 absl::StatusOr<v1::DisableSlotResponse> ApiClient::DisableSlot(const std::string& agent_id,
@@ -403,15 +449,15 @@ absl::StatusOr<v1::DisableSlotResponse> ApiClient::DisableSlot(const std::string
   v1::DisableSlotRequest request;
   request.set_agent_id(agent_id);
   request.set_slot_id(slot_id);
-  return Call(*rpc_->stub, &v1::Api::Stub::DisableSlot, "DisableSlot", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::DisableSlot, "DisableSlot", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetModelDefResponse> ApiClient::GetModelDef(int64_t experiment_id) {
   v1::GetModelDefRequest request;
   request.set_experiment_id(experiment_id);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetModelDef, "GetModelDef", request,
-              options_.deadline + absl::Minutes(2), address_);
+  return Call(*rpc_, &v1::Api::Stub::GetModelDef, "GetModelDef", request,
+              options_.deadline + absl::Minutes(2));
 }
 
 absl::StatusOr<v1::DisableAgentResponse> ApiClient::DisableAgent(const std::string& agent_id,
@@ -419,108 +465,105 @@ absl::StatusOr<v1::DisableAgentResponse> ApiClient::DisableAgent(const std::stri
   v1::DisableAgentRequest request;
   request.set_agent_id(agent_id);
   request.set_drain(drain);
-  return Call(*rpc_->stub, &v1::Api::Stub::DisableAgent, "DisableAgent", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::DisableAgent, "DisableAgent", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ResetAgentCredentialResponse> ApiClient::ResetAgentCredential(
     const std::string& agent_id) {
   v1::ResetAgentCredentialRequest request;
   request.set_agent_id(agent_id);
-  return Call(*rpc_->stub, &v1::Api::Stub::ResetAgentCredential, "ResetAgentCredential",
-              request, options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ResetAgentCredential, "ResetAgentCredential",
+              request, options_.deadline);
 }
 
 absl::StatusOr<v1::ListJobsResponse> ApiClient::ListJobs(const std::string& resource_pool) {
   v1::ListJobsRequest request;
   request.set_resource_pool(resource_pool);
-  return Call(*rpc_->stub, &v1::Api::Stub::ListJobs, "ListJobs", request, options_.deadline,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::ListJobs, "ListJobs", request, options_.deadline);
 }
 
 absl::Status ApiClient::UpdateJobPriority(int64_t experiment_id, int32_t priority) {
   v1::UpdateJobPriorityRequest request;
   request.set_experiment_id(experiment_id);
   request.set_priority(priority);
-  return Call(*rpc_->stub, &v1::Api::Stub::UpdateJobPriority, "UpdateJobPriority", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::UpdateJobPriority, "UpdateJobPriority", request,
+              options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::ListTasksResponse> ApiClient::ListTasks() {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListTasks, "ListTasks", v1::ListTasksRequest(),
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListTasks, "ListTasks", v1::ListTasksRequest(),
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ListResourcePoolsResponse> ApiClient::ListResourcePools() {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListResourcePools, "ListResourcePools",
-              v1::ListResourcePoolsRequest(), options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListResourcePools, "ListResourcePools",
+              v1::ListResourcePoolsRequest(), options_.deadline);
 }
 
 absl::StatusOr<v1::SetTemplateResponse> ApiClient::SetTemplate(
     const v1::SetTemplateRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::SetTemplate, "SetTemplate", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::SetTemplate, "SetTemplate", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ListTemplatesResponse> ApiClient::ListTemplates() {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListTemplates, "ListTemplates",
-              v1::ListTemplatesRequest(), options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListTemplates, "ListTemplates",
+              v1::ListTemplatesRequest(), options_.deadline);
 }
 
 absl::StatusOr<v1::GetTemplateResponse> ApiClient::GetTemplate(const std::string& name) {
   v1::GetTemplateRequest request;
   request.set_name(name);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetTemplate, "GetTemplate", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetTemplate, "GetTemplate", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::RemoveTemplate(const std::string& name) {
   v1::RemoveTemplateRequest request;
   request.set_name(name);
-  return Call(*rpc_->stub, &v1::Api::Stub::RemoveTemplate, "RemoveTemplate", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::RemoveTemplate, "RemoveTemplate", request,
+              options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::CreateModelResponse> ApiClient::CreateModel(
     const v1::CreateModelRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::CreateModel, "CreateModel", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::CreateModel, "CreateModel", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ListModelsResponse> ApiClient::ListModels(const v1::ListModelsRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListModels, "ListModels", request, options_.deadline,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::ListModels, "ListModels", request, options_.deadline);
 }
 
 absl::StatusOr<v1::GetModelResponse> ApiClient::GetModel(const std::string& name) {
   v1::GetModelRequest request;
   request.set_name(name);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetModel, "GetModel", request, options_.deadline,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::GetModel, "GetModel", request, options_.deadline);
 }
 
 absl::Status ApiClient::DeleteModel(const std::string& name) {
   v1::DeleteModelRequest request;
   request.set_name(name);
-  return Call(*rpc_->stub, &v1::Api::Stub::DeleteModel, "DeleteModel", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::DeleteModel, "DeleteModel", request,
+              options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::RegisterModelVersionResponse> ApiClient::RegisterModelVersion(
     const v1::RegisterModelVersionRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::RegisterModelVersion, "RegisterModelVersion", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::RegisterModelVersion, "RegisterModelVersion", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::ListModelVersionsResponse> ApiClient::ListModelVersions(
     const std::string& model_name) {
   v1::ListModelVersionsRequest request;
   request.set_model_name(model_name);
-  return Call(*rpc_->stub, &v1::Api::Stub::ListModelVersions, "ListModelVersions", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListModelVersions, "ListModelVersions", request,
+              options_.deadline);
 }
 
 absl::StatusOr<v1::GetModelVersionResponse> ApiClient::GetModelVersion(
@@ -528,16 +571,16 @@ absl::StatusOr<v1::GetModelVersionResponse> ApiClient::GetModelVersion(
   v1::GetModelVersionRequest request;
   request.set_model_name(model_name);
   request.set_version(version);
-  return Call(*rpc_->stub, &v1::Api::Stub::GetModelVersion, "GetModelVersion", request,
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::GetModelVersion, "GetModelVersion", request,
+              options_.deadline);
 }
 
 absl::Status ApiClient::DeleteModelVersion(const std::string& model_name, int32_t version) {
   v1::DeleteModelVersionRequest request;
   request.set_model_name(model_name);
   request.set_version(version);
-  return Call(*rpc_->stub, &v1::Api::Stub::DeleteModelVersion, "DeleteModelVersion", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::DeleteModelVersion, "DeleteModelVersion", request,
+              options_.deadline)
       .status();
 }
 
@@ -546,40 +589,39 @@ absl::StatusOr<v1::LoginResponse> ApiClient::Login(const std::string& username,
   v1::LoginRequest request;
   request.set_username(username);
   request.set_password(password);
-  return Call(*rpc_->stub, &v1::Api::Stub::Login, "Login", request, options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::Login, "Login", request, options_.deadline);
 }
 
 absl::Status ApiClient::Logout() {
-  return Call(*rpc_->stub, &v1::Api::Stub::Logout, "Logout", v1::LogoutRequest(),
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::Logout, "Logout", v1::LogoutRequest(),
+              options_.deadline)
       .status();
 }
 
 absl::StatusOr<v1::WhoAmIResponse> ApiClient::WhoAmI() {
-  return Call(*rpc_->stub, &v1::Api::Stub::WhoAmI, "WhoAmI", v1::WhoAmIRequest(),
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::WhoAmI, "WhoAmI", v1::WhoAmIRequest(),
+              options_.deadline);
 }
 
 absl::StatusOr<v1::CreateUserResponse> ApiClient::CreateUser(
     const v1::CreateUserRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::CreateUser, "CreateUser", request, options_.deadline,
-              address_);
+  return Call(*rpc_, &v1::Api::Stub::CreateUser, "CreateUser", request, options_.deadline);
 }
 
 absl::StatusOr<v1::ListUsersResponse> ApiClient::ListUsers() {
-  return Call(*rpc_->stub, &v1::Api::Stub::ListUsers, "ListUsers", v1::ListUsersRequest(),
-              options_.deadline, address_);
+  return Call(*rpc_, &v1::Api::Stub::ListUsers, "ListUsers", v1::ListUsersRequest(),
+              options_.deadline);
 }
 
 absl::Status ApiClient::ChangePassword(const v1::ChangePasswordRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::ChangePassword, "ChangePassword", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::ChangePassword, "ChangePassword", request,
+              options_.deadline)
       .status();
 }
 
 absl::Status ApiClient::LinkWithAgentUser(const v1::LinkWithAgentUserRequest& request) {
-  return Call(*rpc_->stub, &v1::Api::Stub::LinkWithAgentUser, "LinkWithAgentUser", request,
-              options_.deadline, address_)
+  return Call(*rpc_, &v1::Api::Stub::LinkWithAgentUser, "LinkWithAgentUser", request,
+              options_.deadline)
       .status();
 }
 

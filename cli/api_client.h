@@ -5,6 +5,7 @@
 #define DET_CLI_API_CLIENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,10 @@ namespace det::cli {
 // or "host" (port 8080); a trailing '/' is ignored. (https:// makes ApiClient use TLS.) InvalidArgument when it names no host or a bad
 // port.
 absl::StatusOr<std::string> ParseMasterAddress(absl::string_view master);
+
+// host:(port - 1) of `address` (host:port): where a master given by its web port serves
+// gRPC. nullopt for port 1 or an unreadable port.
+std::optional<std::string> PortBelow(const std::string& address);
 
 struct ApiClientOptions {
   // Deadline of each call; long polls get their wait on top of it. Default: 30 s.
@@ -37,7 +42,11 @@ struct ApiClientOptions {
 // master's CA, or for an https:// master (the system's CAs then); never plaintext for
 // https://. Errors: UNAVAILABLE reads "cannot reach the master at HOST:PORT: <detail>"
 // (with a hint when the port speaks HTTP/1 or no TLS session could be made), DEADLINE_EXCEEDED names the address and the
-// deadline; any other code keeps the master's message.
+// deadline; any other code keeps the master's message. A master given by its web port
+// (which speaks HTTP/1) is reached at the port below it when a master answers gRPC there
+// (web = gRPC + 1, as det deploy local and the example master.yaml set them), so
+// `det -m host:WEBPORT` works as it does with Determined; otherwise the web port's error
+// (with its hint) stands.
 class ApiClient {
  public:
   // Fails only when `master` cannot be parsed (see ParseMasterAddress); connecting
@@ -49,8 +58,12 @@ class ApiClient {
   ApiClient(const ApiClient&) = delete;
   ApiClient& operator=(const ApiClient&) = delete;
 
-  // host:port the client talks to.
-  const std::string& address() const { return address_; }
+  // host:port the client talks to: the one given, or the port below it once the given
+  // one turned out to be the master's web port (see the class comment).
+  const std::string& address() const;
+
+  // The gRPC channel and stub; defined in api_client.cc (opaque elsewhere).
+  struct Rpc;
 
   absl::StatusOr<v1::GetMasterInfoResponse> GetMasterInfo();
   absl::StatusOr<v1::GetMasterConfigResponse> GetMasterConfig();
@@ -129,11 +142,8 @@ class ApiClient {
   absl::Status DeleteModelVersion(const std::string& model_name, int32_t version);
 
  private:
-  struct Rpc;  // The gRPC channel and stub; defined in api_client.cc.
+  ApiClient(ApiClientOptions options, std::unique_ptr<Rpc> rpc);
 
-  ApiClient(std::string address, ApiClientOptions options, std::unique_ptr<Rpc> rpc);
-
-  std::string address_;
   ApiClientOptions options_;
   std::unique_ptr<Rpc> rpc_;
 };

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <vector>
 #include <ostream>
 #include <string>
 
@@ -72,11 +73,22 @@ struct CliContext {
   std::function<bool()> interactive = [] { return isatty(0) == 1; };
 
  private:
+  // The session kept for `address`, else for the port below it (a master given by its
+  // web port: sessions are kept under the gRPC address).
   absl::StatusOr<std::string> Token(const std::string& address) {
-    if (user.empty()) return ResolveToken(address);
+    std::vector<std::string> addresses = {address};
+    if (std::optional<std::string> below = PortBelow(address)) addresses.push_back(*below);
+    if (user.empty()) {
+      for (const std::string& a : addresses) {
+        absl::StatusOr<std::string> token = ResolveToken(a);
+        if (!token.ok() || !token->empty()) return token;
+      }
+      return std::string();
+    }
     absl::StatusOr<std::string> path = AuthFilePath();
-    if (path.ok()) {
-      absl::StatusOr<std::optional<std::string>> kept = LoadUserToken(*path, address, user);
+    for (const std::string& a : addresses) {
+      if (!path.ok()) break;
+      absl::StatusOr<std::optional<std::string>> kept = LoadUserToken(*path, a, user);
       if (!kept.ok()) return kept.status();
       if (kept->has_value()) return **kept;
     }

@@ -68,7 +68,8 @@ int RunDet(const std::vector<std::string>& args, std::ostream& out, std::ostream
     absl::StatusOr<std::string> path = AuthFilePath();
     // Without HOME the session lasts this command only.
     if (path.ok()) {
-      absl::Status kept = SaveUserSession(*path, address, {ctx.user, login->token()});
+      absl::Status kept =
+          SaveUserSession(*path, (*api)->address(), {ctx.user, login->token()});
       if (!kept.ok()) return kept;
     }
     return login->token();

@@ -114,6 +114,16 @@ class FakeApi final : public v1::Api::Service {
     return killed_;
   }
 
+  grpc::Status Login(grpc::ServerContext*, const v1::LoginRequest* request,
+                     v1::LoginResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    response->set_token(absl::StrCat("token-of-", request->username()));
+    response->mutable_user()->set_username(request->username());
+    response->set_expires_ms(1700000000000);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetMasterInfo(grpc::ServerContext*, const v1::GetMasterInfoRequest*,
                              v1::GetMasterInfoResponse* response) override {
     absl::MutexLock lock(&mu_);
@@ -635,6 +645,50 @@ TEST_F(DetCliTest, WebPortIsRecognisedAndTheGrpcPortSuggested) {
   EXPECT_THAT(err_, HasSubstr("that port speaks HTTP/1: it is the master's web and REST port; "
                               "det talks gRPC to the master's grpc_listen port"))
       << err_;
+}
+
+// Determined users give -m the port they open the web page on: det reaches the gRPC port
+// below it (web = gRPC + 1), keeps the session under the gRPC address and finds it again.
+TEST_F(DetCliTest, WebPortLeadsToTheGrpcPortBelowIt) {
+  httplib::Server web;
+  web.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("hi", "text/plain"); });
+  int grpc_port = std::stoi(address_.substr(address_.rfind(':') + 1));
+  // The port above the fake master's may be taken: then move the fake master.
+  for (int attempt = 0; !web.bind_to_port("127.0.0.1", grpc_port + 1); ++attempt) {
+    ASSERT_LT(attempt, 20) << "no free pair of adjacent ports";
+    server_->Shutdown();
+    server_.reset();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &grpc_port);
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = absl::StrCat("127.0.0.1:", grpc_port);
+  }
+  std::thread serve([&] { web.listen_after_bind(); });
+  const std::string web_address = absl::StrCat("127.0.0.1:", grpc_port + 1);
+  int code = DetRaw({"-m", web_address, "master", "info"});
+  EXPECT_EQ(code, 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("Version:      0.1.0\n"));
+  // A login through the web port keeps the session under the gRPC address.
+  const std::string home = dir_ + "/home";
+  std::filesystem::create_directories(home);
+  const char* old_home = std::getenv("HOME");
+  const std::string saved_home = old_home != nullptr ? old_home : "";
+  ::setenv("HOME", home.c_str(), 1);
+  ::setenv("DET_PASSWORD", "secret-pass", 1);
+  code = DetRaw({"-m", web_address, "user", "login", "alice"});
+  ::unsetenv("DET_PASSWORD");
+  if (old_home != nullptr) ::setenv("HOME", saved_home.c_str(), 1); else ::unsetenv("HOME");
+  web.stop();
+  serve.join();
+  EXPECT_EQ(code, 0) << err_;
+  EXPECT_THAT(out_, HasSubstr(absl::StrCat("Logged in as alice on ", address_)));
+  std::ifstream auth(home + "/.det/auth.json");
+  std::stringstream text;
+  text << auth.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr(absl::StrCat("\"", address_, "\"")));
+  EXPECT_THAT(text.str(), Not(HasSubstr(web_address)));
 }
 
 TEST_F(DetCliTest, HttpsMeansTlsNeverPlaintext) {

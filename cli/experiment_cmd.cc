@@ -35,7 +35,13 @@ struct CreateOptions {
   bool paused = false;
   std::string template_name;
   std::vector<std::string> config_overrides;
+  // --test-mode: a short single-trial run of the config and model definition.
+  bool test_mode = false;
+  bool local = false;
 };
+
+// Batches a --test-mode trial trains.
+constexpr int64_t kTestModeBatches = 10;
 
 // "Warning: ..." lines for the master's warnings.
 void PrintWarnings(CliContext& ctx, const google::protobuf::RepeatedPtrField<std::string>& warnings) {
@@ -111,8 +117,30 @@ absl::Status Submit(CliContext& ctx, const v1::CreateExperimentRequest& request,
   return FollowExperiment(ctx, *api, id);
 }
 
-absl::Status Create(CliContext& ctx, const CreateOptions& options) {
+absl::Status Create(CliContext& ctx, const CreateOptions& given) {
+  if (given.local) {
+    return absl::UnimplementedError(
+        "--local: det runs trials on agents only. To try the code on this machine, run the "
+        "entrypoint in the context directory (det.core.init() works off-cluster), or use "
+        "--test-mode for a short run on the cluster");
+  }
+  CreateOptions options = given;
   ASSIGN_OR_RETURN(std::string config_yaml, ReadConfigFile(options.config));
+  if (options.test_mode) {
+    // As Determined's test mode: one trial (hyperparameters sampled as a single search
+    // samples them), a few batches, no restarts, followed to its end.
+    std::optional<SearcherMetric> metric = ParseSearcherMetric(config_yaml);
+    if (!metric.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--test-mode: ", options.config, " names no searcher.metric"));
+    }
+    options.config_overrides.push_back(absl::StrCat(
+        "searcher={name: single, metric: ", nlohmann::json(metric->name).dump(),
+        ", smaller_is_better: ", metric->smaller_is_better ? "true" : "false",
+        ", max_length: {batches: ", kTestModeBatches, "}}"));
+    options.config_overrides.push_back("max_restarts=0");
+    options.follow = !ctx.json;
+  }
   v1::CreateExperimentRequest request;
   request.set_config_yaml(std::move(config_yaml));
   request.set_config_path(options.config);
@@ -125,7 +153,12 @@ absl::Status Create(CliContext& ctx, const CreateOptions& options) {
                      ReadContextDir(options.context_dir));
     for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
   }
-  return Submit(ctx, request, options, "");
+  if (!options.test_mode) return Submit(ctx, request, options, "");
+  RETURN_IF_ERROR(Submit(ctx, request, options, " (test mode: one trial, " +
+                                                    std::to_string(kTestModeBatches) +
+                                                    " batches)"));
+  if (!ctx.json) ctx.out << "Model definition test succeeded\n";
+  return absl::OkStatus();
 }
 
 // The parent's model context: the files of the serialized ModelContext GetModelDef returns.
@@ -243,6 +276,8 @@ absl::Status WriteExperimentJson(const v1::GetExperimentResponse& response, std:
 struct TrialsOptions {
   int64_t id = 0;
   bool diagnostics = false;
+  // describe --metrics: each trial's metric summaries too.
+  bool metrics = false;
 };
 
 // The experiment's fields (unless `trials_only`) and its trials: for a search, each
@@ -281,6 +316,17 @@ absl::Status DescribeOrListTrials(CliContext& ctx, const TrialsOptions& options,
     return absl::OkStatus();
   }
   TrialsTable(response.trials(), metric, options.diagnostics).Render(ctx.out, ctx.width);
+  if (options.metrics) {
+    for (const v1::Trial& t : response.trials()) {
+      Table table = TrialMetricsTable(t, options.diagnostics);
+      ctx.out << "\nTrial " << t.id() << " metrics:\n";
+      if (table.num_rows() == 0) {
+        ctx.out << "  none reported\n";
+      } else {
+        table.Render(ctx.out, ctx.width);
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -417,6 +463,13 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
                      "YAML; repeatable)")
       ->take_all()
       ->expected(1);
+  create->add_flag("--test-mode,--test", create_options->test_mode,
+                   "check the config and model definition: one trial of " +
+                       std::to_string(kTestModeBatches) +
+                       " batches, no restarts, followed to its end (exit status 0 when it "
+                       "completed)");
+  create->add_flag("--local", create_options->local,
+                   "not supported: det runs trials on agents (the error says what to do)");
   create->callback([&ctx, create_options] {
     ctx.action = [&ctx, create_options] { return Create(ctx, *create_options); };
   });
@@ -481,6 +534,11 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
     cmd->add_option("ID", options->id, "experiment ID")->required();
     cmd->add_flag("--json", ctx.json, kJsonHelp);
     cmd->add_flag("--diagnostics", options->diagnostics, kDiagnosticsHelp);
+    if (!trials_only) {
+      cmd->add_flag("--metrics", options->metrics,
+                    "also each trial's metrics: min, max, last and count of every training "
+                    "and validation metric");
+    }
     cmd->callback([&ctx, options, trials_only] {
       ctx.action = [&ctx, options, trials_only] {
         return DescribeOrListTrials(ctx, *options, trials_only);

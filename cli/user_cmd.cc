@@ -88,17 +88,18 @@ absl::Status Login(CliContext& ctx, std::string username) {
                    Password("DET_PASSWORD", absl::StrCat("Password for ", username, ": ")));
   ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> api, ApiClient::Create(address));
   ASSIGN_OR_RETURN(v1::LoginResponse r, api->Login(username, password));
-  RETURN_IF_ERROR(SaveSession(path, address, {r.user().username(), r.token()}));
+  // Kept under the address that answered (the gRPC port, also when given the web port).
+  RETURN_IF_ERROR(SaveSession(path, api->address(), {r.user().username(), r.token()}));
   if (ctx.json) return WriteJson(r.user(), ctx.out);
-  ctx.out << "Logged in as " << r.user().username() << " on " << address
+  ctx.out << "Logged in as " << r.user().username() << " on " << api->address()
           << "; the session ends " << When(r.expires_ms()) << "\n";
   return absl::OkStatus();
 }
 
 absl::Status Logout(CliContext& ctx) {
-  ASSIGN_OR_RETURN(std::string address, ParseMasterAddress(ctx.master));
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   absl::Status ended = api->Logout();
+  const std::string address = api->address();
   if (!ended.ok() && ended.code() != absl::StatusCode::kUnauthenticated) return ended;
   ASSIGN_OR_RETURN(std::string path, AuthFilePath());
   if (ctx.user.empty()) {

@@ -358,5 +358,39 @@ TEST_F(DeterminedCli, FailedTrialsLogFiltersWrappingAndArchived) {
   EXPECT_THAT(cluster_.Det({"e", "list"}).out, Not(HasSubstr("Archived")));
 }
 
+TEST_F(DeterminedCli, CreateTestModeAndDescribeMetrics) {
+  // --test-mode: a search config becomes one short trial, followed to its end.
+  std::string grid = cluster_.WriteFile("grid.yaml", GridYaml("grid", 200));
+  CommandResult test = cluster_.Det({"e", "create", grid, "--test-mode"}, absl::Seconds(240));
+  ASSERT_TRUE(test.exit.ok()) << test.out << test.err;
+  EXPECT_THAT(test.out, StartsWith("Created experiment 1 (test mode: one trial, 10 batches)\n"));
+  EXPECT_THAT(test.out, HasSubstr("Model definition test succeeded\n"));
+  nlohmann::json d = cluster_.DetJson({"e", "describe", "1"});
+  ASSERT_EQ(d["trials"].size(), 1u) << d.dump(2);
+  EXPECT_EQ(Int(d["trials"][0]["total_batches"]), 10);
+  EXPECT_THAT(cluster_.Det({"e", "config", "1"}).out, HasSubstr("max_restarts: 0"));
+
+  // describe --metrics: each trial's metric summaries.
+  CommandResult metrics = cluster_.Det({"e", "describe", "1", "--metrics"});
+  ASSERT_TRUE(metrics.exit.ok()) << metrics.err;
+  EXPECT_THAT(metrics.out, ContainsRegex(absl::StrCat(
+                               "Trial ", Int(d["trials"][0]["id"]),
+                               " metrics:\n Group +\| Metric +\| Min +\| Max +\| Last +\| Count")));
+  EXPECT_THAT(metrics.out, ContainsRegex("\n validation +\| validation_loss +\|"));
+  EXPECT_THAT(cluster_.Det({"e", "describe", "1"}).out, Not(HasSubstr("metrics:")));
+
+  // A failing entrypoint fails the test, with its reason.
+  std::string failing = cluster_.WriteFile(
+      "fail.yaml", ExampleExperiment{.entrypoint = "[\"sh\", \"-c\", \"exit 4\"]"}.Yaml());
+  CommandResult failed = cluster_.Det({"e", "create", failing, "--test-mode"}, absl::Seconds(240));
+  EXPECT_FALSE(failed.exit.ok());
+  EXPECT_THAT(failed.err, HasSubstr("experiment 2 ended in ERROR"));
+  EXPECT_THAT(failed.out, Not(HasSubstr("succeeded")));
+  // --local: refused, saying what to do instead.
+  CommandResult local = cluster_.Det({"e", "create", grid, "--local"});
+  EXPECT_FALSE(local.exit.ok());
+  EXPECT_THAT(local.err, HasSubstr("--local: det runs trials on agents only"));
+}
+
 }  // namespace
 }  // namespace det::testing
