@@ -3,7 +3,10 @@
 // data-parallel over every rank of the trial, reporting training loss and timings every
 // scheduling unit, validation loss and accuracy on the 10,000 test images every
 // min_validation_period and at the end, and checkpoints to checkpoint_storage; a restarted
-// trial resumes from DET_LATEST_CHECKPOINT.
+// trial resumes from the trial spec's latest_checkpoint. The loop's platform part (report,
+// validation and checkpoint periods, aggregation boundaries, stopping when the master or a
+// signal asks) is harness::TrialController's; this file is the model's part (a
+// harness::Trial).
 //
 // On CPU slots the model runs on the CPU and the gradients are all-reduced with Gloo over
 // TCP; on CUDA slots (DET_SLOT_TYPE=cuda, one GPU per rank) it runs on the GPU with cuBLAS
@@ -55,8 +58,8 @@
 #include "common/worker/cpp/harness/distributed.h"
 #include "common/worker/cpp/harness/gradient_reducer.h"
 #include "common/worker/cpp/harness/rendezvous_client.h"
-#include "common/worker/cpp/harness/reporter_client.h"
 #include "common/worker/cpp/harness/timings.h"
+#include "common/worker/cpp/harness/trial_controller.h"
 #include "common/worker/cpp/nn/cuda_mlp.h"
 #include "common/worker/cpp/nn/mlp.h"
 #include "common/worker/cpp/nn/model.h"
@@ -82,39 +85,39 @@ uint64_t Fnv1a(const void* data, size_t n) {
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
   return h;
 }
-// How often (in batches, at least) the ranks check whether one of them was asked to stop.
-constexpr int64_t kStopCheckBatches = 10;
 
 absl::Status Annotate(const absl::Status& st, const std::string& what) {
   if (st.ok()) return st;
   return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
 }
 
-class Trainer {
+class Trainer : public harness::Trial {
  public:
-  Trainer(harness::TrialContext ctx, Clock& clock) : ctx_(std::move(ctx)), clock_(clock) {}
+  // Constructs the controller first: its stop handler covers the set-up.
+  Trainer(harness::TrialContext ctx, Clock& clock)
+      : ctx_(std::move(ctx)), clock_(clock), controller_(ctx_, clock_), timings_(controller_.timings()) {}
 
   absl::Status Run();
 
+  absl::Status TrainBatch(int64_t batch) override;
+  absl::StatusOr<harness::TrainingMetrics> TakeTrainingMetrics() override;
+  absl::StatusOr<std::map<std::string, double>> Validate(int64_t done) override;
+  absl::StatusOr<std::map<std::string, std::string>> Save(harness::TrainingState& state) override;
+
  private:
   absl::Status Setup();
-  // Restores `host` and the loader from DET_LATEST_CHECKPOINT.
-  absl::Status Restore(nn::Mlp& host);
+  // Restores `host` and the loader from the checkpoint the controller read.
+  absl::Status Restore(const harness::TrialController::Restored& checkpoint, nn::Mlp& host);
   // The model on this rank's device, and the collectives for it.
   absl::Status Connect(const nn::Mlp& host);
-  absl::Status TrainBatch(int64_t batch);
-  absl::Status ReportTraining(int64_t done);
-  absl::Status Validate(int64_t done);
-  absl::Status Checkpoint(int64_t done);
-  // Whether this rank (world of one) or any rank was asked to stop.
-  absl::StatusOr<bool> StopRequested();
   double LearningRate(int64_t batch) const;
   // Deterministic mode's forward/backward and exact all-reduce; returns the global loss.
   absl::StatusOr<float> DeterministicStep(int64_t batch, int64_t checksum);
 
   harness::TrialContext ctx_;
   Clock& clock_;
-  std::unique_ptr<harness::Reporter> reporter_;
+  harness::TrialController controller_;
+  harness::Timings& timings_;
   std::unique_ptr<collective::Rendezvous> rendezvous_;
   // The collective on the model's memory (gradients, parameters), and one on host memory
   // for everything else: the same object on CPUs, a host-staged view of it on GPUs.
@@ -130,7 +133,7 @@ class Trainer {
 
   double lr0_ = 0.05, momentum_ = 0.9, warmup_epochs_ = 0;
   int64_t hidden_ = 128, requested_batch_ = 64, per_slot_ = 0, global_batch_ = 0;
-  int64_t batches_per_epoch_ = 0, target_ = 0, start_batch_ = 0;
+  int64_t batches_per_epoch_ = 0, target_ = 0;
 
   bool deterministic_ = false;
   int64_t micro_ = 1;
@@ -142,16 +145,8 @@ class Trainer {
   std::vector<float> x_;
   std::vector<uint8_t> y_;
 
-  harness::Timings timings_;
   double loss_sum_ = 0;
   int64_t group_batches_ = 0;
-  absl::Time group_start_;
-  // Validation of the latest batch validated, and the best value of the searcher metric.
-  int64_t validated_at_ = -1;
-  std::map<std::string, double> validation_;
-  std::optional<double> best_;
-  bool checkpoint_pending_ = false;
-  int64_t checkpointed_at_ = -1;
 };
 
 absl::Status Trainer::Setup() {
@@ -162,14 +157,14 @@ absl::Status Trainer::Setup() {
   ASSIGN_OR_RETURN(warmup_epochs_, ctx_.HparamDouble("lr_warmup_epochs", 0));
   ASSIGN_OR_RETURN(input_noise_, ctx_.HparamDouble("input_noise", 0));
   ASSIGN_OR_RETURN(micro_, ctx_.HparamInt("micro_batch_size", 1));
-  deterministic_ = ctx_.deterministic;
+  deterministic_ = ctx_.spec.deterministic();
   if (deterministic_) {
     if (requested_batch_ % ctx_.world_size != 0 || micro_ <= 0 || (requested_batch_ / ctx_.world_size) % micro_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "reproducibility.deterministic: the ", ctx_.world_size, " slots must divide global_batch_size ",
           requested_batch_, " into per-slot batches that are multiples of micro_batch_size ", micro_));
     }
-    if (ctx_.aggregation_frequency != 1) {
+    if (ctx_.spec.aggregation_frequency() != 1) {
       return absl::InvalidArgumentError("reproducibility.deterministic needs optimizations.aggregation_frequency 1");
     }
   }
@@ -180,7 +175,7 @@ absl::Status Trainer::Setup() {
                                                    ") is smaller than the trial's ", ctx_.world_size, " slots"));
   }
   global_batch_ = per_slot_ * ctx_.world_size;
-  rng_.seed(ctx_.trial_seed * 1000003ULL + static_cast<uint64_t>(ctx_.rank));
+  rng_.seed(ctx_.spec.trial_seed() * 1000003ULL + static_cast<uint64_t>(ctx_.rank));
   std::cout << absl::StrFormat(
                    "rank %d of %d (local rank %d, pid %d): per-slot batch %d, global batch %d%s",
                    ctx_.rank, ctx_.world_size, ctx_.local_rank, getpid(), per_slot_, global_batch_,
@@ -197,26 +192,28 @@ absl::Status Trainer::Setup() {
                                                dir + "/t10k-labels-idx1-ubyte.gz"));
   batches_per_epoch_ = train_.num_examples / global_batch_;
   if (batches_per_epoch_ == 0) return absl::InvalidArgumentError("hyperparameters.global_batch_size: larger than the data set");
-  target_ = ctx_.target_batches > 0 ? ctx_.target_batches : batches_per_epoch_;
+  controller_.set_default_target(batches_per_epoch_);
+  controller_.set_global_batch_size(global_batch_);
+  target_ = controller_.target();
 
   nn::MlpOptions options;
   options.layer_sizes = {train_.rows * train_.cols, static_cast<int>(hidden_), 10};
   options.momentum = static_cast<float>(momentum_);
-  ASSIGN_OR_RETURN(nn::Mlp host, nn::Mlp::Create(options, ctx_.trial_seed));
+  ASSIGN_OR_RETURN(nn::Mlp host, nn::Mlp::Create(options, ctx_.spec.trial_seed()));
   const int64_t canonical = std::max<int64_t>(1, ctx_.DataInt("num_canonical_nodes", ctx_.cross_size));
-  loader_.emplace(train_.num_examples, train_.Fingerprint(), ctx_.trial_seed, canonical, global_batch_);
-  if (!ctx_.latest_checkpoint.empty()) RETURN_IF_ERROR(Restore(host));
+  loader_.emplace(train_.num_examples, train_.Fingerprint(), ctx_.spec.trial_seed(), canonical, global_batch_);
+  ASSIGN_OR_RETURN(std::optional<harness::TrialController::Restored> checkpoint, controller_.Restore());
+  if (checkpoint.has_value()) RETURN_IF_ERROR(Restore(*checkpoint, host));
   RETURN_IF_ERROR(Connect(host));
   // Every rank starts from rank 0's model and optimizer state.
   RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->params(), 0), "broadcasting the parameters"));
   RETURN_IF_ERROR(Annotate(collective_->Broadcast(model_->velocity(), 0), "broadcasting the optimizer state"));
 
   harness::GradientReducerOptions ro;
-  ro.bucket_bytes = ctx_.bucket_bytes;
-  ro.aggregation_frequency = ctx_.aggregation_frequency;
+  ro.bucket_bytes = ctx_.spec.bucket_bytes();
+  ro.aggregation_frequency = ctx_.spec.aggregation_frequency();
   ro.math = cuda_math_.get();
   reducer_ = std::make_unique<harness::GradientReducer>(*collective_, model_->grads(), ro);
-  reporter_ = harness::NewGrpcReporter(ctx_);
   x_.resize(per_slot_ * train_.example_size());
   y_.resize(per_slot_);
   if (ctx_.is_chief()) {
@@ -224,12 +221,12 @@ absl::Status Trainer::Setup() {
                      "trial %d: %d training and %d test images; batches %d..%d of %d (%.2f epochs), "
                      "hidden %d, lr %.3g, seed %u, on %s, %s collective, %d gradient bucket(s), "
                      "aggregation frequency %d",
-                     ctx_.trial_id, train_.num_examples, test_.num_examples, start_batch_, target_,
+                     ctx_.spec.trial_id(), train_.num_examples, test_.num_examples, controller_.start_batch(), target_,
                      global_batch_, static_cast<double>(target_) / batches_per_epoch_, hidden_, lr0_,
-                     ctx_.trial_seed, model_->device_name(), collective_->backend(), reducer_->buckets().size(),
-                     ctx_.aggregation_frequency)
+                     ctx_.spec.trial_seed(), model_->device_name(), collective_->backend(), reducer_->buckets().size(),
+                     ctx_.spec.aggregation_frequency())
               << std::endl;
-    if (ctx_.checkpoint_dir.empty()) {
+    if (ctx_.spec.checkpoint_dir().empty()) {
       std::cout << "checkpoint_storage is not configured: no checkpoints; a restart begins from scratch"
                 << std::endl;
     }
@@ -255,45 +252,42 @@ absl::Status Trainer::Connect(const nn::Mlp& host) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Restore(nn::Mlp& host) {
-  const std::string& path = ctx_.latest_checkpoint;
-  ASSIGN_OR_RETURN(auto files, harness::ReadCheckpoint(path));
-  if (!files.count("model.bin") || !files.count("state.json")) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": model.bin or state.json is missing"));
+absl::Status Trainer::Restore(const harness::TrialController::Restored& checkpoint, nn::Mlp& host) {
+  const std::string& path = ctx_.spec.latest_checkpoint();
+  auto weights = checkpoint.files.find("model.bin");
+  if (weights == checkpoint.files.end()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": model.bin is missing"));
   }
-  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Deserialize(files["model.bin"]));
+  ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Deserialize(weights->second));
   if (model.options().layer_sizes != host.options().layer_sizes) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " holds a model of another shape"));
   }
-  ASSIGN_OR_RETURN(harness::TrainingState state, harness::ParseTrainingState(files["state.json"]));
+  const harness::TrainingState& state = checkpoint.state;
   if (!state.extra.contains("loader")) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "checkpoint %s was written for sample order %s; this run has %s version %d", path, state.order_algorithm,
         data::kElasticOrderAlgorithm, data::kElasticOrderVersion));
   }
-  ASSIGN_OR_RETURN(data::LoaderState ls, data::LoaderState::FromJson(state.extra["loader"]));
+  ASSIGN_OR_RETURN(data::LoaderState ls, data::LoaderState::FromJson(state.extra.at("loader")));
   absl::StatusOr<data::ElasticLoader> loader =
       data::ElasticLoader::Restore(ls, train_.num_examples, train_.Fingerprint(), global_batch_);
   if (!loader.ok()) return Annotate(loader.status(), absl::StrCat("checkpoint ", path));
   loader_.emplace(std::move(*loader));
   host = std::move(model);
-  start_batch_ = state.total_batches;
   if (ctx_.rank < static_cast<int>(state.rng_states.size())) {
     std::istringstream in(state.rng_states[ctx_.rank]);
     in >> rng_;
   }
-  if (state.extra.contains("best") && state.extra["best"].is_number()) best_ = state.extra["best"].get<double>();
   if (ctx_.is_chief()) {
     std::cout << absl::StrFormat("resuming from checkpoint %s at batch %d (epoch %d, sample %d, %d canonical "
                                  "nodes)%s",
-                                 path, start_batch_, ls.epoch, ls.samples_in_epoch, ls.num_canonical_nodes,
+                                 path, controller_.start_batch(), ls.epoch, ls.samples_in_epoch, ls.num_canonical_nodes,
                                  state.global_batch_size == global_batch_
                                      ? ""
                                      : absl::StrFormat("; its global batch was %d, now %d",
                                                        state.global_batch_size, global_batch_))
               << std::endl;
   }
-  checkpointed_at_ = start_batch_;
   return absl::OkStatus();
 }
 
@@ -350,7 +344,7 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
       std::copy_n(&train_.images[idx * example], example, &x_[i * example]);
       if (input_noise_ > 0) {
         // Per-sample randomness keyed by the sample's global position, not by the rank.
-        uint64_t key = data::SampleKey(ctx_.trial_seed, w.epoch, first + i);
+        uint64_t key = data::SampleKey(ctx_.spec.trial_seed(), w.epoch, first + i);
         for (int64_t j = 0; j < example; ++j) {
           double u = static_cast<double>(data::Mix64(key + static_cast<uint64_t>(j)) >> 11) * 0x1.0p-53;
           x_[i * example + j] += static_cast<float>(input_noise_ * (2 * u - 1));
@@ -406,37 +400,21 @@ absl::Status Trainer::TrainBatch(int64_t batch) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::ReportTraining(int64_t done) {
-  std::map<std::string, double> training = {{"loss", loss_sum_ / group_batches_}};
-  {
-    harness::ScopedTiming t(timings_, "reduce_metrics", clock_);
-    // Deterministic mode's loss is already the exact global mean.
-    if (!deterministic_ && ctx_.average_training_metrics && ctx_.world_size > 1) {
-      ASSIGN_OR_RETURN(training, harness::ReduceMetrics(*host_collective_, training, /*average=*/true));
-    }
-  }
-  training["diag/sample_checksum"] = checksum_sum_;  // the same on every rank
+absl::StatusOr<harness::TrainingMetrics> Trainer::TakeTrainingMetrics() {
+  harness::TrainingMetrics m;
+  // Deterministic mode's loss is already the exact global mean.
+  (deterministic_ ? m.global : m.per_rank)["loss"] = loss_sum_ / group_batches_;
+  m.global["diag/sample_checksum"] = checksum_sum_;  // the same on every rank
   checksum_sum_ = 0;
-  double seconds = std::max(1e-9, absl::ToDoubleSeconds(clock_.Now() - group_start_));
-  std::map<std::string, double> timings = timings_.Summarize();
-  timings["samples_per_second"] = static_cast<double>(group_batches_ * global_batch_) / seconds;
-  timings["batches_per_second"] = static_cast<double>(group_batches_) / seconds;
-  if (ctx_.is_chief()) {
-    RETURN_IF_ERROR(reporter_->ReportMetricsBatch(
-        {harness::MakeMetrics("training", done, training), harness::MakeMetrics("timings", done, timings)}));
-    std::cout << absl::StrFormat("batch %d/%d  loss %.4f  (%.0f batches/s, %.0f samples/s)", done, target_,
-                                 training["loss"], timings["batches_per_second"], timings["samples_per_second"])
-              << std::endl;
-  }
   loss_sum_ = 0;
   group_batches_ = 0;
-  group_start_ = clock_.Now();
-  return absl::OkStatus();
+  return m;
 }
 
-absl::Status Trainer::Validate(int64_t done) {
+absl::StatusOr<std::map<std::string, double>> Trainer::Validate(int64_t done) {
   // Each rank evaluates its shard of the test set; the sums are all-reduced.
   const int64_t n = test_.num_examples;
+  std::map<std::string, double> validation;
   if (deterministic_) {
     // Fixed chunks of 100 examples, dealt round-robin to the ranks, summed in fixed point.
     constexpr int64_t kChunk = 100;
@@ -449,8 +427,8 @@ absl::Status Trainer::Validate(int64_t done) {
       sums[1] += static_cast<int64_t>(std::llround(e.accuracy * static_cast<double>(cnt)));
     }
     if (ctx_.world_size > 1) RETURN_IF_ERROR(host_collective_->AllReduceSum(absl::MakeSpan(sums)));
-    validation_ = {{"validation_loss", static_cast<double>(sums[0]) / kFixedScale},
-                   {"accuracy", static_cast<double>(sums[1]) / static_cast<double>(n)}};
+    validation = {{"validation_loss", static_cast<double>(sums[0]) / kFixedScale},
+                  {"accuracy", static_cast<double>(sums[1]) / static_cast<double>(n)}};
   } else {
     const int64_t lo = n * ctx_.rank / ctx_.world_size, hi = n * (ctx_.rank + 1) / ctx_.world_size;
     ASSIGN_OR_RETURN(nn::Evaluation e, model_->Evaluate(test_.images.data() + lo * test_.example_size(),
@@ -461,45 +439,24 @@ absl::Status Trainer::Validate(int64_t done) {
     if (ctx_.world_size > 1) {
       ASSIGN_OR_RETURN(sums, harness::ReduceMetrics(*host_collective_, sums, /*average=*/false));
     }
-    validation_ = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
+    validation = {{"validation_loss", sums["loss_sum"] / sums["count"]}, {"accuracy", sums["correct"] / sums["count"]}};
   }
   if (done == target_) {
     ASSIGN_OR_RETURN(nn::Mlp final_model, model_->ToHost());
     absl::Span<const float> params = final_model.params();
     uint64_t h = Fnv1a(params.data(), params.size() * sizeof(float));
-    validation_["diag/params_hash_hi"] = static_cast<double>(h >> 32);
-    validation_["diag/params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
+    validation["diag/params_hash_hi"] = static_cast<double>(h >> 32);
+    validation["diag/params_hash_lo"] = static_cast<double>(h & 0xffffffffULL);
     if (ctx_.is_chief()) std::cout << absl::StrFormat("final parameters hash %016x", h) << std::endl;
   }
-  validated_at_ = done;
-  if (ctx_.is_chief()) {
-    RETURN_IF_ERROR(reporter_->ReportMetrics("validation", done, validation_));
-    std::cout << absl::StrFormat("validation at batch %d: loss %.4f  accuracy %.4f", done,
-                                 validation_["validation_loss"], validation_["accuracy"])
-              << std::endl;
-  }
-  // Every rank holds the same reduced values, so every rank decides the same.
-  bool improved = false;
-  auto metric = validation_.find(ctx_.searcher_metric);
-  if (metric != validation_.end()) {
-    improved = !best_.has_value() ||
-               (ctx_.smaller_is_better ? metric->second < *best_ : metric->second > *best_);
-    if (improved) best_ = metric->second;
-  }
-  if (ctx_.checkpoint_policy == "all" || (ctx_.checkpoint_policy == "best" && improved)) checkpoint_pending_ = true;
-  return absl::OkStatus();
+  return validation;
 }
 
-absl::Status Trainer::Checkpoint(int64_t done) {
-  checkpoint_pending_ = false;
-  if (ctx_.checkpoint_dir.empty() || checkpointed_at_ == done) return absl::OkStatus();
+absl::StatusOr<std::map<std::string, std::string>> Trainer::Save(harness::TrainingState& state) {
   std::ostringstream rng_text;
   rng_text << rng_;
   ASSIGN_OR_RETURN(std::vector<std::string> rngs, harness::AllGatherBytes(*host_collective_, rng_text.str()));
-  checkpointed_at_ = done;
-  if (!ctx_.is_chief()) return absl::OkStatus();
-  harness::TrainingState state;
-  state.total_batches = done;
+  if (!ctx_.is_chief()) return std::map<std::string, std::string>();
   state.epoch = loader_->state().epoch;
   state.samples_in_epoch = loader_->state().samples_in_epoch;
   state.extra["loader"] = loader_->state().ToJson();
@@ -507,63 +464,14 @@ absl::Status Trainer::Checkpoint(int64_t done) {
   state.order_algorithm = absl::StrCat(data::kElasticOrderAlgorithm, "_v", data::kElasticOrderVersion);
   state.dataset_fingerprint = train_.Fingerprint();
   state.dataset_size = train_.num_examples;
-  state.trial_seed = ctx_.trial_seed;
-  state.world_size = ctx_.world_size;
   state.rng_states = std::move(rngs);
-  if (best_.has_value()) state.extra["best"] = *best_;
   ASSIGN_OR_RETURN(nn::Mlp model, model_->ToHost());
-  std::string uuid = harness::NewCheckpointUuid();
-  ASSIGN_OR_RETURN(v1::Checkpoint c,
-                   harness::WriteCheckpoint(ctx_.checkpoint_dir, uuid,
-                                            {{"model.bin", model.Serialize()},
-                                             {"state.json", harness::SerializeTrainingState(state)}}));
-  c.set_total_batches(done);
-  if (validated_at_ == done) c.mutable_metrics()->insert(validation_.begin(), validation_.end());
-  RETURN_IF_ERROR(reporter_->ReportCheckpoint(c));
-  std::cout << absl::StrFormat("checkpoint %s at batch %d", uuid, done) << std::endl;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> Trainer::StopRequested() {
-  if (ctx_.world_size == 1) return harness::StopRequested();
-  return harness::AnyRankStopRequested(*host_collective_);
+  return std::map<std::string, std::string>{{"model.bin", model.Serialize()}};
 }
 
 absl::Status Trainer::Run() {
-  harness::InstallStopHandler();
   RETURN_IF_ERROR(Setup());
-  const int64_t unit = std::max<int64_t>(1, ctx_.scheduling_unit);
-  const int64_t validate_every = ctx_.validation_period > 0 ? ctx_.validation_period : target_;
-  const int k = ctx_.aggregation_frequency;
-  // Ranks agree on stopping every few batches, always between aggregation groups.
-  const int64_t stop_every = k * ((kStopCheckBatches + k - 1) / k);
-  ASSIGN_OR_RETURN(bool stop, StopRequested());
-  if (stop) return absl::CancelledError("asked to stop before training began");
-  group_start_ = clock_.Now();
-  for (int64_t batch = start_batch_; batch < target_; ++batch) {
-    RETURN_IF_ERROR(TrainBatch(batch));
-    const int64_t done = batch + 1;
-    const bool last = done == target_;
-    if (done % unit == 0 || last) RETURN_IF_ERROR(ReportTraining(done));
-    if (done % validate_every == 0 || last) RETURN_IF_ERROR(Validate(done));
-    if ((ctx_.checkpoint_period > 0 && done % ctx_.checkpoint_period == 0) || last) checkpoint_pending_ = true;
-    // Checkpoints only between aggregation groups: the group's partial gradient sum is
-    // not part of a checkpoint.
-    if (checkpoint_pending_ && (done % k == 0 || last)) RETURN_IF_ERROR(Checkpoint(done));
-    if (done % stop_every == 0 && !last) {
-      ASSIGN_OR_RETURN(stop, StopRequested());
-      if (!stop) continue;
-      if (ctx_.is_chief()) {
-        std::cout << absl::StrFormat("stop requested (the trial is being preempted, paused or killed): "
-                                     "checkpointing at batch %d",
-                                     done)
-                  << std::endl;
-      }
-      RETURN_IF_ERROR(Checkpoint(done));
-      return absl::CancelledError(absl::StrCat("stopped at batch ", done, " on request"));
-    }
-  }
-  return absl::OkStatus();
+  return controller_.Run(*this, *host_collective_);
 }
 
 }  // namespace

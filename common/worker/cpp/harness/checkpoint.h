@@ -2,7 +2,7 @@
 // holding named files, written atomically (files into a hidden temporary directory,
 // fsynced, then one rename), so a reader sees a whole checkpoint or none. The master
 // learns of a checkpoint (ReportCheckpoint) only after the rename, and hands its path
-// to the next run of the trial as DET_LATEST_CHECKPOINT.
+// to the next run of the trial as the trial spec's latest_checkpoint.
 #ifndef DET_COMMON_WORKER_CPP_HARNESS_CHECKPOINT_H_
 #define DET_COMMON_WORKER_CPP_HARNESS_CHECKPOINT_H_
 

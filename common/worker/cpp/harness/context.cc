@@ -32,8 +32,12 @@ absl::Status ReadInt(const std::map<std::string, std::string>& env, const std::s
   return absl::OkStatus();
 }
 
-// `text` (from variable `name`) as a JSON object.
+// `text` (from variable `name`) as a JSON object; "" is {}.
 absl::Status ReadJsonObject(const std::string& name, const std::string& text, nlohmann::json* out) {
+  if (text.empty()) {
+    *out = nlohmann::json::object();
+    return absl::OkStatus();
+  }
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Missing(name, "is not a JSON object");
   *out = std::move(j);
@@ -74,7 +78,9 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   c.master = get("DET_MASTER");
   if (c.master.empty()) return Missing("DET_MASTER", "is not set");
   c.allocation_id = get("DET_ALLOCATION_ID");
+  if (c.allocation_id.empty()) return Missing("DET_ALLOCATION_ID", "is not set");
   c.allocation_token = get("DET_ALLOCATION_TOKEN");
+  if (c.allocation_token.empty()) return Missing("DET_ALLOCATION_TOKEN", "is not set");
   if (auto st = ReadInt(env, "RANK", &c.rank, true); !st.ok()) return st;
   if (auto st = ReadInt(env, "WORLD_SIZE", &c.world_size, true); !st.ok()) return st;
   if (auto st = ReadInt(env, "LOCAL_RANK", &c.local_rank, false); !st.ok()) return st;
@@ -93,33 +99,14 @@ absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, 
   }
   absl::StatusOr<v1::TrialSpec> spec = config::DecodeTrialSpec(spec_text);
   if (!spec.ok()) return spec.status();
+  c.spec = *std::move(spec);
   const std::string spec_name = config::kTrialSpecEnv;
-  c.experiment_id = spec->experiment_id();
-  c.trial_id = spec->trial_id();
-  c.run_id = spec->run_id();
-  c.trial_seed = spec->trial_seed();
-  if (auto st = ReadJsonObject(spec_name + ".hparams_json", spec->hparams_json(), &c.hparams); !st.ok()) {
+  if (auto st = ReadJsonObject(spec_name + ".hparams_json", c.spec.hparams_json(), &c.hparams); !st.ok()) {
     return st;
   }
-  if (auto st = ReadJsonObject(spec_name + ".data_json", spec->data_json(), &c.data); !st.ok()) {
+  if (auto st = ReadJsonObject(spec_name + ".data_json", c.spec.data_json(), &c.data); !st.ok()) {
     return st;
   }
-  c.target_batches = spec->target_batches();
-  c.latest_checkpoint = spec->latest_checkpoint();
-  c.global_batch_size = spec->global_batch_size();
-  c.per_slot_batch_size = c.global_batch_size / c.world_size;
-  c.batches_per_epoch = spec->batches_per_epoch();
-  c.scheduling_unit = spec->scheduling_unit();
-  c.validation_period = spec->validation_period();
-  c.checkpoint_period = spec->checkpoint_period();
-  c.checkpoint_policy = spec->checkpoint_policy();
-  c.searcher_metric = spec->searcher().metric();
-  c.smaller_is_better = spec->searcher().smaller_is_better();
-  c.checkpoint_dir = spec->checkpoint_dir();
-  c.deterministic = spec->deterministic();
-  c.aggregation_frequency = spec->aggregation_frequency();
-  c.average_training_metrics = spec->average_training_metrics();
-  c.bucket_bytes = spec->bucket_bytes();
   c.collective_host = get("DET_COLLECTIVE_HOST");
   c.collective_iface = get("DET_COLLECTIVE_IFACE");
   if (std::string t = get("DET_COLLECTIVE_PEER_TIMEOUT"); !t.empty()) {

@@ -13,64 +13,31 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "proto/worker.pb.h"
 
 namespace det::harness {
 
 struct TrialContext {
-  std::string master;  // host:port of the master
-  int64_t experiment_id = 0;
-  int64_t trial_id = 0;
-  int run_id = 0;
-  uint32_t trial_seed = 0;
+  // What the master resolved for this run (proto/worker.proto): ids, seed, batch sizes,
+  // periods in batches, searcher metric and length, checkpoint directory and policy,
+  // optimizations, target batches, latest checkpoint. Held as sent, never copied field by
+  // field: a field added to the proto reaches training code as spec.<field>().
+  v1::TrialSpec spec;
+  // spec.hparams_json() and spec.data_json() (the config's free-form `data`, an object,
+  // empty when absent), parsed once.
+  nlohmann::json hparams = nlohmann::json::object();
+  nlohmann::json data = nlohmann::json::object();
+
+  // The rank's own launch variables (docs/worker.md).
+  std::string master;  // host:port of the master (DET_MASTER)
   std::string allocation_id;
   std::string allocation_token;
-
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
-
-  nlohmann::json hparams = nlohmann::json::object();
-  // The config's free-form `data` section (an object, empty when absent).
-  nlohmann::json data = nlohmann::json::object();
-  // reproducibility.deterministic.
-  bool deterministic = false;
-  // Batches (global steps) to train in total, from the searcher.
-  int64_t target_batches = 0;
-  std::string latest_checkpoint;
-
-  // Values from the trial spec, as the master resolved them from the config (its defaults
-  // and bounds are common/config's).
-  int64_t global_batch_size = 0;
-  // global_batch_size / world_size (remainder dropped).
-  int64_t per_slot_batch_size = 0;
-  // records_per_epoch / global_batch_size, or 0.
-  int64_t batches_per_epoch = 0;
-  int64_t scheduling_unit = 0;
-  // Validation period in batches (0: only at the end).
-  int64_t validation_period = 0;
-  // min_checkpoint_period in batches (0: none).
-  int64_t checkpoint_period = 0;
-  // checkpoint_policy: "best" (after a validation that is the trial's best so far), "all"
-  // (after every validation) or "none".
-  std::string checkpoint_policy;
-  // searcher.metric and searcher.smaller_is_better.
-  std::string searcher_metric;
-  bool smaller_is_better = true;
-  // Where checkpoints go: checkpoint_storage (type shared_fs) host_path/storage_path;
-  // empty when the experiment configures no checkpoint storage.
-  std::string checkpoint_dir;
-
-  // optimizations.aggregation_frequency: gradients are all-reduced (and the optimizer
-  // steps) every k batches.
-  int aggregation_frequency = 1;
-  // optimizations.average_training_metrics: training metrics averaged over every rank;
-  // when false, the chief's own.
-  bool average_training_metrics = true;
-  // optimizations.tensor_fusion_threshold in bytes: size of one gradient bucket.
-  int64_t bucket_bytes = 0;
   // Address the collective listens on (DET_COLLECTIVE_HOST) and a network interface that
   // overrides it (DET_COLLECTIVE_IFACE, like Determined's dtrain_network_interface);
   // empty: see harness::ConnectCollective.
@@ -85,8 +52,10 @@ struct TrialContext {
   std::string slot_type = "cpu";
 
   bool is_chief() const { return rank == 0; }
-  // The batch one step really trains on: per_slot_batch_size * world_size.
-  int64_t effective_global_batch_size() const { return per_slot_batch_size * world_size; }
+  // spec.global_batch_size() / world_size (remainder dropped).
+  int64_t per_slot_batch_size() const { return spec.global_batch_size() / world_size; }
+  // The batch one step really trains on: per_slot_batch_size() * world_size.
+  int64_t effective_global_batch_size() const { return per_slot_batch_size() * world_size; }
   // A hyperparameter, or `fallback` when absent. InvalidArgument on a wrong type.
   absl::StatusOr<double> HparamDouble(const std::string& name, double fallback) const;
   absl::StatusOr<int64_t> HparamInt(const std::string& name, int64_t fallback) const;
@@ -98,7 +67,7 @@ struct TrialContext {
 
 // Reads `env` (name -> value) and the trial spec file it names (DET_TRIAL_SPEC_FILE).
 // Missing or malformed required variables (DET_TRIAL_SPEC_FILE and its file, DET_MASTER,
-// RANK, ...) are FailedPrecondition naming the variable: the process was not
+// DET_ALLOCATION_ID, DET_ALLOCATION_TOKEN, RANK, ...) are FailedPrecondition naming the variable: the process was not
 // started by a det agent (of this version).
 absl::StatusOr<TrialContext> ContextFromEnvironment(const std::map<std::string, std::string>& env);
 

@@ -41,6 +41,8 @@ std::string Spec(const std::string& config_yaml, const std::string& hparams_json
 
 std::map<std::string, std::string> Env() {
   return {{"DET_MASTER", "127.0.0.1:1"},
+          {"DET_ALLOCATION_ID", "9.2"},
+          {"DET_ALLOCATION_TOKEN", "tok"},
           {"RANK", "1"},
           {"WORLD_SIZE", "8"},
           {"DET_TRIAL_SPEC_FILE",
@@ -55,19 +57,19 @@ std::map<std::string, std::string> Env() {
 TEST(TrialContext, ReadsEverythingTheAgentProvides) {
   auto c = ContextFromEnvironment(Env());
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->experiment_id, 3);
-  EXPECT_EQ(c->trial_id, 9);
-  EXPECT_EQ(c->run_id, 2);
-  EXPECT_EQ(c->trial_seed, 1234u);
+  EXPECT_EQ(c->spec.experiment_id(), 3);
+  EXPECT_EQ(c->spec.trial_id(), 9);
+  EXPECT_EQ(c->spec.run_id(), 2);
+  EXPECT_EQ(c->spec.trial_seed(), 1234u);
   EXPECT_EQ(c->rank, 1);
   EXPECT_FALSE(c->is_chief());
-  EXPECT_EQ(c->global_batch_size, 100);
-  EXPECT_EQ(c->per_slot_batch_size, 12);  // 100 // 8, remainder dropped.
-  EXPECT_EQ(c->batches_per_epoch, 10);
-  EXPECT_EQ(c->validation_period, 20);
-  EXPECT_EQ(c->scheduling_unit, 20);
-  EXPECT_EQ(c->target_batches, 500);
-  EXPECT_EQ(c->latest_checkpoint, "/ckpt/x");
+  EXPECT_EQ(c->spec.global_batch_size(), 100);
+  EXPECT_EQ(c->per_slot_batch_size(), 12);  // 100 // 8, remainder dropped.
+  EXPECT_EQ(c->spec.batches_per_epoch(), 10);
+  EXPECT_EQ(c->spec.validation_period(), 20);
+  EXPECT_EQ(c->spec.scheduling_unit(), 20);
+  EXPECT_EQ(c->spec.target_batches(), 500);
+  EXPECT_EQ(c->spec.latest_checkpoint(), "/ckpt/x");
   EXPECT_DOUBLE_EQ(*c->HparamDouble("lr", 0), 0.1);
   EXPECT_DOUBLE_EQ(*c->HparamDouble("missing", 0.5), 0.5);
   EXPECT_THAT(c->HparamInt("name", 0).status().message(), HasSubstr("hyperparameters.name"));
@@ -126,6 +128,8 @@ TEST(TrialContext, CollectivePeerTimeout) {
 
 std::map<std::string, std::string> EnvWithConfig(const std::string& rest) {
   return {{"DET_MASTER", "127.0.0.1:1"},
+          {"DET_ALLOCATION_ID", "9.2"},
+          {"DET_ALLOCATION_TOKEN", "tok"},
           {"RANK", "0"},
           {"WORLD_SIZE", "4"},
           {"DET_TRIAL_SPEC_FILE",
@@ -145,16 +149,16 @@ TEST(TrialContext, ReadsTrainingSettingsFromTheSpec) {
       "optimizations: {aggregation_frequency: 4, average_training_metrics: false,"
       " tensor_fusion_threshold: 2}\n"));
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->searcher_metric, "accuracy");
-  EXPECT_FALSE(c->smaller_is_better);
-  EXPECT_EQ(c->checkpoint_period, 100);
-  EXPECT_EQ(c->checkpoint_policy, "all");
-  EXPECT_TRUE(c->deterministic);
-  EXPECT_EQ(c->checkpoint_dir, "/mnt/ckpt/det");
-  EXPECT_EQ(c->aggregation_frequency, 4);
-  EXPECT_FALSE(c->average_training_metrics);
-  EXPECT_EQ(c->bucket_bytes, 2 << 20);
-  EXPECT_EQ(c->per_slot_batch_size, 16);
+  EXPECT_EQ(c->spec.searcher().metric(), "accuracy");
+  EXPECT_FALSE(c->spec.searcher().smaller_is_better());
+  EXPECT_EQ(c->spec.checkpoint_period(), 100);
+  EXPECT_EQ(c->spec.checkpoint_policy(), "all");
+  EXPECT_TRUE(c->spec.deterministic());
+  EXPECT_EQ(c->spec.checkpoint_dir(), "/mnt/ckpt/det");
+  EXPECT_EQ(c->spec.aggregation_frequency(), 4);
+  EXPECT_FALSE(c->spec.average_training_metrics());
+  EXPECT_EQ(c->spec.bucket_bytes(), 2 << 20);
+  EXPECT_EQ(c->per_slot_batch_size(), 16);
   EXPECT_EQ(c->effective_global_batch_size(), 64);
   EXPECT_EQ(c->collective_host, "");
 }
@@ -165,14 +169,14 @@ TEST(TrialContext, ConfigDefaultsArriveThroughTheSpec) {
       "searcher: {name: single, metric: loss, max_length: {batches: 10}}\n"));
   ASSERT_TRUE(c.ok()) << c.status();
   config::ExperimentConfig defaults;
-  EXPECT_EQ(c->aggregation_frequency, defaults.optimizations.aggregation_frequency);
-  EXPECT_EQ(c->average_training_metrics, defaults.optimizations.average_training_metrics);
-  EXPECT_EQ(c->checkpoint_policy, defaults.checkpoint_policy);
-  EXPECT_EQ(c->scheduling_unit, defaults.scheduling_unit);
-  EXPECT_FALSE(c->deterministic);
-  EXPECT_EQ(c->checkpoint_dir, "");
-  EXPECT_EQ(c->bucket_bytes, int64_t{64} << 20);
-  EXPECT_EQ(c->validation_period, 0);
+  EXPECT_EQ(c->spec.aggregation_frequency(), defaults.optimizations.aggregation_frequency);
+  EXPECT_EQ(c->spec.average_training_metrics(), defaults.optimizations.average_training_metrics);
+  EXPECT_EQ(c->spec.checkpoint_policy(), defaults.checkpoint_policy);
+  EXPECT_EQ(c->spec.scheduling_unit(), defaults.scheduling_unit);
+  EXPECT_FALSE(c->spec.deterministic());
+  EXPECT_EQ(c->spec.checkpoint_dir(), "");
+  EXPECT_EQ(c->spec.bucket_bytes(), int64_t{64} << 20);
+  EXPECT_EQ(c->spec.validation_period(), 0);
   EXPECT_TRUE(c->data.empty());
 }
 

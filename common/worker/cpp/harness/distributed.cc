@@ -49,7 +49,7 @@ std::string LocalAddressTowards(const std::string& host_port) {
 }  // namespace
 
 std::string MembershipKey(const TrialContext& context, const std::string& backend) {
-  std::string alloc = context.allocation_id.empty() ? absl::StrCat(context.trial_id, ".", context.run_id)
+  std::string alloc = context.allocation_id.empty() ? absl::StrCat(context.spec.trial_id(), ".", context.spec.run_id())
                                                     : context.allocation_id;
   return absl::StrCat(alloc, "/", backend);
 }

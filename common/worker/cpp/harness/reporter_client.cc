@@ -31,11 +31,11 @@ class GrpcReporter : public Reporter {
     if (metrics.empty()) return absl::OkStatus();
     v1::ReportMetricsRequest req;
     *req.mutable_auth() = auth_;
-    req.set_trial_id(context_.trial_id);
+    req.set_trial_id(context_.spec.trial_id());
     for (const auto& m : metrics) {
       v1::Metrics* row = req.add_metrics();
       *row = m;
-      row->set_trial_id(context_.trial_id);
+      row->set_trial_id(context_.spec.trial_id());
     }
     return Retry("ReportMetrics", [&](grpc::ClientContext* ctx) {
       v1::ReportMetricsResponse resp;
