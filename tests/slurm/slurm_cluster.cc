@@ -41,6 +41,14 @@ SlurmCluster::SlurmCluster() {
 }
 
 SlurmCluster::~SlurmCluster() {
+  // Jobs still running first: their steps' processes are not the slurmds' children.
+  if (!conf_.empty() && daemons_.size() > 1) {
+    (void)Run({"scancel", absl::StrCat("--user=", geteuid())});
+    (void)WaitUntil("every job of the test's Slurm ended", [&] {
+      auto active = Run({"squeue", "-h", "--states=RUNNING,COMPLETING,PENDING", "-o", "%i"});
+      return active.ok() && absl::StripAsciiWhitespace(*active).empty();
+    }, absl::Seconds(20), absl::Milliseconds(200));
+  }
   // slurmds first (they run the jobs' steps), the controller, then munge.
   for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
     (void)it->second->Terminate(absl::Seconds(5));

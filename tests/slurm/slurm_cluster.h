@@ -28,8 +28,9 @@ struct SlurmClusterOptions {
 class SlurmCluster {
  public:
   // A fresh directory /tmp/det-slurm-XXXXXX (short: munge's socket path must fit
-  // sun_path). Daemons are started by Start(); the destructor stops them (SIGTERM, then
-  // SIGKILL) and removes the directory.
+  // sun_path). Daemons are started by Start(); the destructor cancels the jobs still there
+  // (and waits up to 20 s for them to end), stops the daemons (SIGTERM, then SIGKILL) and
+  // removes the directory.
   SlurmCluster();
   ~SlurmCluster();
 

@@ -3,6 +3,7 @@
 // Trials become batch jobs, their ranks det-slurm-launcher tasks under srun.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -22,6 +23,9 @@ using ::testing::HasSubstr;
 class SlurmResourceManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "slurmd must run as root to start jobs; this test runs as uid " << geteuid();
+    }
     absl::Status slurm = slurm_.Start({.nodes = {"n1", "n2"}, .cpus_per_node = 2});
     ASSERT_TRUE(slurm.ok()) << slurm;
     ASSERT_TRUE(master_.StartMaster(MasterYaml()).ok()) << master_.LogTail("master");
