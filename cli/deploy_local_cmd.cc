@@ -3,10 +3,15 @@
 
 #include <memory>
 
+#include "agent/launcher/launcher.h"
 #include "cli/commands.h"
-#include "cli/local_cluster.h"
+#include "deploy/local/local_cluster.h"
 
 namespace det::cli {
+
+using deploy::ClusterDown;
+using deploy::ClusterUp;
+using deploy::ClusterUpOptions;
 
 void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* deploy = app.add_subcommand("deploy", "run a det cluster");
@@ -46,6 +51,7 @@ void RegisterDeployCommands(CLI::App& app, CliContext& ctx) {
   up_cmd->callback([&ctx, up, task_user, task_user_opt, no_task_user] {
     if (task_user_opt->count() > 0) up->task_user = *task_user;
     if (*no_task_user) up->task_user = "";
+    up->can_reach = agent::CheckUserCanReach;
     ctx.action = [&ctx, up] { return ClusterUp(ctx, *up); };
   });
 

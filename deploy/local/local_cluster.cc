@@ -1,4 +1,4 @@
-#include "cli/local_cluster.h"
+#include "deploy/local/local_cluster.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -30,13 +30,20 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "agent/launcher/launcher.h"
 #include "cli/api_client.h"
 #include "cli/auth_store.h"
 #include "common/process/subprocess.h"
 #include "common/status/status_macros.h"
 
-namespace det::cli {
+namespace det::deploy {
+
+using cli::ApiClient;
+using cli::ApiClientOptions;
+using cli::AuthFilePath;
+using cli::CliContext;
+using cli::ResolveToken;
+using cli::SaveSession;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -492,8 +499,9 @@ absl::Status CopyTree(const std::string& from, const std::string& to) {
 
 absl::StatusOr<StagedBinaries> StageBinariesForTaskUser(const std::string& dir,
                                                         const StagedBinaries& found,
-                                                        const std::optional<RunAs>& task_user) {
-  if (!task_user || agent::CheckUserCanReach(found.agent, task_user).ok()) return found;
+                                                        const std::optional<RunAs>& task_user,
+                                                        const ReachCheck& can_reach) {
+  if (!task_user || can_reach(found.agent, task_user).ok()) return found;
   const std::string bin = dir + "/bin";
   RETURN_IF_ERROR(MakeDirWithMode(bin, 0755));
   std::error_code ec;
@@ -747,10 +755,11 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   // The task user's trials run in D/agent-I and write to D/checkpoints: refuse a layout
   // where they could not (the agent would start, and every trial fail).
   if (task_ids) {
+    if (!options.can_reach) return absl::InternalError("cluster-up: no reach check given");
     std::vector<std::string> reached = {dir + "/checkpoints"};
     for (int i = 0; i < options.agents; ++i) reached.push_back(absl::StrCat(dir, "/agent-", i));
     for (const std::string& path : reached) {
-      if (absl::Status st = agent::CheckUserCanReach(path, task_ids); !st.ok()) {
+      if (absl::Status st = options.can_reach(path, task_ids); !st.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "trials run as the task user ", task_user, ", and ", st.message(),
             "; give a --data-dir under directories every user may search (e.g. "
@@ -762,7 +771,8 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   // it cannot reach them, the agents run copies under D/bin.
   ASSIGN_OR_RETURN(const StagedBinaries binaries,
                    StageBinariesForTaskUser(
-                       dir, {agent_binary, worker_binary.ok() ? *worker_binary : ""}, task_ids));
+                       dir, {agent_binary, worker_binary.ok() ? *worker_binary : ""}, task_ids,
+                       options.can_reach));
   if (binaries.agent != agent_binary) {
     ctx.out << "Copied det-agent" << (binaries.worker.empty() ? "" : " and det-fashion-mnist")
             << " into " << dir << "/bin"
@@ -923,4 +933,4 @@ absl::Status ClusterDown(CliContext& ctx, const std::string& data_dir) {
   return absl::OkStatus();
 }
 
-}  // namespace det::cli
+}  // namespace det::deploy

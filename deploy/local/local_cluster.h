@@ -1,3 +1,7 @@
+// The local deployer behind `det deploy local` (the CLI's deploy_local_cmd.cc parses the
+// flags and calls it): finding a cluster's running daemons, writing their configs, the
+// private TLS CA, starting and stopping them. It writes what it did to the CliContext's
+// streams and keeps the admin's session in ~/.det/auth.json.
 // `det deploy local`: a master and agents as background daemons on this machine, their
 // config, logs and pid files under one data directory D:
 //   D/master.yaml, D/agent-I.yaml        written by ClusterUp (mode 0600)
@@ -24,11 +28,12 @@
 //   D/tls/master.crt, D/tls/master.key   the master's certificate for 127.0.0.1 and
 //                                        localhost, signed by it (key 0600)
 // with I = 0 .. agents-1 and agent ids "local-agent-I".
-#ifndef DET_CLI_LOCAL_CLUSTER_H_
-#define DET_CLI_LOCAL_CLUSTER_H_
+#ifndef DET_DEPLOY_LOCAL_LOCAL_CLUSTER_H_
+#define DET_DEPLOY_LOCAL_LOCAL_CLUSTER_H_
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,7 +43,12 @@
 #include "cli/cli_context.h"
 #include "common/process/subprocess.h"
 
-namespace det::cli {
+namespace det::deploy {
+
+// Whether the OS user `user` can reach `path`: search every directory on the way and, for a
+// file, execute it. OK when `user` is unset.
+using ReachCheck =
+    std::function<absl::Status(const std::string& path, const std::optional<RunAs>& user)>;
 
 // Flags of `det deploy local cluster-up`.
 struct ClusterUpOptions {
@@ -62,6 +72,9 @@ struct ClusterUpOptions {
   // A task user needs cluster-up to run as root and must be able to reach D/agent-I and
   // D/checkpoints.
   std::optional<std::string> task_user;
+  // Not a flag: how the task user's reach is checked. The CLI passes the agent's own check
+  // (agent::CheckUserCanReach), so cluster-up and its agents agree. REQUIRED with a task user.
+  ReachCheck can_reach;
 };
 
 // The task user the agents get for `options` when cluster-up runs as `euid`; "" for none.
@@ -106,14 +119,16 @@ struct StagedBinaries {
   std::string python;
 };
 
-// `found` when there is no task user or it can execute `found.agent` where it is. Else
+// `found` when there is no task user or it can execute `found.agent` where it is
+// (`can_reach`). Else
 // copies det-agent (links followed), the worker and det's Python package (the directory
 // ../python beside det-agent's real path, where the agent looks for it) into `dir`/bin and
 // `dir`/python, readable and executable by everyone, and returns the copies. REQUIRES:
 // the task user can search `dir`.
 absl::StatusOr<StagedBinaries> StageBinariesForTaskUser(const std::string& dir,
                                                         const StagedBinaries& found,
-                                                        const std::optional<RunAs>& task_user);
+                                                        const std::optional<RunAs>& task_user,
+                                                        const ReachCheck& can_reach);
 
 // "~"-expanded, absolute, normalized.
 absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir);
@@ -135,12 +150,12 @@ absl::StatusOr<std::string> FindBinary(const std::string& name,
 // dirs or the checkpoint storage (FailedPrecondition naming the directory), or the wait
 // runs out (then the tail of the guilty log goes to
 // ctx.err).
-absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options);
+absl::Status ClusterUp(cli::CliContext& ctx, const ClusterUpOptions& options);
 
 // Stops the daemons of the data directory: SIGTERM to each process group (agents
 // first, then the master), SIGKILL after 10 s, pid files removed. Prints what it did.
-absl::Status ClusterDown(CliContext& ctx, const std::string& data_dir);
+absl::Status ClusterDown(cli::CliContext& ctx, const std::string& data_dir);
 
-}  // namespace det::cli
+}  // namespace det::deploy
 
-#endif  // DET_CLI_LOCAL_CLUSTER_H_
+#endif  // DET_DEPLOY_LOCAL_LOCAL_CLUSTER_H_

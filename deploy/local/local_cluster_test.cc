@@ -1,4 +1,4 @@
-#include "cli/local_cluster.h"
+#include "deploy/local/local_cluster.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,14 +10,18 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cli/cli_context.h"
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace det::cli {
+namespace det::deploy {
 namespace {
+
+using ::det::cli::CliContext;
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
@@ -253,6 +257,15 @@ TEST_F(LocalClusterTest, AsRootTrialsRunAsNobodyWhoMustReachTheDataDir) {
   std::ofstream(dir_ + "/python/det/__init__.py") << "# det\n";
   options.bin_dir = dir_ + "/bin";
   options.master_port = 1;
+  // The agent's check (agent::CheckUserCanReach, which the CLI passes) as this test's
+  // layout has it: the task user reaches nothing under the test's private directory.
+  std::vector<std::string> checked;
+  options.can_reach = [&](const std::string& path, const std::optional<RunAs>& user) {
+    checked.push_back(path);
+    if (!user || path.rfind(dir_ + "/", 0) != 0) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("uid ", user->uid, " (the task user) cannot reach '", path, "'"));
+  };
   for (const auto& [user, code, message] :
        {std::tuple{"0:0", absl::StatusCode::kInvalidArgument,
                    "--task-user 0:0: uid and gid 0 are root's"},
@@ -308,6 +321,8 @@ TEST_F(LocalClusterTest, AsRootTrialsRunAsNobodyWhoMustReachTheDataDir) {
   EXPECT_EQ(ReadAll(open + "/data/python/det/__init__.py"), "# det\n");
   EXPECT_THAT(ReadAll(open + "/data/agent-0.yaml"),
               HasSubstr("worker_path:\n  - \"" + open + "/data/bin\"\n"));
+  EXPECT_THAT(checked, ::testing::IsSupersetOf({open + "/data/checkpoints",
+                                                open + "/data/agent-0", dir_ + "/bin/det-agent"}));
   std::filesystem::remove_all(open);
 }
 
@@ -379,4 +394,4 @@ TEST_F(LocalClusterTest, ClusterDownStopsAnAgentRestartedByHand) {
 }
 
 }  // namespace
-}  // namespace det::cli
+}  // namespace det::deploy
