@@ -47,7 +47,7 @@ Agent::Agent(config::AgentConfig config, MasterClient& client, std::vector<v1::S
       clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
       launcher_(options_.launcher != nullptr ? *options_.launcher : shim_launcher_),
       launch_context_(MakeLaunchContext(config_, slots, options_)),
-      stop_(clock_),
+      stop_(clock_, options_.max_real_wait),
       session_(config_, client_, slots, options_.python),
       outbox_(config_.agent_id, client_, clock_),
       starter_({config_.agent_id, config_.work_dir, options_.shim_path, options_.python}, launcher_,

@@ -64,6 +64,9 @@ struct AgentOptions {
   // Starts and adopts the workers. Null: the shim (ShimProcessLauncher). Not owned; must
   // outlive the agent.
   ProcessLauncher* launcher = nullptr;
+  // The longest an agent thread waits (real time) before it reads the clock again, so that
+  // a FakeClock moved by a test ends its waits. Default: 1 s.
+  absl::Duration max_real_wait = absl::Seconds(1);
 };
 
 // Threads: Run() is the session loop (register, heartbeat); one poller thread; one outbox

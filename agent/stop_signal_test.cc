@@ -2,20 +2,34 @@
 
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "common/clock/clock.h"
 #include "gtest/gtest.h"
 
 namespace det::agent {
 namespace {
 
+// Moves `clock` 100 ms at a time until `done`; returns how far.
+absl::Duration Drive(FakeClock& clock, const absl::Notification& done) {
+  absl::Duration moved;
+  while (!done.HasBeenNotified()) {
+    clock.Advance(absl::Milliseconds(100));
+    moved += absl::Milliseconds(100);
+    done.WaitForNotificationWithTimeout(absl::Milliseconds(1));
+  }
+  return moved;
+}
+
 TEST(StopSignalTest, ASleepLastsClockTime) {
   FakeClock clock;
   StopSignal stop(clock, absl::Milliseconds(1));
-  std::thread mover([&] {
-    for (int i = 0; i < 10; ++i) clock.Advance(absl::Seconds(1));
-  });
+  absl::Notification done;
+  absl::Duration moved;
+  std::thread mover([&] { moved = Drive(clock, done); });
   EXPECT_FALSE(stop.SleepOrStop(absl::Seconds(10)));
+  done.Notify();
   mover.join();
+  EXPECT_GE(moved, absl::Seconds(10));
   EXPECT_FALSE(stop.SleepOrStop(absl::ZeroDuration()));
 }
 
@@ -26,8 +40,10 @@ TEST(StopSignalTest, StopEndsSleepsButOnlyDetachEndsSleepOrDetach) {
   EXPECT_TRUE(stop.stopping());
   EXPECT_FALSE(stop.detaching());
   EXPECT_TRUE(stop.SleepOrStop(absl::Hours(1)));
-  std::thread mover([&] { clock.Advance(absl::Seconds(2)); });
+  absl::Notification done;
+  std::thread mover([&] { Drive(clock, done); });
   EXPECT_FALSE(stop.SleepOrDetach(absl::Seconds(2)));
+  done.Notify();
   mover.join();
   stop.Detach();
   EXPECT_TRUE(stop.detaching());

@@ -30,7 +30,8 @@ using ::testing::Pair;
 
 class StarterTest : public ::testing::Test {
  protected:
-  StarterTest() : session_(Config(), master_, {}, std::nullopt), stop_(clock_) {}
+  StarterTest()
+      : session_(Config(), master_, {}, std::nullopt), stop_(clock_, absl::Milliseconds(1)) {}
   void SetUp() override {
     std::filesystem::remove_all(work_dir_);
     ASSERT_TRUE(PrepareWorkRoot(work_dir_).ok());
