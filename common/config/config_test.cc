@@ -269,6 +269,13 @@ TEST(DaemonConfig, CheckpointStorageAllowedRoots) {
       ParseMasterConfig("checkpoint_storage: {type: shared_fs, host_path: /ckpt}\n", "m.yaml");
   ASSERT_TRUE(only_default.ok()) << only_default.status();
   EXPECT_TRUE(CheckpointStorageRoots(*only_default).empty());  // Nothing restricted.
+  // cluster-up's layout: the default storage is the allowed root; it is listed once.
+  auto same = ParseMasterConfig(
+      "checkpoint_storage_allowed_roots: [/d/checkpoints]\n"
+      "checkpoint_storage: {type: shared_fs, host_path: /d/checkpoints}\n",
+      "m.yaml");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_THAT(CheckpointStorageRoots(*same), ::testing::ElementsAre("/d/checkpoints"));
 
   for (const std::string bad : {"rel/dir", "/", "/srv/../etc", "/srv/./x", "''"}) {
     EXPECT_THAT(ParseMasterConfig("checkpoint_storage_allowed_roots: [" + bad + "]\n", "m.yaml")

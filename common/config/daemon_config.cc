@@ -255,7 +255,8 @@ std::vector<std::string> CheckpointStorageRoots(const MasterConfig& config) {
   if (!roots.empty() && config.checkpoint_storage) {
     ExperimentConfig with_default;
     with_default.checkpoint_storage = config.checkpoint_storage;
-    roots.push_back(CheckpointDirectory(with_default));
+    std::string dir = CheckpointDirectory(with_default);
+    if (std::find(roots.begin(), roots.end(), dir) == roots.end()) roots.push_back(dir);
   }
   return roots;
 }

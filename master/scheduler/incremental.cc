@@ -452,7 +452,7 @@ std::string IncrementalScheduler::Reason(const Req& q) const {
       const Pool& pl = *p->second;
       const Req* b = pl.blocker;
       if (r.priority > b->r.priority) {
-        return absl::StrCat("waiting behind ", b->r.id, " (priority ", b->r.priority, ")");
+        return absl::StrCat("waiting behind ", b->r.Label(), " (priority ", b->r.priority, ")");
       }
       // Of the blocker's priority, a size the pool could no longer fit: what the pool
       // offered then.

@@ -252,6 +252,17 @@ TEST(IncrementalScheduler, VisitsOnlyWhatABlockerDoesNotHoldBack) {
   EXPECT_EQ(s.ToDecision().waiting.size(), 1001u);
 }
 
+TEST(IncrementalScheduler, AWaitingReasonNamesTheBlockerByItsLabel) {
+  IncrementalScheduler s(Fit::kBestFit);
+  s.SetAgent(Agent("a", 4, 2));
+  auto big = Req("27", 4, 10, 1);
+  big.label = "trial 27 of experiment 5";
+  s.SetRequest(big);
+  s.SetRequest(Req("low", 1, 50, 2));
+  s.Schedule();
+  EXPECT_EQ(s.WaitingReason("low"), "waiting behind trial 27 of experiment 5 (priority 10)");
+}
+
 TEST(IncrementalScheduler, APassLeavesTheClusterAsItWas) {
   IncrementalScheduler s(Fit::kBestFit);
   s.SetAgent(Agent("a", 2));

@@ -177,7 +177,7 @@ Decision Schedule(const std::vector<AgentView>& agents, const std::vector<Reques
     // A zero-slot request takes nothing a blocked request needs: it is never held back,
     // and never holds others back.
     if (r->slots > 0 && b != blocker.end() && b->second->priority < r->priority) {
-      d.waiting[r->id] = absl::StrCat("waiting behind ", b->second->id, " (priority ",
+      d.waiting[r->id] = absl::StrCat("waiting behind ", b->second->Label(), " (priority ",
                                       b->second->priority, ")");
       continue;
     }

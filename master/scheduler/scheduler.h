@@ -35,6 +35,11 @@ struct Request {
   // see Schedule's `group_used`); 0 = unlimited.
   std::string group;
   int group_max_slots = 0;
+  // How users read this request in another's waiting reason ("trial 27 of experiment 5");
+  // `id` when empty.
+  std::string label;
+
+  const std::string& Label() const { return label.empty() ? id : label; }
 };
 
 struct AgentShare {

@@ -46,6 +46,7 @@ void SchedulingService::SchedulePass() {
                              e.resource_pool()};
         r.group = group;
         r.group_max_slots = es.config.resources.max_slots;
+        r.label = absl::StrCat("trial ", id, " of experiment ", e.id());
         queue.push_back(std::move(r));
       } else if (!t.trial.allocation().id().empty() && !t.killing) {
         scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
