@@ -309,6 +309,7 @@ void AllocationManager::EndAllocation(TrialState& t) {
   end.restarts = t.trial.restarts();
   end.max_restarts = es.config.max_restarts;
   end.allocation_id = a->id();
+  end.invalid_hp = t.trial.search().invalid_hp();
   const RunOutcome outcome = DecideRunOutcome(end);
   if (outcome.restart_counted) t.trial.set_restarts(t.trial.restarts() + 1);
   a->set_state(outcome.allocation_state);
@@ -331,10 +332,14 @@ void AllocationManager::EndAllocation(TrialState& t) {
   if (outcome.trial_state == v1::STATE_PAUSED || outcome.trial_state == v1::STATE_QUEUED) {
     t.trial.set_run_id(t.trial.run_id() + 1);
     t.trial.set_state(outcome.trial_state);
+    // An invalid-hyperparameters report counts only for the run that made it.
+    t.trial.mutable_search()->set_invalid_hp(false);
     TrialEvent(t.trial.id(), outcome.event);
     RecordTrial(store_, t);
     if (outcome.trial_state == v1::STATE_QUEUED) turns_.RequestSchedule();
   } else {
+    if (!outcome.event.empty()) TrialEvent(t.trial.id(), outcome.event);
+    if (!outcome.invalid_hp) t.trial.mutable_search()->set_invalid_hp(false);
     experiments_manager_.FinishTrial(t, outcome.trial_state, outcome.error);
   }
   experiments_manager_.UpdateExperiment(es);

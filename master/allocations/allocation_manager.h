@@ -131,6 +131,18 @@ class AllocationManager {
   void Rendezvous(const v1::RendezvousRequest& req, v1::RendezvousResponse* resp, Done done);
   void ShouldPreempt(const v1::ShouldPreemptRequest& req, v1::ShouldPreemptResponse* resp,
                      Done done);
+  // Rank 0 of a running allocation says why its trial stops early. INVALID_HP is persisted
+  // on the trial (TrialSearch.invalid_hp) before the reply; when the run then ends with
+  // every rank exiting normally the trial ends as invalid (run_outcome.h).
+  // USER_REQUESTED_STOP is noted in the trial log. PERMISSION_DENIED for another rank, a
+  // bad token or an allocation that is not running; INVALID_ARGUMENT naming `reason` for
+  // an unknown reason.
+  absl::Status ReportEarlyExit(const v1::ReportEarlyExitRequest& req);
+  // The best validation value of searcher.metric over every trial of the worker's own
+  // experiment (its smallest or largest, as searcher.smaller_is_better says); found =
+  // false while none reported it. PERMISSION_DENIED as for the other worker calls.
+  absl::Status GetExperimentBestValidation(const v1::GetExperimentBestValidationRequest& req,
+                                           v1::GetExperimentBestValidationResponse* resp);
   // Shutdown: answers every waiting rendezvous and ShouldPreempt with `status`.
   void FailWaiters(const absl::Status& status);
 

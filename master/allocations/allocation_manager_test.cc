@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/clock/clock.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/in_memory_store.h"
@@ -19,6 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ManagerHarness;
+using ::det::testing::StatusIs;
 
 class AllocationManagerTest : public ::testing::Test {
  protected:
@@ -325,6 +327,119 @@ TEST_F(AllocationManagerTest, LaunchesCarryTheOwnersLinkedAgentUser) {
       EXPECT_FALSE(launch.has_task_user());
     }
   }
+}
+
+// det.InvalidHP: rank 0 of a running allocation reports invalid hyperparameters (persisted
+// on the trial before the reply); the run exits 0 and the trial ends COMPLETED as invalid,
+// not as a restart; random search does not count it and creates a replacement. Other ranks,
+// other tokens, unknown reasons and ended allocations are refused.
+TEST_F(AllocationManagerTest, InvalidHyperparametersEndTheTrialAndRandomSearchReplacesIt) {
+  std::string session = h_.Register("a1", 1);
+  std::string yaml = testing::ExperimentYaml("invalid-hp");
+  const std::string single = "name: single";
+  yaml.replace(yaml.find(single), single.size(),
+               "name: random\n  max_trials: 2\n  max_concurrent_trials: 1");
+  v1::CreateExperimentRequest create;
+  create.set_config_yaml(yaml);
+  v1::CreateExperimentResponse created;
+  ASSERT_TRUE(h_.Create(create, &created).ok());
+  const int64_t experiment = created.experiment().id();
+  v1::LaunchCommand launch = h_.NextLaunch("a1", session);
+  const int64_t first = launch.trial_id();
+  ASSERT_GT(first, 0);
+
+  auto report = [&](const v1::LaunchCommand& l, int rank, v1::EarlyExitReason reason,
+                    const std::string& token = "") {
+    v1::ReportEarlyExitRequest req;
+    req.mutable_auth()->set_allocation_id(l.allocation_id());
+    req.mutable_auth()->set_token(token.empty() ? l.env().at("DET_ALLOCATION_TOKEN") : token);
+    req.mutable_auth()->set_rank(rank);
+    req.set_reason(reason);
+    absl::Status st;
+    h_.Turn([&] { st = h_.allocations.ReportEarlyExit(req); });
+    return st;
+  };
+  auto best = [&](const v1::LaunchCommand& l, v1::GetExperimentBestValidationResponse* resp) {
+    v1::GetExperimentBestValidationRequest req;
+    req.mutable_auth()->set_allocation_id(l.allocation_id());
+    req.mutable_auth()->set_token(l.env().at("DET_ALLOCATION_TOKEN"));
+    absl::Status st;
+    h_.Turn([&] { st = h_.allocations.GetExperimentBestValidation(req, resp); });
+    return st;
+  };
+  EXPECT_THAT(report(launch, 1, v1::EARLY_EXIT_REASON_INVALID_HP),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("auth.rank: only rank 0")));
+  EXPECT_THAT(report(launch, 0, v1::EARLY_EXIT_REASON_INVALID_HP, "forged"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("token")));
+  EXPECT_THAT(report(launch, 0, v1::EARLY_EXIT_REASON_UNSPECIFIED),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("reason: expected EARLY_EXIT_REASON_INVALID_HP")));
+  EXPECT_FALSE(h_.Trial(first).search().invalid_hp());
+
+  // No validation yet: nothing to answer.
+  v1::GetExperimentBestValidationResponse none;
+  ASSERT_TRUE(best(launch, &none).ok());
+  EXPECT_FALSE(none.found());
+  v1::Metrics validation;
+  validation.set_trial_id(first);
+  validation.set_group("validation");
+  validation.set_total_batches(50);
+  (*validation.mutable_values())["validation_loss"] = 0.4;
+  ASSERT_TRUE(h_.ReportMetrics(launch, {validation}).ok());
+
+  ASSERT_TRUE(report(launch, 0, v1::EARLY_EXIT_REASON_INVALID_HP).ok());
+  EXPECT_TRUE(h_.Trial(first).search().invalid_hp());
+  auto snapshot = store_.Load();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  bool stored = false;
+  for (const v1::Trial& t : snapshot->trials) stored |= t.id() == first && t.search().invalid_hp();
+  EXPECT_TRUE(stored) << "persisted before the reply";
+  EXPECT_THAT(h_.Logs(first), HasSubstr("rank 0 reported invalid hyperparameters"));
+
+  ASSERT_TRUE(h_.ReportExit("a1", session, launch.allocation_id(), 0).ok());
+  v1::Trial ended = h_.Trial(first);
+  EXPECT_EQ(ended.state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(ended.restarts(), 0);
+  EXPECT_TRUE(ended.search().invalid_hp());
+  EXPECT_THAT(h_.Logs(first), HasSubstr("invalid hyperparameters"));
+  EXPECT_THAT(report(launch, 0, v1::EARLY_EXIT_REASON_INVALID_HP),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("is not running")));
+
+  // The second trial, then the replacement: two valid trials, as max_trials says.
+  v1::LaunchCommand second = h_.NextLaunch("a1", session);
+  ASSERT_NE(second.trial_id(), first);
+  v1::GetExperimentBestValidationResponse best_so_far;
+  ASSERT_TRUE(best(second, &best_so_far).ok());
+  EXPECT_TRUE(best_so_far.found());
+  EXPECT_DOUBLE_EQ(best_so_far.value(), 0.4);
+  validation.set_trial_id(second.trial_id());
+  validation.set_total_batches(10);
+  (*validation.mutable_values())["validation_loss"] = 0.25;
+  ASSERT_TRUE(h_.ReportMetrics(second, {validation}).ok());
+  (*validation.mutable_values())["validation_loss"] = 0.5;
+  validation.set_total_batches(20);
+  ASSERT_TRUE(h_.ReportMetrics(second, {validation}).ok());
+  ASSERT_TRUE(best(second, &best_so_far).ok());
+  EXPECT_DOUBLE_EQ(best_so_far.value(), 0.25);  // smaller_is_better: the smallest.
+  EXPECT_TRUE(report(second, 0, v1::EARLY_EXIT_REASON_USER_REQUESTED_STOP).ok());
+  EXPECT_FALSE(h_.Trial(second.trial_id()).search().invalid_hp());
+  ASSERT_TRUE(h_.ReportExit("a1", session, second.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(second.trial_id()).state(), v1::STATE_COMPLETED);
+
+  v1::LaunchCommand third = h_.NextLaunch("a1", session);
+  ASSERT_GT(third.trial_id(), second.trial_id());
+  ASSERT_TRUE(h_.ReportExit("a1", session, third.allocation_id(), 0).ok());
+  v1::Experiment done;
+  size_t trials = 0;
+  h_.Turn([&] {
+    done = h_.registry.experiments.at(experiment).experiment;
+    trials = h_.registry.experiments.at(experiment).trial_ids.size();
+  });
+  EXPECT_EQ(done.state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(trials, 3u);
+  // The two valid trials trained 20 and 0 of their 100 batches; the invalid one's 50
+  // count for nothing (with it: (50 + 20 + 0) / 300).
+  EXPECT_DOUBLE_EQ(done.progress(), 0.1);
 }
 
 }  // namespace

@@ -197,6 +197,58 @@ void AllocationManager::ShouldPreempt(const v1::ShouldPreemptRequest& req,
   t.preempt_waiters.push_back({resp, std::move(done), timer});
 }
 
+absl::Status AllocationManager::ReportEarlyExit(const v1::ReportEarlyExitRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(TrialState * t, registry_.AuthorizeWorker(req.auth()));
+  if (req.auth().rank() != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "auth.rank: only rank 0 reports an early exit of trial ", t->trial.id(), ", not rank ",
+        req.auth().rank()));
+  }
+  switch (req.reason()) {
+    case v1::EARLY_EXIT_REASON_INVALID_HP: {
+      if (t->trial.search().invalid_hp()) return absl::OkStatus();
+      v1::Trial updated = t->trial;
+      updated.mutable_search()->set_invalid_hp(true);
+      RETURN_IF_ERROR(PersistTrial(store_, *t, std::move(updated)));
+      TrialEvent(t->trial.id(),
+                 "rank 0 reported invalid hyperparameters (det.InvalidHP): the trial ends as "
+                 "invalid when its run exits normally");
+      return absl::OkStatus();
+    }
+    case v1::EARLY_EXIT_REASON_USER_REQUESTED_STOP:
+      TrialEvent(t->trial.id(), "rank 0 asked to stop early: the trial ends when its run exits");
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reason: expected EARLY_EXIT_REASON_INVALID_HP or "
+          "EARLY_EXIT_REASON_USER_REQUESTED_STOP, got ",
+          v1::EarlyExitReason_IsValid(req.reason()) ? v1::EarlyExitReason_Name(req.reason())
+                                                    : absl::StrCat(req.reason())));
+  }
+}
+
+absl::Status AllocationManager::GetExperimentBestValidation(
+    const v1::GetExperimentBestValidationRequest& req,
+    v1::GetExperimentBestValidationResponse* resp) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(TrialState * t, registry_.AuthorizeWorker(req.auth()));
+  const ExperimentState& es = experiments_.at(t->trial.experiment_id());
+  const std::string& metric = es.config.searcher.metric;
+  const bool smaller = es.config.searcher.smaller_is_better;
+  for (int64_t tid : es.trial_ids) {
+    const auto& summary = trials_.at(tid).trial.validation_summary();
+    auto it = summary.find(metric);
+    if (it == summary.end() || it->second.count() == 0) continue;
+    const double v = smaller ? it->second.min() : it->second.max();
+    if (!resp->found() || (smaller ? v < resp->value() : v > resp->value())) {
+      resp->set_found(true);
+      resp->set_value(v);
+    }
+  }
+  return absl::OkStatus();
+}
+
 void AllocationManager::AnswerPreemptWaiters(TrialState& t, const absl::Status& status) {
   std::vector<TrialState::PreemptWaiter> waiters = std::move(t.preempt_waiters);
   t.preempt_waiters.clear();

@@ -263,6 +263,8 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   DET_SERVE(WorkerHandler, ReportCheckpoint)
   DET_SERVE(WorkerHandler, Rendezvous)
   DET_SERVE(WorkerHandler, ShouldPreempt)
+  DET_SERVE(WorkerHandler, ReportEarlyExit)
+  DET_SERVE(WorkerHandler, GetExperimentBestValidation)
 
  private:
   WorkerHandler& h_;

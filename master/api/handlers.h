@@ -122,6 +122,10 @@ class WorkerHandler {
   // as soon as it does, or after wait_ms (capped at 60 s) with preempt = false.
   // FailedPrecondition once the allocation has ended.
   virtual void ShouldPreempt(const v1::ShouldPreemptRequest& request, v1::ShouldPreemptResponse* response, Done done) = 0;
+  // Rank 0's reason for stopping early (invalid hyperparameters), persisted on the trial.
+  virtual void ReportEarlyExit(const v1::ReportEarlyExitRequest& request, v1::ReportEarlyExitResponse* response, Done done) = 0;
+  // The best searcher.metric validation value of the worker's own experiment.
+  virtual void GetExperimentBestValidation(const v1::GetExperimentBestValidationRequest& request, v1::GetExperimentBestValidationResponse* response, Done done) = 0;
 };
 
 }  // namespace det::master

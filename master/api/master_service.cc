@@ -632,4 +632,17 @@ void MasterService::ShouldPreempt(const v1::ShouldPreemptRequest& req,
   });
 }
 
+void MasterService::ReportEarlyExit(const v1::ReportEarlyExitRequest& req,
+                                    v1::ReportEarlyExitResponse*, Done done) {
+  turns_.OnLoop(std::move(done), [this, &req] { return m_.allocations.ReportEarlyExit(req); });
+}
+
+void MasterService::GetExperimentBestValidation(const v1::GetExperimentBestValidationRequest& req,
+                                                v1::GetExperimentBestValidationResponse* resp,
+                                                Done done) {
+  turns_.OnLoop(std::move(done), [this, &req, resp] {
+    return m_.allocations.GetExperimentBestValidation(req, resp);
+  });
+}
+
 }  // namespace det::master

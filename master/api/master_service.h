@@ -157,6 +157,10 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                         Done) override;
   void Rendezvous(const v1::RendezvousRequest&, v1::RendezvousResponse*, Done) override;
   void ShouldPreempt(const v1::ShouldPreemptRequest&, v1::ShouldPreemptResponse*, Done) override;
+  void ReportEarlyExit(const v1::ReportEarlyExitRequest&, v1::ReportEarlyExitResponse*,
+                       Done) override;
+  void GetExperimentBestValidation(const v1::GetExperimentBestValidationRequest&,
+                                   v1::GetExperimentBestValidationResponse*, Done) override;
 
  private:
   // OK when `caller` may change experiment `experiment_id` (permissions.h) or the

@@ -97,7 +97,12 @@ void ExperimentManager::FinishTrial(TrialState& t, v1::State state, const std::s
   logs_.AnswerWaiters(t.trial.id());
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
   if (es.searcher) {
-    es.searcher->OnTrialEnded(ExperimentRegistry::TrialIndex(es, t.trial.id()));
+    const int index = ExperimentRegistry::TrialIndex(es, t.trial.id());
+    if (IsInvalidTrial(t.trial)) {
+      es.searcher->OnTrialInvalid(index);
+    } else {
+      es.searcher->OnTrialEnded(index);
+    }
     absl::Status st = CreateSearcherTrials(es);
     if (!st.ok()) Logger("master")->error("experiment {}: {}", es.experiment.id(), st.ToString());
   }
@@ -109,9 +114,10 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
   DET_CHECK_ON_LOOP(loop_);
   v1::Experiment updated = es.experiment;
   double progress = 0;
-  int done = 0, completed = 0, killed = 0;
+  int done = 0, completed = 0, killed = 0, invalid = 0;
   for (int64_t tid : es.trial_ids) {
     const v1::Trial& t = trials_.at(tid).trial;
+    if (IsInvalidTrial(t)) ++invalid;  // Replaced or not, it counts for no progress.
     if (Terminal(t.state())) {
       ++done;
       completed += t.state() == v1::STATE_COMPLETED;
@@ -119,7 +125,9 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
     }
     // Batches trained of those asked for; a trial the searcher stopped early did all it
     // was going to. An ended trial counts what it trained, never more.
-    if (t.search().stopped_early() && !IsKilledByUser(t)) {
+    if (IsInvalidTrial(t)) {
+      continue;
+    } else if (t.search().stopped_early() && !IsKilledByUser(t)) {
       progress += 1;
     } else if (t.target_batches() > 0) {
       progress += std::min(1.0, static_cast<double>(t.total_batches()) / t.target_batches());
@@ -127,7 +135,7 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
   }
   int n = static_cast<int>(es.trial_ids.size());
   // Trials the searcher has yet to create count as not started.
-  const int planned = std::max(n, es.searcher ? es.searcher->PlannedTrials() : 0);
+  const int planned = std::max(n - invalid, es.searcher ? es.searcher->PlannedTrials() : 0);
   updated.set_progress(planned ? progress / planned : 0);
   const bool search_done = !es.searcher || es.searcher->Done() ||
                            updated.state() == v1::STATE_STOPPING;
@@ -212,6 +220,7 @@ absl::Status ExperimentManager::RebuildSearcher(ExperimentState& es) {
     r.rung_metrics.assign(t.search().rung_metrics().begin(), t.search().rung_metrics().end());
     r.stopped = t.search().stopped_early();
     r.ended = Terminal(t.state());
+    r.invalid = IsInvalidTrial(t);
   }
   auto search = searcher::NewSearcher(es.config, std::move(records));
   if (!search.ok()) {

@@ -16,8 +16,11 @@ namespace {
 // and seeds drawn from the experiment's generator in creation order.
 class SearchBase : public Searcher {
  public:
-  SearchBase(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets)
+  // `replaces_invalid`: an invalid trial does not count toward its bracket's max_trials.
+  SearchBase(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets,
+             bool replaces_invalid)
       : config_(config),
+        replaces_invalid_(replaces_invalid),
         brackets_(std::move(brackets)),
         gen_(static_cast<uint32_t>(config.experiment_seed)) {}
 
@@ -64,6 +67,13 @@ class SearchBase : public Searcher {
     if (index >= 0 && index < NumTrials()) records_[index].ended = true;
   }
 
+  void OnTrialInvalid(int index) override {
+    if (index < 0 || index >= NumTrials() || records_[index].ended) return;
+    records_[index].ended = true;
+    records_[index].invalid = true;
+    Invalidated(index);
+  }
+
   bool Done() const override {
     for (int b = 0; b < static_cast<int>(brackets_.size()); ++b) {
       if (Created(b) < brackets_[b].max_trials || Active(b) > 0) return false;
@@ -87,10 +97,15 @@ class SearchBase : public Searcher {
   }
   // Called once the existing records are in place.
   virtual absl::Status Adopted() { return absl::OkStatus(); }
+  // Called when trial `index` was marked invalid.
+  virtual void Invalidated(int /*index*/) {}
+  // Whether record `r` is out of the search: invalid, and replaced.
+  bool Replaced(const TrialRecord& r) const { return replaces_invalid_ && r.invalid; }
   // The target (batches) of trial `index`. REQUIRES: 0 <= index < NumTrials().
   int64_t Target(int index) const { return targets_[index]; }
 
   const config::ExperimentConfig config_;
+  const bool replaces_invalid_;
   std::vector<AshaBracket> brackets_;
   std::vector<TrialRecord> records_;
 
@@ -112,9 +127,11 @@ class SearchBase : public Searcher {
     targets_[index] = t.target_batches;
     return t;
   }
+  // Trials of `bracket` that count toward its max_trials.
   int Created(int bracket) const {
-    return static_cast<int>(std::count_if(records_.begin(), records_.end(),
-                                          [&](const TrialRecord& r) { return r.bracket == bracket; }));
+    return static_cast<int>(std::count_if(records_.begin(), records_.end(), [&](const TrialRecord& r) {
+      return r.bracket == bracket && !Replaced(r);
+    }));
   }
   int Active(int bracket) const {
     return static_cast<int>(std::count_if(records_.begin(), records_.end(), [&](const TrialRecord& r) {
@@ -135,7 +152,8 @@ class GridSearch : public SearchBase {
  public:
   GridSearch(const config::ExperimentConfig& config, Grid grid)
       : SearchBase(config, {{{0}, static_cast<int>(grid.size()),
-                             Concurrency(config.searcher, static_cast<int>(grid.size()))}}),
+                             Concurrency(config.searcher, static_cast<int>(grid.size()))}},
+                   /*replaces_invalid=*/false),
         grid_(std::move(grid)) {}
 
  protected:
@@ -154,7 +172,7 @@ class AshaSearch : public SearchBase {
   // trial can have (with the smallest global batch size a trial can get).
   AshaSearch(const config::ExperimentConfig& config, std::vector<AshaBracket> brackets,
              int64_t longest)
-      : SearchBase(config, std::move(brackets)), longest_(longest) {
+      : SearchBase(config, std::move(brackets), /*replaces_invalid=*/true), longest_(longest) {
     rung_values_.resize(brackets_.size());
     for (size_t b = 0; b < brackets_.size(); ++b) rung_values_[b].resize(brackets_[b].rungs.size());
   }
@@ -185,6 +203,7 @@ class AshaSearch : public SearchBase {
  protected:
   absl::Status Adopted() override {
     for (const TrialRecord& r : records_) {
+      if (r.invalid) continue;  // Dropped from its rungs when it ended (Invalidated).
       if (r.rung_metrics.size() >= brackets_[r.bracket].rungs.size()) {
         return absl::DataLossError(absl::StrCat("a trial of the experiment passed ",
                                                 r.rung_metrics.size(), " rungs; its bracket has ",
@@ -195,6 +214,18 @@ class AshaSearch : public SearchBase {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Determined's TrialExitedEarly(InvalidHP): the trial's metrics leave every rung it
+  // reached; NextTrials creates its replacement in the same bracket.
+  void Invalidated(int index) override {
+    const TrialRecord& r = records_[index];
+    for (size_t rung = 0; rung < r.rung_metrics.size(); ++rung) {
+      std::vector<double>& values = rung_values_[r.bracket][rung];
+      const double key = config_.searcher.smaller_is_better ? r.rung_metrics[rung] : -r.rung_metrics[rung];
+      auto at = std::lower_bound(values.begin(), values.end(), key);
+      if (at != values.end() && *at == key) values.erase(at);
+    }
   }
 
  private:
@@ -280,10 +311,12 @@ absl::StatusOr<std::unique_ptr<Searcher>> NewSearcher(const config::ExperimentCo
                    : 0;
   std::unique_ptr<SearchBase> searcher;
   if (s.name == "single") {
-    searcher = std::make_unique<SearchBase>(config, std::vector<AshaBracket>{{{length}, 1, 1}});
+    searcher = std::make_unique<SearchBase>(config, std::vector<AshaBracket>{{{length}, 1, 1}},
+                                            /*replaces_invalid=*/false);
   } else if (s.name == "random") {
     searcher = std::make_unique<SearchBase>(
-        config, std::vector<AshaBracket>{{{length}, s.max_trials, Concurrency(s, s.max_trials)}});
+        config, std::vector<AshaBracket>{{{length}, s.max_trials, Concurrency(s, s.max_trials)}},
+        /*replaces_invalid=*/true);
   } else if (s.name == "grid") {
     searcher = std::make_unique<GridSearch>(config, Grid(config.hyperparameters));
   } else if (s.name == "adaptive_asha") {

@@ -6,7 +6,8 @@
 //   searcher = NewSearcher(config, records of the trials it already has);
 //   create NextTrials();                      // at creation and after a master restart
 //   on each validation: OnValidation(...)     // stop the trial when it says so
-//   on each trial's end: OnTrialEnded(i); create NextTrials();
+//   on each trial's end: OnTrialEnded(i) (OnTrialInvalid(i) for invalid
+//   hyperparameters); create NextTrials();
 //   the experiment is done when Done().
 #ifndef DET_MASTER_SEARCHER_SEARCHER_H_
 #define DET_MASTER_SEARCHER_SEARCHER_H_
@@ -33,6 +34,10 @@ struct TrialRecord {
   bool stopped = false;
   // The trial reached a terminal state.
   bool ended = false;
+  // It ended with invalid hyperparameters (det.InvalidHP). random and adaptive_asha do not
+  // count it toward max_trials (they create a replacement; adaptive_asha in the same
+  // bracket, its rung metrics dropped); grid and single count it as ended.
+  bool invalid = false;
 };
 
 // A trial to create.
@@ -70,9 +75,12 @@ class Searcher {
   virtual Decision OnValidation(int index, int64_t batches, double metric) = 0;
   // Trial `index` reached a terminal state (completed, stopped, failed or canceled).
   virtual void OnTrialEnded(int index) = 0;
+  // Trial `index` ended with invalid hyperparameters (Determined's TrialExitedEarly with
+  // InvalidHP): as OnTrialEnded, and TrialRecord::invalid says what follows.
+  virtual void OnTrialInvalid(int index) = 0;
   // Every trial the search will ever create has been created and has ended.
   virtual bool Done() const = 0;
-  // How many trials the search creates in all.
+  // How many trials the search creates in all, not counting invalid trials it replaced.
   virtual int PlannedTrials() const = 0;
   // Number of trials created so far.
   virtual int NumTrials() const = 0;

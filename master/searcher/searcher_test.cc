@@ -259,6 +259,98 @@ TEST(AdaptiveAsha, RestoredSearcherDecidesTheSame) {
   }
 }
 
+// det.InvalidHP (Determined 0.38's TrialExitedEarly with InvalidHP): per searcher, whether
+// the invalid trial is replaced.
+struct InvalidCase {
+  std::string name;
+  std::string searcher;
+  std::string hyperparameters;
+  // Trials created at the start (all of them run at once).
+  size_t initial;
+  // A replacement trial is created (index `initial`, in the invalid trial's bracket).
+  bool replaced;
+};
+
+TEST(InvalidHp, ReplacedByRandomAndAshaNotByGridOrSingle) {
+  const std::vector<InvalidCase> cases = {
+      {"random", "{name: random, metric: loss, max_length: {batches: 10}, max_trials: 3}", kSpace, 3,
+       true},
+      {"adaptive_asha", std::string(kAsha) + "}", "  a: {type: int, minval: 1, maxval: 9}\n", 6, true},
+      {"grid", "{name: grid, metric: loss, max_length: {batches: 4}}",
+       "  a: {type: int, minval: 1, maxval: 3, count: 3}\n", 3, false},
+      {"single", "{name: single, metric: loss, max_length: {batches: 10}}",
+       "  a: {type: int, minval: 1, maxval: 9}\n", 1, false},
+  };
+  for (const InvalidCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    auto s = New(Parse(tc.searcher, tc.hyperparameters));
+    const int planned = s->PlannedTrials();
+    auto first = s->NextTrials();
+    ASSERT_EQ(first.size(), tc.initial);
+    s->OnTrialInvalid(0);
+    EXPECT_TRUE(s->Record(0).invalid);
+    EXPECT_TRUE(s->Record(0).ended);
+    auto next = s->NextTrials();
+    EXPECT_EQ(s->PlannedTrials(), planned);  // Invalid trials are not planned ones.
+    if (tc.replaced) {
+      ASSERT_EQ(next.size(), 1u);
+      EXPECT_EQ(next[0].index, static_cast<int>(tc.initial));
+      EXPECT_EQ(next[0].bracket, first[0].bracket);
+      EXPECT_NE(next[0].seed, first[0].seed);  // A new draw, not a retry.
+    } else {
+      EXPECT_TRUE(next.empty());
+    }
+    for (int i = 1; i < s->NumTrials(); ++i) {
+      EXPECT_FALSE(s->Done());
+      s->OnTrialEnded(i);
+    }
+    EXPECT_TRUE(s->NextTrials().empty());
+    EXPECT_TRUE(s->Done());
+    // A restarted master rebuilds the same search from the records.
+    std::vector<TrialRecord> records;
+    for (int i = 0; i < s->NumTrials(); ++i) records.push_back(s->Record(i));
+    auto restored = New(Parse(tc.searcher, tc.hyperparameters), records);
+    ASSERT_NE(restored, nullptr);
+    EXPECT_TRUE(restored->NextTrials().empty());
+    EXPECT_TRUE(restored->Done());
+  }
+}
+
+TEST(InvalidHp, EndedTrialsAndRepeatsAreIgnored) {
+  auto s = New(Parse("{name: random, metric: loss, max_length: {batches: 10}, max_trials: 2}", kSpace));
+  s->NextTrials();
+  s->OnTrialEnded(0);
+  s->OnTrialInvalid(0);  // Already ended: not invalid, nothing to replace.
+  EXPECT_FALSE(s->Record(0).invalid);
+  s->OnTrialInvalid(1);
+  s->OnTrialInvalid(1);
+  s->OnTrialInvalid(7);  // Unknown.
+  EXPECT_EQ(s->NextTrials().size(), 1u);
+}
+
+TEST(InvalidHp, AshaDropsTheTrialFromItsRungs) {
+  auto s = New(Parse(std::string(kAsha) + "}", "  a: 1\n"));
+  ASSERT_EQ(s->NextTrials().size(), 6u);
+  EXPECT_FALSE(s->OnValidation(0, 4, 0.10).stop);  // Rungs 0 and 1: best.
+  s->OnTrialInvalid(0);
+  // Without trial 0, trial 1 is alone at rung 0 and continues, as it would have were 0 never
+  // there; with 0 it would rank 2nd of 2 and stop.
+  EXPECT_FALSE(s->OnValidation(1, 2, 0.50).stop);
+  EXPECT_TRUE(s->OnValidation(2, 2, 0.60).stop);  // 2nd of 2.
+  auto next = s->NextTrials();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].index, 6);
+  // Rebuilt from the records, the rungs hold the same metrics.
+  std::vector<TrialRecord> records;
+  for (int i = 0; i < s->NumTrials(); ++i) records.push_back(s->Record(i));
+  auto restored = New(Parse(std::string(kAsha) + "}", "  a: 1\n"), records);
+  for (auto* search : {s.get(), restored.get()}) {
+    Decision d = search->OnValidation(3, 2, 0.55);  // 2nd of 3 (0.50, 0.55, 0.60): best 1 goes on.
+    EXPECT_TRUE(d.stop);
+    EXPECT_THAT(d.reason, HasSubstr("ranks 2 of the 3 trials"));
+  }
+}
+
 // Determined 0.38's forms (docs/configuration.md).
 
 TEST(Determined038, NoMaxLengthMeansNoTarget) {

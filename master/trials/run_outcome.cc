@@ -10,14 +10,25 @@ StopCause RunStopCause(const v1::Trial& trial, StopCause noted) {
                                                        : StopCause::kSearcher;
 }
 
+bool IsInvalidTrial(const v1::Trial& trial) {
+  return trial.search().invalid_hp() && trial.state() == v1::STATE_COMPLETED;
+}
+
 RunOutcome DecideRunOutcome(const RunEnd& end) {
   RunOutcome out;
   const bool stopping = end.experiment_state == v1::STATE_STOPPING;
   const bool stopped_early =
       end.cause == StopCause::kSearcher || end.cause == StopCause::kUserKill;
   const bool failed = !end.failure.empty();
+  // Invalid hyperparameters end the trial (not a restart) once every rank exited normally;
+  // a failure after the report is a failure like any other.
+  const bool invalid = end.invalid_hp && !failed && !stopped_early;
   if (stopping) {
     out.trial_state = v1::STATE_CANCELED;
+  } else if (invalid) {
+    out.trial_state = v1::STATE_COMPLETED;
+    out.invalid_hp = true;
+    out.event = kInvalidHp;
   } else if (end.experiment_state == v1::STATE_PAUSED && end.stop_requested) {
     out.trial_state = v1::STATE_PAUSED;  // Resumes from its checkpoint when activated.
   } else if (stopped_early) {
@@ -40,6 +51,7 @@ RunOutcome DecideRunOutcome(const RunEnd& end) {
   out.exit_reason = end.cause == StopCause::kUserKill ? kKilledByUser
                     : end.cause == StopCause::kSearcher ? "stopped early by the searcher"
                     : failed                            ? end.failure
+                    : out.invalid_hp                    ? kInvalidHp
                                                         : "all ranks exited normally";
   const std::string& id = end.allocation_id;
   if (out.trial_state == v1::STATE_PAUSED) {

@@ -12,6 +12,9 @@ namespace det::master {
 
 // The search stop reason of a trial its user killed (det trial kill).
 inline constexpr char kKilledByUser[] = "killed by user";
+// The exit reason and trial log line of a run that ended after reporting invalid
+// hyperparameters.
+inline constexpr char kInvalidHp[] = "invalid hyperparameters";
 
 // Why a run stopped, beyond its ranks' exits. kSearcher and kUserKill come from the
 // trial's search state (persisted, RunStopCause); the others are noted on the run while it
@@ -33,6 +36,10 @@ inline StopCause MorePressing(StopCause a, StopCause b) { return a < b ? b : a; 
 // stopped early, else `noted` (what the master noted on the run).
 StopCause RunStopCause(const v1::Trial& trial, StopCause noted);
 
+// Whether `trial` ended as invalid: COMPLETED after its rank 0 reported invalid
+// hyperparameters (RunOutcome::invalid_hp).
+bool IsInvalidTrial(const v1::Trial& trial);
+
 // What decides a run's outcome when its last rank exited.
 struct RunEnd {
   v1::State experiment_state = v1::STATE_ACTIVE;
@@ -46,6 +53,8 @@ struct RunEnd {
   int max_restarts = 0;
   // For the trial log's line.
   std::string allocation_id;
+  // Its rank 0 reported invalid hyperparameters (ReportEarlyExit) before the run ended.
+  bool invalid_hp = false;
 };
 
 struct RunOutcome {
@@ -58,8 +67,12 @@ struct RunOutcome {
   std::string exit_reason;
   // ERROR: the failure and the limit reached.
   std::string error;
-  // The trial log's line for QUEUED and PAUSED; "" for an end (the end says why).
+  // The trial log's line for QUEUED and PAUSED, and kInvalidHp for a trial that ends
+  // with invalid hyperparameters; "" for other ends (the end says why).
   std::string event;
+  // The trial ends as invalid (invalid hyperparameters reported, then every rank exited
+  // normally): COMPLETED, its searcher told (random and adaptive_asha replace it).
+  bool invalid_hp = false;
 };
 
 RunOutcome DecideRunOutcome(const RunEnd& end);

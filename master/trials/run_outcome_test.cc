@@ -28,6 +28,7 @@ struct Row {
   std::string exit_reason;
   std::string error;
   std::string event;
+  bool invalid_hp = false;
 };
 
 RunEnd End(v1::State experiment, bool stop_requested, StopCause cause, std::string failure,
@@ -41,6 +42,12 @@ RunEnd End(v1::State experiment, bool stop_requested, StopCause cause, std::stri
   e.max_restarts = max_restarts;
   e.allocation_id = "7.1";
   return e;
+}
+
+// `end` after its rank 0 reported invalid hyperparameters (ReportEarlyExit).
+RunEnd AfterInvalidHp(RunEnd end) {
+  end.invalid_hp = true;
+  return end;
 }
 
 const std::vector<Row>& Rows() {
@@ -111,6 +118,24 @@ const std::vector<Row>& Rows() {
        kCompleted, "killed by user", "", ""},
       {"user_kill_while_stopping", End(kStopping, true, StopCause::kUserKill, kFail), kCanceled,
        false, kCompleted, "killed by user", "", ""},
+
+      // Invalid hyperparameters reported (det.InvalidHP), then the run ended.
+      {"invalid_hp_exits_normally", AfterInvalidHp(End(kActive, false, StopCause::kNone, "")),
+       kCompleted, false, kCompleted, "invalid hyperparameters", "", "invalid hyperparameters",
+       true},
+      {"invalid_hp_on_last_restart", AfterInvalidHp(End(kActive, false, StopCause::kNone, "", 2, 2)),
+       kCompleted, false, kCompleted, "invalid hyperparameters", "", "invalid hyperparameters",
+       true},
+      {"invalid_hp_then_failure_restarts",
+       AfterInvalidHp(End(kActive, true, StopCause::kNone, kFail, 0, 2)), kQueued, true, kError,
+       kFail, "", "allocation 7.1 failed: rank 1 exited with code 3; restart 1 of 2", false},
+      {"invalid_hp_while_stopping", AfterInvalidHp(End(kStopping, true, StopCause::kNone, "")),
+       kCanceled, false, kCompleted, "all ranks exited normally", "", "", false},
+      {"invalid_hp_while_paused", AfterInvalidHp(End(kPaused, true, StopCause::kPause, "")),
+       kCompleted, false, kCompleted, "invalid hyperparameters", "", "invalid hyperparameters",
+       true},
+      {"invalid_hp_after_searcher_stop", AfterInvalidHp(End(kActive, true, StopCause::kSearcher, "")),
+       kCompleted, false, kCompleted, "stopped early by the searcher", "", "", false},
   };
   return rows;
 }
@@ -126,6 +151,7 @@ TEST_P(DecideRunOutcomeTest, Decides) {
   EXPECT_EQ(out.exit_reason, row.exit_reason);
   EXPECT_EQ(out.error, row.error);
   EXPECT_EQ(out.event, row.event);
+  EXPECT_EQ(out.invalid_hp, row.invalid_hp);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryCause, DecideRunOutcomeTest, ::testing::ValuesIn(Rows()),
@@ -154,6 +180,18 @@ TEST(RunStopCauseTest, SearchStateDecidesOverWhatWasNoted) {
   EXPECT_EQ(RunStopCause(trial, StopCause::kPreempt), StopCause::kSearcher);
   trial.mutable_search()->set_stop_reason(kKilledByUser);
   EXPECT_EQ(RunStopCause(trial, StopCause::kLostAgent), StopCause::kUserKill);
+}
+
+TEST(IsInvalidTrialTest, OnlyACompletedTrialThatReportedInvalidHyperparameters) {
+  v1::Trial trial;
+  trial.set_state(v1::STATE_COMPLETED);
+  EXPECT_FALSE(IsInvalidTrial(trial));
+  trial.mutable_search()->set_invalid_hp(true);
+  EXPECT_TRUE(IsInvalidTrial(trial));
+  trial.set_state(v1::STATE_RUNNING);
+  EXPECT_FALSE(IsInvalidTrial(trial));
+  trial.set_state(v1::STATE_CANCELED);
+  EXPECT_FALSE(IsInvalidTrial(trial));
 }
 
 }  // namespace

@@ -53,6 +53,11 @@ class WorkerClient:
         when the master (or this package's worker.proto) has no such call."""
         raise NotImplementedError
 
+    def get_experiment_best_validation(self) -> Optional[float]:
+        """The best searcher.metric validation value of this trial's experiment so far (as
+        searcher.smaller_is_better says), None while no trial reported one."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -200,6 +205,11 @@ class GrpcWorkerClient(WorkerClient):
                 "channel (WorkerService in proto/worker.proto) has no such call yet")
         self._call(self.EARLY_EXIT_CALL, request_type(auth=self._auth, reason=enum_value))
 
+    def get_experiment_best_validation(self) -> Optional[float]:
+        resp = self._call("GetExperimentBestValidation",
+                          self._pb.GetExperimentBestValidationRequest(auth=self._auth))
+        return resp.value if resp.found else None
+
     def close(self) -> None:
         self._closed = True
         self._channel.close()
@@ -235,3 +245,6 @@ class OffClusterClient(WorkerClient):
 
     def report_early_exit(self, reason: str) -> None:
         self._print(f"early exit: {reason}")
+
+    def get_experiment_best_validation(self) -> Optional[float]:
+        return None  # No experiment: no other trial has reported anything.

@@ -20,6 +20,7 @@ import grpc
 
 import det
 from det import _client
+from det._proto import worker_pb2
 from det.core import _checkpoint, _distributed, _preempt, _timings
 from tests import fake_master
 
@@ -506,9 +507,7 @@ class CoreTest(unittest.TestCase):
 
     def test_what_the_master_cannot_answer_says_so(self):
         with self.env(), det.core.init() as core, contextlib.redirect_stdout(io.StringIO()) as out:
-            for call in (core.train.get_experiment_best_validation,
-                         lambda: core.train.report_early_exit(det.core.EarlyExitReason.INVALID_HP),
-                         lambda: core.train.set_metadata({"a": 1}), core.train.get_metadata):
+            for call in (lambda: core.train.set_metadata({"a": 1}), core.train.get_metadata):
                 with self.assertRaisesRegex(NotImplementedError,
                                             r"proto/worker.proto.*no such call"):
                     call()
@@ -518,10 +517,46 @@ class CoreTest(unittest.TestCase):
                 core.train.report_early_exit("bored")
         self.assertIn("report_early_exit(USER_REQUESTED_STOP)", out.getvalue())
         self.assertEqual(self.service.metrics, [])
+        self.assertEqual(self.service.early_exits, [])  # USER_REQUESTED_STOP sends nothing.
+
+    def test_experiment_best_validation_comes_from_the_master(self):
+        with self.env(), det.core.init() as core:
+            self.assertIsNone(core.train.get_experiment_best_validation())
+            self.service.best_validation = 0.25
+            self.assertEqual(core.train.get_experiment_best_validation(), 0.25)
+            self.service.best_validation = 0.0  # A real value, not "none yet".
+            self.assertEqual(core.train.get_experiment_best_validation(), 0.0)
+        auth = self.service.best_requests[0].auth
+        self.assertEqual((auth.allocation_id, auth.token, auth.rank), ("7.1", "tok", 0))
+
+    def test_experiment_best_validation_errors_of_the_master(self):
+        with self.env(), det.core.init() as core:
+            self.service.best_error = (grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            with self.assertRaisesRegex(NotImplementedError,
+                                        "get_experiment_best_validation.*does not offer it"):
+                core.train.get_experiment_best_validation()
+            self.service.best_error = (grpc.StatusCode.PERMISSION_DENIED,
+                                       "allocation 7.1 is not running")
+            with self.assertRaisesRegex(_client.AllocationEndedError, "is not running"):
+                core.train.get_experiment_best_validation()
+        self.assertIsNone(_client.OffClusterClient(io.StringIO()).get_experiment_best_validation())
+
+    def test_invalid_hp_is_reported_to_the_master_then_exit_0(self):
+        with self.assertRaises(SystemExit) as exited, self.env(), \
+                contextlib.redirect_stderr(io.StringIO()) as err:
+            with det.core.init():
+                raise det.InvalidHP("lr too big")
+        self.assertEqual(exited.exception.code, 0)
+        self.assertEqual(len(self.service.early_exits), 1)
+        req = self.service.early_exits[0]
+        self.assertEqual(req.reason, worker_pb2.EARLY_EXIT_REASON_INVALID_HP)
+        self.assertEqual((req.auth.allocation_id, req.auth.token, req.auth.rank), ("7.1", "tok", 0))
+        self.assertIn("det.InvalidHP (lr too big): the trial ends as invalid", err.getvalue())
 
     def test_invalid_hp_without_the_masters_call_fails_the_run(self):
-        # det's master has no ReportEarlyExit yet: leaving init() with det.InvalidHP keeps
-        # the exception (the run fails and is restarted) and says why in the log.
+        # A master older than the package (no ReportEarlyExit): leaving init() with
+        # det.InvalidHP keeps the exception (the run fails and is restarted) and says why.
+        self.service.early_exit_error = (grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         err = io.StringIO()
         with self.assertRaisesRegex(det.InvalidHP, "lr too big"), self.env(), \
                 contextlib.redirect_stderr(err):
@@ -529,7 +564,7 @@ class CoreTest(unittest.TestCase):
                 raise det.InvalidHP("lr too big")
         self.assertIn("det.InvalidHP (lr too big) is not reported: report_early_exit",
                       err.getvalue())
-        self.assertIn("has no such call", err.getvalue())
+        self.assertIn("does not offer it", err.getvalue())
 
     def test_invalid_hp_is_reported_by_the_chief_then_exit_0(self):
         class Recording(_client.OffClusterClient):

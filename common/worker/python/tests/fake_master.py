@@ -28,6 +28,14 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self.preempt_error: Optional[tuple] = None
         # A status code every ReportMetrics answers with, when set.
         self.metrics_error: Optional[tuple] = None
+        self.early_exits: List[worker_pb2.ReportEarlyExitRequest] = []
+        self.best_requests: List[worker_pb2.GetExperimentBestValidationRequest] = []
+        # What GetExperimentBestValidation answers (None: no trial reported the metric).
+        self.best_validation: Optional[float] = None
+        # (code, message) ReportEarlyExit / GetExperimentBestValidation abort with, when set
+        # (UNIMPLEMENTED plays a master older than the package).
+        self.early_exit_error: Optional[tuple] = None
+        self.best_error: Optional[tuple] = None
 
     def ReportMetrics(self, request, context):
         with self.lock:
@@ -65,6 +73,24 @@ class FakeWorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 context.abort(*self.preempt_error)
             preempt, reason = self.preempt or (False, "")
         return worker_pb2.ShouldPreemptResponse(preempt=preempt, reason=reason)
+
+    def ReportEarlyExit(self, request, context):
+        with self.lock:
+            if self.early_exit_error:
+                context.abort(*self.early_exit_error)
+            self.early_exits.append(request)
+            self.lock.notify_all()
+        return worker_pb2.ReportEarlyExitResponse()
+
+    def GetExperimentBestValidation(self, request, context):
+        with self.lock:
+            if self.best_error:
+                context.abort(*self.best_error)
+            self.best_requests.append(request)
+            best = self.best_validation
+        if best is None:
+            return worker_pb2.GetExperimentBestValidationResponse(found=False)
+        return worker_pb2.GetExperimentBestValidationResponse(found=True, value=best)
 
     def set_preempt(self, preempt: bool, reason: str) -> None:
         with self.lock:

@@ -60,7 +60,8 @@ class EarlyExitReason(enum.Enum):
 def _missing_in_master(what: str, rpc: str) -> NotImplementedError:
     return NotImplementedError(
         f"{what} needs the master to {rpc}, and det's worker channel (WorkerService in "
-        "proto/worker.proto: ReportMetrics, ReportCheckpoint, Rendezvous, ShouldPreempt) has "
+        "proto/worker.proto: ReportMetrics, ReportCheckpoint, Rendezvous, ShouldPreempt, "
+        "ReportEarlyExit, GetExperimentBestValidation) has "
         "no such call yet")
 
 
@@ -218,8 +219,8 @@ class TrainContext:
         INVALID_HP: tells the master the trial's hyperparameters are invalid, so that it ends
         the trial as invalid and its searcher creates a replacement, as Determined's do;
         call it from the chief, then exit 0 (leaving det.core.init()'s `with` block with
-        det.InvalidHP does both). NotImplementedError when the master has no call for it
-        (det's worker channel does not have one yet: docs/coming-from-determined.md)."""
+        det.InvalidHP does both). NotImplementedError when the master has no call for it (a
+        master older than this package)."""
         reason = EarlyExitReason(reason)
         if reason == EarlyExitReason.USER_REQUESTED_STOP:
             print("det: report_early_exit(USER_REQUESTED_STOP): the trial ends when this "
@@ -233,10 +234,17 @@ class TrainContext:
                 f"trial's hyperparameters invalid and replace it, and it cannot: {e}") from None
 
     def get_experiment_best_validation(self) -> Optional[float]:
-        """Determined: the best searcher.metric value any trial of the experiment has
-        reported. NotImplementedError on det: a worker cannot read other trials' metrics."""
-        raise _missing_in_master("get_experiment_best_validation()",
-                                 "answer the experiment's best searcher metric to a worker")
+        """The best searcher.metric value any trial of this trial's experiment (this one
+        included) has reported in validation so far: the smallest, or the largest when
+        searcher.smaller_is_better is false, as the master answers it
+        (WorkerService.GetExperimentBestValidation). None while none has, and off-cluster.
+        MasterError when the master refuses or cannot be reached."""
+        try:
+            return self._client.get_experiment_best_validation()
+        except _client.UnimplementedError as e:
+            raise NotImplementedError(
+                f"get_experiment_best_validation() needs a master that answers the "
+                f"experiment's best searcher metric to a worker: {e}") from None
 
     def set_metadata(self, metadata: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Determined: replaces the run's metadata on the master. NotImplementedError on det,
