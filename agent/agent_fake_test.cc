@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "agent/testing/fake_master_client.h"
 #include "agent/testing/fake_process_launcher.h"
+#include "agent/testing/test_dir.h"
 #include "common/clock/clock.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
@@ -49,11 +50,7 @@ class ClockDriver {
 class AgentFakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = FreshTestDir();
     config_.master = "127.0.0.1:1";
     config_.advertise_address = "127.0.0.1";
     config_.agent_id = "agent-a";

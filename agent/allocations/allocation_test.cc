@@ -12,6 +12,7 @@
 #include "agent/allocations/restore.h"
 #include "agent/supervisor/allocation_record.h"
 #include "agent/testing/fake_process_launcher.h"
+#include "agent/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,11 +25,7 @@ using ::testing::IsEmpty;
 class AllocationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    work_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/",
-                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    RemoveTree(work_dir_);
-    mkdir(work_dir_.c_str(), 0755);
+    work_dir_ = FreshTestDir();
     mkdir((work_dir_ + "/run").c_str(), 0755);
   }
 

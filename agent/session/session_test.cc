@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "agent/testing/fake_master_client.h"
+#include "agent/testing/test_dir.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,11 +34,7 @@ std::string Slurp(const std::string& path) {
 class SessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    config_.work_dir = absl::StrCat(
-        tmp ? tmp : "/tmp", "/", ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(config_.work_dir);
-    std::filesystem::create_directories(config_.work_dir);
+    config_.work_dir = FreshTestDir();
     config_.agent_id = "agent-a";
     config_.master = "127.0.0.1:1";
     config_.advertise_address = "127.0.0.1";

@@ -13,6 +13,7 @@
 #include "agent/supervisor/allocation_record.h"
 #include "agent/testing/fake_master_client.h"
 #include "agent/testing/fake_process_launcher.h"
+#include "agent/testing/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,11 +27,7 @@ using State = Supervision::State;
 class SupervisionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    run_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/",
-                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(run_dir_);
-    std::filesystem::create_directories(run_dir_);
+    run_dir_ = FreshTestDir();
     options_.tick = absl::Milliseconds(1);
     options_.kill_grace = absl::Seconds(30);
   }
