@@ -5,8 +5,30 @@
 #   - time from `create` to all ranks running, 1 and 8 slots, on a real det-agent
 #   - master RSS with 1,000 agents and 100,000 trials
 # Expects bazel-bin/deploy/bin and bazel-bin/tests/load/det-load built (run.sh builds them).
+#
+# With --db postgres: only the ingestion run, once on SQLite and once on a private PostgreSQL
+# 15 (initdb into a temporary directory, run as 'nobody' when started as root, unix socket
+# only, scram-sha-256 password read by the master from password_file), then one table side
+# by side: rows/s, rows lost, list p50/p99, master CPU (and the PostgreSQL server's CPU).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+DB=sqlite
+while (($# > 0)); do
+  case "$1" in
+    --db)
+      [[ $# -ge 2 ]] || { echo "cluster_bench.sh: --db needs a value (sqlite or postgres)" >&2; exit 2; }
+      DB="$2"
+      shift 2
+      ;;
+    --db=*) DB="${1#--db=}"; shift ;;
+    *) echo "cluster_bench.sh: unknown argument '$1' (expected --db sqlite|postgres)" >&2; exit 2 ;;
+  esac
+done
+case "$DB" in
+  sqlite | postgres) ;;
+  *) echo "cluster_bench.sh: --db: expected sqlite or postgres, got '$DB'" >&2; exit 2 ;;
+esac
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 BIN="$(pwd)/bazel-bin/deploy/bin"
 LOAD="$(pwd)/bazel-bin/tests/load/det-load"
 SECONDS_TO_RUN="${BENCH_SECONDS:-60}"
@@ -22,7 +44,8 @@ trap cleanup EXIT
 PASSWORD="bench-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 SECRET="bench-secret"
 
-# start_master NAME: a fresh master in $WORK/NAME; sets MASTER_PID, MASTER, TOKEN.
+# start_master NAME [DB_YAML]: a fresh master in $WORK/NAME (DB_YAML: extra master.yaml
+# lines, e.g. a `db:` block); sets MASTER_PID, MASTER, TOKEN.
 start_master() {
   local dir="$WORK/$1"
   mkdir -p "$dir"
@@ -36,11 +59,13 @@ resource_pools:
   - pool_name: default
   - pool_name: load
   - pool_name: idle
+${2:-}
 YAML
   DET_ADMIN_PASSWORD="$PASSWORD" "$BIN/det-master" --config "$dir/master.yaml" >"$dir/master.log" 2>&1 &
   MASTER_PID=$!
   PIDS+=("$MASTER_PID")
-  for _ in $(seq 100); do [[ -s "$dir/addr" ]] && break; sleep 0.1; done
+  for _ in $(seq 300); do [[ -s "$dir/addr" ]] && break; sleep 0.1; done
+  [[ -s "$dir/addr" ]] || { echo "master $1 did not start:" >&2; tail -20 "$dir/master.log" >&2; exit 1; }
   MASTER="$(cat "$dir/addr")"
   HOME="$dir" DET_PASSWORD="$PASSWORD" "$BIN/det" -m "$MASTER" user login admin >/dev/null
   TOKEN="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["masters"][sys.argv[2]]["token"])' \
@@ -52,12 +77,123 @@ stop_master() {
   wait "$MASTER_PID" 2>/dev/null || true
 }
 
+# cpu_ticks PID: user + system CPU of PID (and of its reaped children), in clock ticks.
+cpu_ticks() {
+  awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"
+}
+
+INGEST_ARGS=(--mode ingest --agents "${BENCH_AGENTS:-1000}" --workers "${BENCH_WORKERS:-200}"
+  --seconds "$SECONDS_TO_RUN" --rows-per-report 500 --readers 4)
+
+# tree_ticks PID: cpu_ticks of PID and of its live children (PostgreSQL's backends).
+tree_ticks() {
+  local sum=0 p
+  for p in "$1" $(pgrep -P "$1"); do sum=$((sum + $(cpu_ticks "$p" 2>/dev/null || echo 0))); done
+  echo "$sum"
+}
+
+# ingest NAME [DB_YAML]: the ingestion run on a fresh master; prints det-load's rows, and
+# leaves them in $WORK/NAME/ingest.txt and the master's CPU seconds in $WORK/NAME/cpu.
+# Fails as det-load does (rows acknowledged but not stored), after stopping the master.
+ingest() {
+  start_master "$1" "${2:-}"
+  local before after start end rc=0
+  before="$(cpu_ticks "$MASTER_PID")"
+  start="$(date +%s.%N)"
+  "$LOAD" --master "$MASTER" --secret "$SECRET" --token "$TOKEN" "${INGEST_ARGS[@]}" \
+    | grep '^|' | tee "$WORK/$1/ingest.txt" || rc=$?
+  end="$(date +%s.%N)"
+  after="$(cpu_ticks "$MASTER_PID")"
+  awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v s="$start" -v e="$end" \
+    'BEGIN { printf "%.1f s (%.0f%% of a core over %.0f s)\n", t / hz, 100 * t / hz / (e - s), e - s }' \
+    >"$WORK/$1/cpu"
+  stop_master
+  return "$rc"
+}
+
+# start_postgres: a private PostgreSQL in $WORK/pg with a role det (password in
+# $WORK/pg/password) and a database det; sets PG_PID, PG_URL, PG_PASSWORD_FILE.
+start_postgres() {
+  for tool in initdb postgres createdb; do
+    [[ -x "$PG_BIN/$tool" ]] || { echo "$PG_BIN/$tool is not installed (Debian: apt-get install postgresql-15)" >&2; exit 1; }
+  done
+  # Under /tmp: the server's user must reach it, and a socket path is limited to 107 bytes.
+  local dir
+  dir="$(mktemp -d /tmp/det-bench-pg-XXXXXX)"
+  PG_DIR="$dir"
+  local as=()
+  if ((EUID == 0)); then
+    # PostgreSQL will not run as root.
+    chown nobody: "$dir"
+    as=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups --)
+  fi
+  PG_PASSWORD_FILE="$WORK/pg-password"
+  head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$PG_PASSWORD_FILE"
+  chmod 0600 "$PG_PASSWORD_FILE"
+  install -m 0600 -o "$(stat -c %u "$dir")" "$PG_PASSWORD_FILE" "$dir/pwfile"
+  env -i LC_ALL=C PATH=/usr/bin:/bin "${as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U det \
+    --pwfile="$dir/pwfile" --auth=scram-sha-256 -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; exit 1; }
+  rm -f "$dir/pwfile"
+  # The server's defaults (fsync on, synchronous_commit on, shared_buffers 128 MB), as the
+  # SQLite master runs with synchronous=FULL.
+  env -i LC_ALL=C PATH=/usr/bin:/bin "${as[@]}" "$PG_BIN/postgres" -D "$dir/data" -k "$dir" \
+    -c listen_addresses= -c max_connections=40 >"$dir/postgres.log" 2>&1 &
+  PG_PID=$!
+  PIDS+=("$PG_PID")
+  for _ in $(seq 300); do
+    PGPASSWORD="$(cat "$PG_PASSWORD_FILE")" "$PG_BIN/pg_isready" -q -h "$dir" -U det -d postgres && break
+    kill -0 "$PG_PID" 2>/dev/null || { cat "$dir/postgres.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  PGPASSWORD="$(cat "$PG_PASSWORD_FILE")" "$PG_BIN/createdb" -h "$dir" -U det det
+  PG_URL="postgresql:///det?host=$dir&user=det"
+}
+
+stop_postgres() {
+  kill -INT "$PG_PID" 2>/dev/null || true
+  wait "$PG_PID" 2>/dev/null || true
+  rm -rf "$PG_DIR"
+}
+
+# field FILE ROW COLUMN: a cell of det-load's table (ROW: the first cell's text).
+field() {
+  awk -F'|' -v r="$2" -v c="$3" '$2 ~ r { gsub(/^ +| +$/, "", $(c + 1)); print $(c + 1) }' "$1"
+}
+
+if [[ "$DB" == postgres ]]; then
+  echo "| benchmark | setup | result | notes |"
+  echo "| --- | --- | --- | --- |"
+  echo "| SQLite | ingestion and list latency |  |  |"
+  ingest ingest-sqlite || true
+  start_postgres
+  echo "| PostgreSQL | ingestion and list latency |  |  |"
+  ingest ingest-postgres "db: {type: postgres, url: \"$PG_URL\", password_file: $PG_PASSWORD_FILE}" || true
+  pg_cpu="$(awk -v t="$(tree_ticks "$PG_PID")" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f s", t / hz }')"
+  stop_postgres
+  echo
+  declare -A rate lost list cpu
+  echo "| ${INGEST_ARGS[*]:2} | SQLite | PostgreSQL 15 |"
+  echo "| --- | --- | --- |"
+  for name in sqlite postgres; do
+    f="$WORK/ingest-$name/ingest.txt"
+    rate[$name]="$(field "$f" 'metrics ingestion' 3)"
+    acked="$(field "$f" 'metrics ingestion' 4 | awk '{ print $1 }')"
+    stored="$(field "$f" 'metrics ingestion' 4 | awk '{ print $3 }')"
+    lost[$name]="$((acked - stored)) of $acked acked ($(field "$f" 'metrics ingestion' 4 | sed 's/.*stored, //'))"
+    list[$name]="$(field "$f" 'experiment list' 3) ($(field "$f" 'experiment list' 4))"
+    cpu[$name]="$(cat "$WORK/ingest-$name/cpu")"
+  done
+  echo "| rows/s | ${rate[sqlite]} | ${rate[postgres]} |"
+  echo "| rows lost | ${lost[sqlite]} | ${lost[postgres]} |"
+  echo "| experiment list | ${list[sqlite]} | ${list[postgres]} |"
+  echo "| master CPU | ${cpu[sqlite]} | ${cpu[postgres]} |"
+  echo "| database server CPU | (in the master process) | $pg_cpu (server and backends, from its start) |"
+  exit 0
+fi
+
 # 1. Ingestion and list latency.
-start_master ingest
-"$LOAD" --master "$MASTER" --secret "$SECRET" --token "$TOKEN" --mode ingest \
-  --agents 1000 --workers 200 --seconds "$SECONDS_TO_RUN" --rows-per-report 500 --readers 4 \
-  | grep '^|'
-stop_master
+ingest ingest
 
 # 2. Create to running, on a real agent with 8 CPU slots.
 start_master latency

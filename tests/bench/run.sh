@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs det's benchmarks and prints their figures as one Markdown table per benchmark.
 # Usage: tests/bench/run.sh [NAME ...]   (default: all). Not part of tests/run.sh.
+# cluster_bench_postgres (not in the default list): the ingestion run on SQLite and on a
+# private PostgreSQL 15, side by side (tests/bench/cluster_bench.sh --db postgres).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/setup.sh
@@ -10,7 +12,7 @@ if (($# > 0)); then BENCHES=("$@"); fi
 
 TARGETS=(//deploy:bin //tests/load:det-load)
 for b in "${BENCHES[@]}"; do
-  [[ "$b" == cluster_bench ]] || TARGETS+=("//tests/bench:$b")
+  [[ "$b" == cluster_bench* ]] || TARGETS+=("//tests/bench:$b")
 done
 bazel build "${TARGETS[@]}" >/dev/null 2>&1 || { bazel build "${TARGETS[@]}"; exit 1; }
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
@@ -19,7 +21,7 @@ for b in "${BENCHES[@]}"; do
   echo "## $b"
   echo
   case "$b" in
-    allreduce_bench | nccl_allreduce_bench | scaling_bench) ;;  # They print their own tables.
+    allreduce_bench | nccl_allreduce_bench | scaling_bench | cluster_bench_postgres) ;;  # Own tables.
     *)
       echo "| benchmark | setup | result | notes |"
       echo "| --- | --- | --- | --- |"
@@ -27,6 +29,8 @@ for b in "${BENCHES[@]}"; do
   esac
   if [[ "$b" == cluster_bench ]]; then
     tests/bench/cluster_bench.sh
+  elif [[ "$b" == cluster_bench_postgres ]]; then
+    tests/bench/cluster_bench.sh --db postgres
   else
     "bazel-bin/tests/bench/$b"
   fi
