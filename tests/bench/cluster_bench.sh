@@ -34,10 +34,12 @@ LOAD="$(pwd)/bazel-bin/tests/load/det-load"
 SECONDS_TO_RUN="${BENCH_SECONDS:-60}"
 WORK="$(mktemp -d)"
 PIDS=()
+PG_DIR=""
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$WORK"
+  [[ -z "$PG_DIR" ]] || rm -rf "$PG_DIR"
 }
 trap cleanup EXIT
 
@@ -154,6 +156,7 @@ stop_postgres() {
   kill -INT "$PG_PID" 2>/dev/null || true
   wait "$PG_PID" 2>/dev/null || true
   rm -rf "$PG_DIR"
+  PG_DIR=""
 }
 
 # field FILE ROW COLUMN: a cell of det-load's table (ROW: the first cell's text).
