@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Clang's thread-safety analysis (-Wthread-safety) over every translation unit that can see
 # an ABSL_GUARDED_BY / ABSL_LOCKS_EXCLUDED / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotation: the
-# annotated headers' own .cc files and every other non-test .cc that includes one (tests
+# annotated headers' own .cc files and every other non-test .cc that includes one, directly
+# or through other headers (tests
 # are left out for time: they hold no annotated state of their own). GCC, which builds det,
 # ignores the annotations; this check makes them mean something.
 #
@@ -27,12 +28,27 @@ fi
 roots=(master agent common cli)
 mapfile -t annotated < <(grep -rlE 'ABSL_(GUARDED_BY|PT_GUARDED_BY|LOCKS_EXCLUDED|EXCLUSIVE_LOCKS_REQUIRED|SHARED_LOCKS_REQUIRED)' \
   --include='*.h' "${roots[@]}" | grep -v '^common/third_party/' | sort)
-files=()
-for header in "${annotated[@]}"; do
-  files+=("${header%.h}.cc")
-  while IFS= read -r f; do files+=("$f"); done < <(
-    grep -rlF "#include \"$header\"" --include='*.cc' "${roots[@]}" | grep -v '_test\.cc$')
+# Headers that see an annotation through another header count too (a .cc that includes
+# agent.h sees the annotated members of the types agent.h includes): close the set over
+# includes before picking the .cc files.
+seeing=("${annotated[@]}")
+frontier=("${annotated[@]}")
+while (( ${#frontier[@]} > 0 )); do
+  patterns=()
+  for header in "${frontier[@]}"; do patterns+=(-e "#include \"$header\""); done
+  mapfile -t next < <(grep -rlF "${patterns[@]}" --include='*.h' "${roots[@]}" \
+    | grep -v '^common/third_party/' | sort -u | comm -23 - <(printf '%s\n' "${seeing[@]}" | sort -u))
+  seeing+=("${next[@]}")
+  frontier=("${next[@]}")
 done
+files=()
+patterns=()
+for header in "${seeing[@]}"; do
+  files+=("${header%.h}.cc")
+  patterns+=(-e "#include \"$header\"")
+done
+while IFS= read -r f; do files+=("$f"); done < <(
+  grep -rlF "${patterns[@]}" --include='*.cc' "${roots[@]}" | grep -v '_test\.cc$')
 mapfile -t files < <(printf '%s\n' "${files[@]}" | sort -u | while read -r f; do
   [[ -f "$f" ]] && echo "$f"; done)
 [[ "${1:-}" == "-v" ]] && printf 'checking %s\n' "${files[@]}"
