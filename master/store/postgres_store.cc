@@ -7,6 +7,9 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/context_sha256.h"
@@ -24,6 +27,52 @@ using postgres_internal::ParseRow;
 using postgres_internal::ReserveIds;
 using postgres_internal::Result;
 using postgres_internal::Transaction;
+
+// Array literals (PostgreSQL's text format) that bind a batch of rows as one parameter per
+// column, so that a flush is one statement and one round trip whatever its size.
+
+// {e1,e2,...}: `append` writes the element of each row.
+template <typename T, typename A>
+std::string ArrayOf(const std::vector<T>& rows, A append) {
+  std::string out = "{";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0) out += ',';
+    append(rows[i], &out);
+  }
+  out += '}';
+  return out;
+}
+
+// {1,2,3}: integers need no quoting.
+template <typename T, typename F>
+std::string IntArray(const std::vector<T>& rows, F field) {
+  return ArrayOf(rows, [&](const T& row, std::string* out) {
+    absl::StrAppend(out, static_cast<int64_t>(field(row)));
+  });
+}
+
+// {"a","b\"c"}: every element quoted (so none reads as NULL), its quotes and backslashes
+// escaped, and cut at a NUL as a text parameter of its own would be.
+template <typename T, typename F>
+std::string TextArray(const std::vector<T>& rows, F field) {
+  return ArrayOf(rows, [&](const T& row, std::string* out) {
+    *out += '"';
+    for (char c : field(row)) {
+      if (c == '\0') break;
+      if (c == '"' || c == '\\') *out += '\\';
+      *out += c;
+    }
+    *out += '"';
+  });
+}
+
+// Bytes as hex text elements, decoded to BYTEA by the statement (decode(x, 'hex')).
+template <typename T, typename F>
+std::string HexArray(const std::vector<T>& rows, F field) {
+  return ArrayOf(rows, [&](const T& row, std::string* out) {
+    absl::StrAppend(out, "\"", absl::BytesToHexString(field(row)), "\"");
+  });
+}
 
 absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
                                                      const std::string& group) {
@@ -236,6 +285,45 @@ absl::Status PostgresStore::WriteTrial(const v1::Trial& trial) {
   return absl::OkStatus();
 }
 
+absl::Status PostgresStore::WriteTrials(const std::vector<v1::Trial>& trials) {
+  if (trials.size() <= 1) {
+    for (const auto& t : trials) RETURN_IF_ERROR(WriteTrial(t));
+    return absl::OkStatus();
+  }
+  // One UPDATE for the batch. A trial listed twice is written once, with its last version
+  // (what writing them in order leaves).
+  absl::flat_hash_map<int64_t, size_t> last;
+  for (size_t i = 0; i < trials.size(); ++i) last[trials[i].id()] = i;
+  std::vector<v1::Trial> rows;
+  std::vector<std::string> data;
+  rows.reserve(last.size());
+  data.reserve(last.size());
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (last[trials[i].id()] != i) continue;
+    v1::Trial& row = rows.emplace_back(trials[i]);
+    row.clear_allocation();
+    data.push_back(row.SerializeAsString());
+  }
+  ASSIGN_OR_RETURN(
+      Result r,
+      conn_->Exec("UPDATE trials SET state = u.state, data = decode(u.data, 'hex') "
+                  "FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(id, state, data) "
+                  "WHERE trials.id = u.id RETURNING trials.id",
+                  {IntArray(rows, [](const v1::Trial& t) { return t.id(); }),
+                   IntArray(rows, [](const v1::Trial& t) { return t.state(); }),
+                   HexArray(data, [](const std::string& d) -> const std::string& { return d; })}));
+  if (r.rows() != static_cast<int>(rows.size())) {
+    absl::flat_hash_set<int64_t> written;
+    for (int i = 0; i < r.rows(); ++i) written.insert(r.Int(i, 0));
+    for (const auto& t : trials) {
+      if (!written.contains(t.id())) {
+        return absl::NotFoundError(absl::StrCat("trial ", t.id(), " not in the database"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PostgresStore::UpdateTrial(const v1::Trial& trial) { return WriteTrial(trial); }
 
 absl::Status PostgresStore::UpsertAllocation(const v1::Allocation& allocation,
@@ -275,15 +363,27 @@ absl::Status PostgresStore::AddMetrics(const std::vector<v1::Trial>& trials,
   RETURN_IF_ERROR(tx.status());
   if (!metrics.empty()) {
     ASSIGN_OR_RETURN(int64_t id, ReserveIds(conn_.get(), "metrics", metrics.size()));
-    for (const auto& m : metrics) {
-      RETURN_IF_ERROR(conn_->Exec("INSERT INTO metrics (id, trial_id, run_id, grp, total_batches, "
-                                  "time_ms, vals) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                                  {id++, m.trial_id(), m.run_id(), m.group(), m.total_batches(),
-                                   m.report_time_ms(), MetricValuesJson(m)})
-                          .status());
-    }
+    // One INSERT for the batch; the n-th row takes the n-th reserved id.
+    std::vector<std::string> vals;
+    vals.reserve(metrics.size());
+    for (const auto& m : metrics) vals.push_back(MetricValuesJson(m));
+    using M = v1::Metrics;
+    RETURN_IF_ERROR(
+        conn_
+            ->Exec("INSERT INTO metrics (id, trial_id, run_id, grp, total_batches, time_ms, vals) "
+                   "SELECT $1::bigint + u.n - 1, u.trial_id, u.run_id, u.grp, u.total_batches, "
+                   "u.time_ms, u.vals FROM unnest($2::bigint[], $3::bigint[], $4::text[], "
+                   "$5::bigint[], $6::bigint[], $7::text[]) WITH ORDINALITY "
+                   "AS u(trial_id, run_id, grp, total_batches, time_ms, vals, n)",
+                   {id, IntArray(metrics, [](const M& m) { return m.trial_id(); }),
+                    IntArray(metrics, [](const M& m) { return m.run_id(); }),
+                    TextArray(metrics, [](const M& m) -> const std::string& { return m.group(); }),
+                    IntArray(metrics, [](const M& m) { return m.total_batches(); }),
+                    IntArray(metrics, [](const M& m) { return m.report_time_ms(); }),
+                    TextArray(vals, [](const std::string& v) -> const std::string& { return v; })})
+            .status());
   }
-  for (const auto& t : trials) RETURN_IF_ERROR(WriteTrial(t));
+  RETURN_IF_ERROR(WriteTrials(trials));
   return tx.Commit();
 }
 
@@ -325,14 +425,25 @@ absl::Status PostgresStore::AddLogs(std::vector<v1::LogLine>* lines) {
   Transaction tx(conn_.get());
   RETURN_IF_ERROR(tx.status());
   ASSIGN_OR_RETURN(int64_t first, ReserveIds(conn_.get(), "logs", lines->size()));
-  int64_t id = first;
-  for (const auto& l : *lines) {
-    RETURN_IF_ERROR(conn_->Exec("INSERT INTO logs (id, trial_id, allocation_id, agent_id, rank, "
-                                "stream, time_ms, message) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                                {id++, l.trial_id(), l.allocation_id(), l.agent_id(), l.rank(),
-                                 l.stream(), l.time_ms(), Bytes{l.message()}})
-                        .status());
-  }
+  // One INSERT for the batch; the n-th line takes the n-th reserved id.
+  using L = v1::LogLine;
+  const std::vector<L>& ls = *lines;
+  RETURN_IF_ERROR(
+      conn_
+          ->Exec("INSERT INTO logs (id, trial_id, allocation_id, agent_id, rank, stream, time_ms, "
+                 "message) SELECT $1::bigint + u.n - 1, u.trial_id, u.allocation_id, u.agent_id, "
+                 "u.rank, u.stream, u.time_ms, decode(u.message, 'hex') FROM unnest("
+                 "$2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], "
+                 "$8::text[]) WITH ORDINALITY AS u(trial_id, allocation_id, agent_id, rank, "
+                 "stream, time_ms, message, n)",
+                 {first, IntArray(ls, [](const L& l) { return l.trial_id(); }),
+                  TextArray(ls, [](const L& l) -> const std::string& { return l.allocation_id(); }),
+                  TextArray(ls, [](const L& l) -> const std::string& { return l.agent_id(); }),
+                  IntArray(ls, [](const L& l) { return l.rank(); }),
+                  TextArray(ls, [](const L& l) -> const std::string& { return l.stream(); }),
+                  IntArray(ls, [](const L& l) { return l.time_ms(); }),
+                  HexArray(ls, [](const L& l) -> const std::string& { return l.message(); })})
+          .status());
   RETURN_IF_ERROR(tx.Commit());
   for (auto& l : *lines) l.set_id(first++);
   return absl::OkStatus();

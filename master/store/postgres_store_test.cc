@@ -5,7 +5,9 @@
 #include <postgresql/libpq-fe.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -100,6 +102,80 @@ TEST_F(PostgresStoreTest, EverythingSurvivesReopenAndMigratesOnce) {
   again.set_name("resnet");
   EXPECT_THAT((*store)->InsertModel(again).status(),
               StatusIs(absl::StatusCode::kAlreadyExists, "model 'resnet' already exists"));
+}
+
+// A flush is one statement per table (array parameters): awkward text, bytes and a trial
+// listed twice or missing keep the meaning of one statement per row.
+TEST_F(PostgresStoreTest, BatchedFlushesKeepEveryValueAndError) {
+  auto store = PostgresStore::Open(url_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Experiment e;
+  std::vector<v1::Trial> trials = {QueuedTrial(0), QueuedTrial(0)};
+  ASSERT_TRUE((*store)->InsertExperiment(e, "ctx", &trials).ok());
+  const std::vector<std::string> awkward = {
+      "", "NULL", "a\"b", "back\\slash", "{x,y}", " spaced ", "\xc3\xa9t\xc3\xa9", "\\\"\\"};
+  std::vector<v1::Metrics> rows;
+  for (size_t i = 0; i < awkward.size(); ++i) {
+    v1::Metrics& m = rows.emplace_back();
+    m.set_trial_id(trials[i % 2].id());
+    m.set_group(awkward[i]);
+    m.set_total_batches(static_cast<int64_t>(i) * 10);
+    m.set_report_time_ms(-5 + static_cast<int64_t>(i));
+    m.set_run_id(static_cast<int32_t>(i % 3));
+    (*m.mutable_values())[awkward[i] + "k"] = 0.1 * static_cast<double>(i);
+  }
+  trials[0].set_state(v1::STATE_ACTIVE);
+  trials[0].set_total_batches(70);
+  v1::Trial stale = trials[0];
+  stale.set_total_batches(1);
+  // trials[0] listed twice: its last version is what stays.
+  ASSERT_TRUE((*store)->AddMetrics({stale, trials[1], trials[0]}, rows).ok());
+  for (int t = 0; t < 2; ++t) {
+    auto got = (*store)->GetMetrics(trials[t].id(), "");
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), awkward.size() / 2);
+    for (size_t j = 0; j < got->size(); ++j) {
+      const v1::Metrics& want = rows[t + 2 * j];
+      EXPECT_EQ((*got)[j].group(), want.group());
+      EXPECT_EQ((*got)[j].total_batches(), want.total_batches());
+      EXPECT_EQ((*got)[j].report_time_ms(), want.report_time_ms());
+      EXPECT_EQ((*got)[j].run_id(), want.run_id());
+      EXPECT_EQ((*got)[j].values().at(want.group() + "k"), 0.1 * static_cast<double>(t + 2 * j));
+    }
+  }
+  auto snap = (*store)->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->trials.size(), 2u);
+  EXPECT_EQ(snap->trials[0].state(), v1::STATE_ACTIVE);
+  EXPECT_EQ(snap->trials[0].total_batches(), 70);
+
+  // A missing trial among several: NotFound naming it, and nothing of the flush written.
+  v1::Trial missing = trials[1];
+  missing.set_id(9999);
+  EXPECT_THAT((*store)->AddMetrics({trials[0], missing, trials[1]}, rows),
+              StatusIs(absl::StatusCode::kNotFound, "trial 9999 not in the database"));
+  EXPECT_EQ((*store)->GetMetrics(trials[0].id(), "")->size(), 4u);
+
+  std::vector<v1::LogLine> lines;
+  for (size_t i = 0; i < awkward.size(); ++i) {
+    v1::LogLine& l = lines.emplace_back();
+    l.set_trial_id(trials[0].id());
+    l.set_allocation_id(awkward[i]);
+    l.set_agent_id(awkward[awkward.size() - 1 - i]);
+    l.set_stream(awkward[i]);
+    l.set_rank(static_cast<int32_t>(i));
+    l.set_time_ms(static_cast<int64_t>(i));
+    l.set_message(std::string("bytes \0 \" \\ ", 12) + awkward[i]);
+  }
+  ASSERT_TRUE((*store)->AddLogs(&lines).ok());
+  auto logs = (*store)->GetLogs(trials[0].id(), 0, 100, std::nullopt);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  ASSERT_EQ(logs->size(), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ((*logs)[i].id(), lines[i].id());
+    EXPECT_EQ((*logs)[i].SerializeAsString(), lines[i].SerializeAsString())
+        << (*logs)[i].DebugString();
+  }
 }
 
 TEST_F(PostgresStoreTest, ANewerSchemaIsRefused) {
