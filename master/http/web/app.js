@@ -1,7 +1,7 @@
 // det's web page: a client of the master's REST API (/api/v1/). No libraries; plots are
 // SVG drawn by charts.js. Views: #/ (cluster.js), #/experiments (cluster.js),
 // #/experiments/ID (experiment.js), #/experiments/ID/compare?trials=A,B,C (search.js),
-// #/trials/ID (trial.js); helpers in util.js and metrics.js. This file: login and navigation, loaded last. Every view refreshes itself
+// #/trials/ID (trial.js), #/models and #/models/NAME (models.js); helpers in util.js and metrics.js. This file: login and navigation, loaded last. Every view refreshes itself
 // every few seconds; trial logs follow with long polls.
 'use strict';
 
@@ -81,13 +81,16 @@ async function route() {
   const gen = generation;
   path = path || '/';
   document.querySelectorAll('header nav a').forEach((a) => a.classList.toggle('active',
-    (a.dataset.nav === 'overview' && path === '/') || (a.dataset.nav === 'experiments' && path.startsWith('/experiments'))));
+    (a.dataset.nav === 'overview' && path === '/') || (a.dataset.nav === 'experiments' && path.startsWith('/experiments')) ||
+    (a.dataset.nav === 'models' && path.startsWith('/models'))));
   let m;
   try {
     if ((m = path.match(/^\/experiments\/(\d+)$/))) currentRefresh = await experimentView(m[1], params);
     else if ((m = path.match(/^\/experiments\/(\d+)\/compare$/))) currentRefresh = await compareView(m[1], params);
     else if ((m = path.match(/^\/trials\/(\d+)$/))) currentRefresh = await trialView(m[1], params);
     else if (path === '/experiments') currentRefresh = await experimentList(params);
+    else if (path === '/models') currentRefresh = await modelList();
+    else if ((m = path.match(/^\/models\/(.+)$/))) currentRefresh = await modelView(decodeURIComponent(m[1]));
     else currentRefresh = await overview();
   } catch (e) {
     setStatus(e.message, true);

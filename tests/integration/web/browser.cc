@@ -191,6 +191,14 @@ void WebTest::SetUp() {
   outputs_ = out ? out : cluster_.dir();
 }
 
+void WebTest::WriteSearchContext() {
+  const std::string train =
+      Slurp(TestCluster::BinDir() + "/../../tests/integration/web/search_train.py");
+  ASSERT_FALSE(train.empty()) << "search_train.py is not a data dependency of the test";
+  ASSERT_EQ(mkdir((cluster_.dir() + "/context").c_str(), 0755), 0);
+  cluster_.WriteFile("context/search_train.py", train);
+}
+
 std::string ChartHtml(const std::string& dom, const std::string& title) {
   const std::string key = absl::StrCat("data-title=\"", title, "\"");
   size_t at = dom.find(key);

@@ -76,6 +76,9 @@ class WebTest : public ::testing::Test {
   void SetUp() override;
   // outputs_ + "/" + file.
   std::string Out(const std::string& file) const { return outputs_ + "/" + file; }
+  // Copies search_train.py (a data dependency of the test) into the directory
+  // cluster_.dir() + "/context", the context of the experiments the test creates.
+  void WriteSearchContext();
 
   TestCluster cluster_;
   Browser browser_{cluster_};

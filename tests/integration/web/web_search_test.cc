@@ -33,10 +33,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string Runfile(const std::string& path) {
-  return TestCluster::BinDir() + "/../../" + path;
-}
-
 // The parallel chart's SVG size (PC in master/http/web/charts.js).
 constexpr double kPcWidth = 1000, kPcHeight = 330;
 const Rgb kBestLine = *Rgb::Parse("#d9480f");
@@ -70,10 +66,7 @@ class WebSearch : public WebTest {
   void SetUp() override {
     WebTest::SetUp();
     if (HasFatalFailure()) return;
-    const std::string train = Slurp(Runfile("tests/integration/web/search_train.py"));
-    ASSERT_FALSE(train.empty());
-    ASSERT_EQ(mkdir((cluster_.dir() + "/context").c_str(), 0755), 0);
-    cluster_.WriteFile("context/search_train.py", train);
+    WriteSearchContext();
   }
 
   // Creates the experiment of `yaml`; with `follow`, waits for it to end.
