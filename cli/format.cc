@@ -500,6 +500,55 @@ Table TrialTimingsTable(const v1::Trial& t) {
   return table;
 }
 
+Table TimingsOverReportsTable(const google::protobuf::RepeatedPtrField<v1::Metrics>& reports) {
+  struct Totals {
+    double weight = 0, mean = 0, p50 = 0, max = 0;
+    int64_t batches = 0;
+    bool has_p50 = false;
+  };
+  const std::string suffix = "_mean_ms";
+  std::map<std::string, Totals> totals;
+  for (const v1::Metrics& r : reports) {
+    const auto& v = r.values();
+    for (const auto& [key, mean] : v) {
+      if (key.size() <= suffix.size() ||
+          key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+          !std::isfinite(mean)) {
+        continue;
+      }
+      const std::string phase = key.substr(0, key.size() - suffix.size());
+      auto count = v.find(absl::StrCat(phase, "_count"));
+      const double w = count != v.end() && count->second > 0 ? count->second : 1;
+      Totals& t = totals[phase];
+      t.weight += w;
+      t.mean += w * mean;
+      t.batches += static_cast<int64_t>(w);
+      auto p50 = v.find(absl::StrCat(phase, "_p50_ms"));
+      if (p50 != v.end() && std::isfinite(p50->second)) {
+        t.p50 += w * p50->second;
+        t.has_p50 = true;
+      }
+      auto max = v.find(absl::StrCat(phase, "_max_ms"));
+      t.max = std::max(t.max, max != v.end() && std::isfinite(max->second) ? max->second : mean);
+    }
+  }
+  std::vector<std::string> phases = {"dataloader_next", "to_device",    "train_batch",
+                                     "step_lr_schedulers", "from_device", "reduce_metrics"};
+  for (const auto& [phase, t] : totals) {
+    if (std::find(phases.begin(), phases.end(), phase) == phases.end()) phases.push_back(phase);
+  }
+  Table table({"Phase", "Mean", "p50", "Max", "Batches"});
+  for (const auto& phase : phases) {
+    auto it = totals.find(phase);
+    if (it == totals.end()) continue;
+    const Totals& t = it->second;
+    table.AddRow({phase, FormatDurationMs(t.mean / t.weight),
+                  t.has_p50 ? FormatDurationMs(t.p50 / t.weight) : "-", FormatDurationMs(t.max),
+                  absl::StrCat(t.batches)});
+  }
+  return table;
+}
+
 Table CheckpointsTable(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& checkpoints,
                        bool diagnostics) {
   Table table({"UUID", "Trial", "Batches", "State", "Size", "Metrics", "Reported", "Path"});

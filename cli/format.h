@@ -143,6 +143,12 @@ Table TrialMetricsTable(const v1::Trial& trial, bool diagnostics = false);
 // phases in the order training runs them (dataloader_next, to_device, train_batch,
 // step_lr_schedulers, from_device, reduce_metrics), then any others.
 Table TrialTimingsTable(const v1::Trial& trial);
+// Phase, Mean, p50, Max, Batches over every report of `reports` (a trial's "timings"
+// group, as GetTrialMetrics returns it): Mean and p50 are the reports' <phase>_mean_ms and
+// <phase>_p50_ms averaged with each report's <phase>_count as weight (1 where absent), Max
+// the largest <phase>_max_ms and Batches the sum of the counts; same phase order as
+// TrialTimingsTable.
+Table TimingsOverReportsTable(const google::protobuf::RepeatedPtrField<v1::Metrics>& reports);
 
 // UUID, Trial, Batches, State, Size, Metrics (diagnostic ones only when `diagnostics`),
 // Reported, Path.

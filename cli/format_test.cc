@@ -226,6 +226,31 @@ TEST(FormatTest, TimingsTableListsPhasesInTrainingOrderWithTheLatestValues) {
   EXPECT_EQ(TrialTimingsTable(v1::Trial()).num_rows(), 0u);
 }
 
+TEST(FormatTest, TimingsOverReportsAverageEveryReportWeightedByItsCount) {
+  google::protobuf::RepeatedPtrField<v1::Metrics> reports;
+  auto report = [&](double mean, double p50, double max, double count) {
+    v1::Metrics* m = reports.Add();
+    m->set_group("timings");
+    (*m->mutable_values())["train_batch_mean_ms"] = mean;
+    (*m->mutable_values())["train_batch_p50_ms"] = p50;
+    (*m->mutable_values())["train_batch_max_ms"] = max;
+    (*m->mutable_values())["train_batch_count"] = count;
+    (*m->mutable_values())["batches_per_second"] = 40;
+  };
+  report(2, 1, 9, 30);
+  report(6, 5, 7, 10);
+  (*reports.Add()->mutable_values())["step_optimizer_mean_ms"] = 0.25;  // No count, no p50.
+  std::ostringstream out;
+  TimingsOverReportsTable(reports).Render(out);
+  auto lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 4u) << out.str();
+  EXPECT_THAT(lines[0], HasSubstr("Phase"));
+  // (2*30 + 6*10) / 40 = 3 ms mean, (1*30 + 5*10) / 40 = 2 ms p50, max 9 ms, 40 batches.
+  EXPECT_THAT(lines[2], HasSubstr("train_batch    | 3 ms   | 2 ms | 9 ms   | 40"));
+  EXPECT_THAT(lines[3], HasSubstr("step_optimizer | 250 µs | -    | 250 µs | 1"));
+  EXPECT_EQ(TimingsOverReportsTable({}).num_rows(), 0u);
+}
+
 TEST(FormatTest, DurationsAndRatesForPeople) {
   EXPECT_EQ(FormatDurationMs(4.21216e-05), "42.1 ns");
   EXPECT_EQ(FormatDurationMs(0.5), "500 µs");

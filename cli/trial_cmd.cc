@@ -28,31 +28,62 @@ constexpr int kLogPageLines = 1000;
 // Long poll of `det trial logs -f`.
 constexpr int kFollowWaitMs = 5000;
 
-// The latest host metrics sample of each of the trial's agents.
+// Per agent of the trial, over its recent host metrics samples: the latest and the mean
+// CPU utilisation, memory in use (total - available) and of each GPU its utilisation and
+// memory in use, then the latest disk and network rates.
 Table SystemMetricsTable(const google::protobuf::RepeatedPtrField<v1::SystemMetrics>& samples) {
-  std::map<std::string, const v1::SystemMetrics*> latest;
-  for (const auto& m : samples) latest[m.agent_id()] = &m;
-  Table table({"Agent", "Time", "CPU", "Free Memory", "Disk Read", "Disk Write", "Net Sent",
-               "Net Received", "GPUs (util, free)"});
+  std::map<std::string, std::vector<const v1::SystemMetrics*>> by_agent;
+  for (const auto& m : samples) by_agent[m.agent_id()].push_back(&m);
+  Table table({"Agent", "Samples", "Latest", "CPU (latest, mean)", "Memory Used (latest, mean)",
+               "GPUs (util latest/mean, memory used latest/mean)", "Disk Read", "Disk Write",
+               "Net Sent", "Net Received"});
   auto rate = [](double bytes_per_second) {
     return absl::StrCat(FormatBytes(static_cast<uint64_t>(bytes_per_second)), "/s");
   };
-  for (const auto& [agent, m] : latest) {
+  auto used = [](int64_t total, int64_t free) {
+    return static_cast<uint64_t>(std::max<int64_t>(total - free, 0));
+  };
+  for (auto& [agent, list] : by_agent) {
+    std::sort(list.begin(), list.end(),
+              [](const auto* a, const auto* b) { return a->time_ms() < b->time_ms(); });
+    const v1::SystemMetrics* m = list.back();
+    double cpu = 0, memory = 0;
+    struct Gpu {
+      double util = 0, memory = 0;
+      int n = 0;
+    };
+    std::map<std::string, Gpu> gpu_means;
+    for (const auto* s : list) {
+      cpu += s->cpu_utilization_percent();
+      memory += static_cast<double>(used(s->memory_total_bytes(), s->memory_free_bytes()));
+      for (const auto& g : s->gpus()) {
+        Gpu& sum = gpu_means[g.slot_id()];
+        sum.util += g.utilization_percent();
+        sum.memory += static_cast<double>(used(g.memory_total_bytes(), g.memory_free_bytes()));
+        ++sum.n;
+      }
+    }
+    const double n = static_cast<double>(list.size());
     std::string gpus;
     for (const auto& g : m->gpus()) {
+      const Gpu& sum = gpu_means[g.slot_id()];
       absl::StrAppend(&gpus, gpus.empty() ? "" : "; ", g.slot_id(), ": ",
-                      absl::StrFormat("%.3g", g.utilization_percent()), "%, ",
-                      FormatBytes(static_cast<uint64_t>(g.memory_free_bytes())));
+                      absl::StrFormat("%.3g%%/%.3g%%", g.utilization_percent(),
+                                      sum.util / sum.n),
+                      ", ", FormatBytes(used(g.memory_total_bytes(), g.memory_free_bytes())),
+                      "/", FormatBytes(static_cast<uint64_t>(sum.memory / sum.n)));
     }
-    table.AddRow({agent, FormatTimeMs(m->time_ms()),
-                  absl::StrFormat("%.3g%%", m->cpu_utilization_percent()),
-                  FormatBytes(static_cast<uint64_t>(m->memory_free_bytes())),
+    table.AddRow({agent, absl::StrCat(list.size()), FormatTimeMs(m->time_ms()),
+                  absl::StrFormat("%.3g%%, %.3g%%", m->cpu_utilization_percent(), cpu / n),
+                  absl::StrCat(FormatBytes(used(m->memory_total_bytes(), m->memory_free_bytes())),
+                               ", ", FormatBytes(static_cast<uint64_t>(memory / n))),
+                  gpus.empty() ? "-" : gpus,
                   absl::StrCat(rate(m->disk_read_bytes_per_second()), ", ",
                                FormatRate(m->disk_read_iops(), "IOPS")),
                   absl::StrCat(rate(m->disk_write_bytes_per_second()), ", ",
                                FormatRate(m->disk_write_iops(), "IOPS")),
                   rate(m->network_sent_bytes_per_second()),
-                  rate(m->network_received_bytes_per_second()), gpus});
+                  rate(m->network_received_bytes_per_second())});
   }
   return table;
 }
@@ -72,13 +103,26 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
     ctx.out << "\nMetrics:\n";
     metrics.Render(ctx.out, ctx.width);
   }
-  Table timings = TrialTimingsTable(response.trial());
-  if (timings.num_rows() > 0) {
-    ctx.out << "\nTimings (per batch, latest batch group):\n";
-    timings.Render(ctx.out, ctx.width);
-    auto rate = response.trial().timings_summary().find("samples_per_second");
-    if (rate != response.trial().timings_summary().end()) {
+  // Timings over every report of the trial (GetTrialMetrics, group "timings").
+  v1::GetTrialMetricsRequest timings_request;
+  timings_request.set_trial_id(options.id);
+  timings_request.set_group("timings");
+  timings_request.set_max_points(0);
+  ASSIGN_OR_RETURN(v1::GetTrialMetricsResponse timing_reports,
+                   api->GetTrialMetrics(timings_request));
+  Table timings = TimingsOverReportsTable(timing_reports.metrics());
+  const auto& summary = response.trial().timings_summary();
+  auto rate = summary.find("samples_per_second");
+  auto batches = summary.find("batches_per_second");
+  if (timings.num_rows() > 0 || rate != summary.end() || batches != summary.end()) {
+    ctx.out << "\nTimings (per batch, over " << timing_reports.metrics_size() << " reports):\n";
+    if (timings.num_rows() > 0) timings.Render(ctx.out, ctx.width);
+    if (rate != summary.end()) {
       ctx.out << "Throughput: " << FormatRate(rate->second.last(), "samples/s") << "\n";
+    }
+    if (batches != summary.end()) {
+      ctx.out << "Batches per second: " << FormatRate(batches->second.last(), "batches/s")
+              << "\n";
     }
   }
   const v1::Allocation& allocation = response.trial().allocation();
@@ -87,7 +131,7 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
     RanksTable(allocation).Render(ctx.out, ctx.width);
   }
   if (response.system_metrics_size() > 0) {
-    ctx.out << "\nSystem metrics:\n";
+    ctx.out << "\nSystem metrics (per agent, over its latest samples):\n";
     SystemMetricsTable(response.system_metrics()).Render(ctx.out, ctx.width);
   }
   return absl::OkStatus();
