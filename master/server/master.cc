@@ -22,7 +22,6 @@
 #include "master/loop/on_loop.h"
 #include "master/store/postgres_store.h"
 #include "master/store/sqlite_store.h"
-#include "master/views/views.h"
 
 namespace det::master {
 namespace {
@@ -104,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(const config::MasterConfi
   m->loop_.RunSync([&] {
     restored = m->Restore();
     if (!restored.ok()) return;
-    m->liveness_.CheckAgents();
+    m->managers_.liveness.CheckAgents();
     m->turns_.RequestSchedule();
     m->turns_.EndTurn();
   });
@@ -122,50 +121,15 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
       store_(std::move(store)),
       loop_(clock),
       turns_(loop_),
-      agents_(clock, loop_, *store_,
-              AgentManager::Options{config.cluster_secret, config.agent_timeout,
-                                    std::min(absl::Seconds(5), config.agent_timeout / 3)}),
-      templates_(*store_, clock),
+      managers_(config_, clock_, *store_, loop_, turns_),
       users_(loop_, *store_, clock, UserServiceOptions{config.session_ttl, config.admin_password}),
-      logs_(clock, loop_, *store_,
-            [this](int64_t id) -> absl::StatusOr<bool> {
-              ASSIGN_OR_RETURN(TrialState * t, registry_.FindTrial(id));
-              return views::Terminal(t->trial.state());
-            }),
-      checkpoints_(clock, turns_, *store_, agents_, logs_, registry_),
-      experiments_(config_, clock, turns_, *store_, agents_, templates_, logs_, checkpoints_,
-                   registry_,
-                   [this](TrialState& t, const std::string& reason, bool cooperative) {
-                     if (cooperative) {
-                       allocations_.Stop(t, reason);
-                     } else {
-                       allocations_.Kill(t, reason);
-                     }
-                   }),
-      allocations_(clock, turns_, *store_, agents_, logs_, registry_, experiments_),
-      scheduling_(config_, turns_, agents_, logs_, registry_, allocations_, checkpoints_),
-      metrics_(clock, turns_, *store_, registry_, experiments_),
-      liveness_(config_, clock, turns_, *store_, agents_, registry_, allocations_, checkpoints_),
-      models_(clock, loop_, *store_, checkpoints_),
       contexts_(clock, *store_),
       service_(config_, clock, turns_,
-               MasterService::Managers{agents_, liveness_, templates_, users_, logs_, registry_,
-                                       experiments_, allocations_, checkpoints_, metrics_,
-                                       contexts_, models_}) {
-  checkpoints_.SetProtection(
-      [this](const std::string& uuid) { return models_.WhyProtected(uuid); });
-  if (config_.slurm) {
-    slurm_ = std::make_unique<SlurmResourceManager>(
-        config_, clock_, turns_, agents_, logs_, registry_, allocations_,
-        slurm::NewCommandSlurmClient(config_.data_dir + "/slurm"));
-    allocations_.SetRunLauncher(slurm_.get());
-    scheduling_.SetSlurm(slurm_.get());
-  }
-  turns_.SetSchedulePass([this] { scheduling_.SchedulePass(); });
-  turns_.SetTurnEnd([this] {
-    if (logs_.HasPendingEvents()) logs_.FlushEvents();
-  });
-}
+               MasterService::Managers{managers_.agents, managers_.liveness, managers_.templates,
+                                       users_, managers_.logs, managers_.registry,
+                                       managers_.experiments, managers_.allocations,
+                                       managers_.checkpoints, managers_.metrics, contexts_,
+                                       managers_.models}) {}
 
 Master::~Master() { Shutdown(); }
 
@@ -175,27 +139,16 @@ absl::Status Master::Restore() {
   cluster_id_ = snap.cluster_id;
   service_.SetClusterId(cluster_id_);
   RETURN_IF_ERROR(users_.Restore());
-  agents_.Restore(snap.agents, snap.agent_credential_hashes);
-  experiments_.SetDefaultCheckpointStorage(config_.checkpoint_storage);
-  checkpoints_.SetStorageRoots(config::CheckpointStorageRoots(config_));
   if (config::CheckpointStorageRoots(config_).empty()) {
     Logger("master")->warn(
         "checkpoint_storage_allowed_roots is not set: experiments may keep checkpoints (and "
         "have their garbage collection delete) under any path their task user can write");
   }
-  allocations_.SetStopGracePeriod(config_.stop_grace_period);
-  RETURN_IF_ERROR(experiments_.Restore(std::move(snap.experiments), std::move(snap.trials)));
-  checkpoints_.Restore(std::move(snap.checkpoint_gc_tasks));
-  models_.Restore(std::move(snap.models), std::move(snap.model_versions));
-  allocations_.Restore(std::move(snap.open_allocations));
-  if (slurm_) slurm_->Restore(cluster_id_);
-  // Runs whose agents do not come back in time are lost.
-  liveness_.AfterRestart();
-  RETURN_IF_ERROR(experiments_.RestoreSearchers());
+  RETURN_IF_ERROR(managers_.Restore(std::move(snap)));
   Logger("master")->info(
       "restored {} experiments, {} trials, {} open allocations, {} running checkpoint GC tasks from {}",
-      registry_.experiments.size(), registry_.trials.size(), registry_.allocation_trial.size(),
-      checkpoints_.running(), config::DatabaseName(config_));
+      managers_.registry.experiments.size(), managers_.registry.trials.size(),
+      managers_.registry.allocation_trial.size(), managers_.checkpoints.running(), config::DatabaseName(config_));
   return absl::OkStatus();
 }
 
@@ -264,7 +217,7 @@ absl::Status Master::Serve() {
   }
   Logger("master")->info("det-master {} serving on {} (cluster {}, database {})", kVersion,
                          address_, cluster_id_, config::DatabaseName(config_));
-  if (slurm_) slurm_->Serve(address_);
+  if (managers_.slurm) managers_.slurm->Serve(address_);
   if (!config_.http_listen.empty()) {
     HttpServerOptions http_options;
     http_options.listen = config_.http_listen;
@@ -292,13 +245,7 @@ void Master::Shutdown() {
     trimmer_.join();
   }
   if (!server_) return;
-  loop_.RunSync([this] {
-    registry_.shutting_down = true;
-    absl::Status bye = absl::UnavailableError("master is shutting down");
-    agents_.FailPolls(bye);
-    logs_.AnswerAll();
-    allocations_.FailWaiters(bye);
-  });
+  loop_.RunSync([this] { managers_.FailWaiters(absl::UnavailableError("master is shutting down")); });
   if (http_) http_->Stop();  // Before the loop stops: its calls in progress finish there.
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server_->Wait();

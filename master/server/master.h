@@ -17,22 +17,11 @@
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
 #include "common/event_loop/event_loop.h"
-#include "master/allocations/allocation_manager.h"
 #include "master/api/master_service.h"
 #include "master/auth/user_service.h"
-#include "master/checkpoints/checkpoint_manager.h"
-#include "master/cluster/agent_liveness.h"
-#include "master/cluster/agent_manager.h"
-#include "master/experiments/experiment_manager.h"
-#include "master/experiments/registry.h"
-#include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
-#include "master/metrics/metrics_manager.h"
-#include "master/models/model_registry.h"
-#include "master/scheduling/scheduling_service.h"
-#include "master/slurm/slurm_resource_manager.h"
+#include "master/server/managers.h"
 #include "master/store/store.h"
-#include "master/templates/templates.h"
 
 namespace grpc {
 class Server;
@@ -80,23 +69,10 @@ class Master {
   std::unique_ptr<Store> store_;
   EventLoop loop_;
   Turns turns_;
-  AgentManager agents_;
-  Templates templates_;
+  // Built and wired as the manager test harness builds them (master/server/managers.h).
+  Managers managers_;
   // Users and sessions; every user API call (gRPC and REST) but Login is checked by it.
   UserService users_;
-  ExperimentRegistry registry_;
-  // Trial logs and events, GetTrialLogs long polls.
-  LogManager logs_;
-  CheckpointManager checkpoints_;
-  ExperimentManager experiments_;
-  AllocationManager allocations_;
-  SchedulingService scheduling_;
-  // resource_manager: slurm only.
-  std::unique_ptr<SlurmResourceManager> slurm_;
-  MetricsManager metrics_;
-  AgentLiveness liveness_;
-  // The model registry; its versions' checkpoints are protected from deletion.
-  ModelRegistry models_;
   ModelContexts contexts_;
   MasterService service_;
 

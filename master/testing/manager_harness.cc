@@ -7,57 +7,20 @@
 #include "common/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "master/testing/master_testing.h"
-#include "master/views/views.h"
 
 namespace det::master::testing {
 
 ManagerHarness::ManagerHarness(config::MasterConfig config_in, Store& store_in,
-                               FakeClock& clock_in)
+                               FakeClock& clock_in, ManagerOptions options)
     : config(std::move(config_in)),
       clock(clock_in),
       store(store_in),
       loop(clock),
       turns(loop),
-      agents(clock, loop, store,
-             AgentManager::Options{config.cluster_secret, config.agent_timeout,
-                                   std::min(absl::Seconds(5), config.agent_timeout / 3)}),
-      templates(store, clock),
-      logs(clock, loop, store,
-           [this](int64_t id) -> absl::StatusOr<bool> {
-             ASSIGN_OR_RETURN(TrialState * t, registry.FindTrial(id));
-             return views::Terminal(t->trial.state());
-           }),
-      checkpoints(clock, turns, store, agents, logs, registry),
-      experiments(config, clock, turns, store, agents, templates, logs, checkpoints, registry,
-                  [this](TrialState& t, const std::string& reason, bool cooperative) {
-                    if (cooperative) {
-                      allocations.Stop(t, reason);
-                    } else {
-                      allocations.Kill(t, reason);
-                    }
-                  }),
-      allocations(clock, turns, store, agents, logs, registry, experiments),
-      scheduling(config, turns, agents, logs, registry, allocations, checkpoints),
-      metrics(clock, turns, store, registry, experiments),
-      liveness(config, clock, turns, store, agents, registry, allocations, checkpoints),
-      models(clock, loop, store, checkpoints) {
-  checkpoints.SetProtection(
-      [this](const std::string& uuid) { return models.WhyProtected(uuid); });
-  allocations.SetStopGracePeriod(config.stop_grace_period);
-  turns.SetSchedulePass([this] { scheduling.SchedulePass(); });
-  turns.SetTurnEnd([this] {
-    if (logs.HasPendingEvents()) logs.FlushEvents();
-  });
-}
+      managers(config, clock, store, loop, turns, std::move(options)) {}
 
 ManagerHarness::~ManagerHarness() {
-  loop.RunSync([this] {
-    registry.shutting_down = true;
-    absl::Status bye = absl::UnavailableError("test ends");
-    agents.FailPolls(bye);
-    logs.AnswerAll();
-    allocations.FailWaiters(bye);
-  });
+  loop.RunSync([this] { managers.FailWaiters(absl::UnavailableError("test ends")); });
   loop.RunSync([] {});
   loop.Stop();
 }
@@ -66,16 +29,8 @@ absl::Status ManagerHarness::Start() {
   loop.Start();
   absl::Status st;
   Turn([&] {
-    st = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(StoreSnapshot snap, store.Load());
-      agents.Restore(snap.agents, snap.agent_credential_hashes);
-      RETURN_IF_ERROR(experiments.Restore(std::move(snap.experiments), std::move(snap.trials)));
-      checkpoints.Restore(std::move(snap.checkpoint_gc_tasks));
-      models.Restore(std::move(snap.models), std::move(snap.model_versions));
-      allocations.Restore(std::move(snap.open_allocations));
-      liveness.AfterRestart();
-      return experiments.RestoreSearchers();
-    }();
+    absl::StatusOr<StoreSnapshot> snap = store.Load();
+    st = snap.ok() ? managers.Restore(*std::move(snap)) : snap.status();
     if (!st.ok()) return;
     liveness.CheckAgents();
     turns.RequestSchedule();

@@ -1,5 +1,5 @@
-// The master's managers composed as master/server composes them (without gRPC, HTTP or
-// users), on an EventLoop driven by a FakeClock over a store the test owns: manager tests
+// The master's managers, built by the master's own builder (master/server/managers.h,
+// so the two cannot drift; without gRPC, HTTP or users), on an EventLoop driven by a FakeClock over a store the test owns: manager tests
 // with no sockets and no sleeps. Each step is one turn on the loop (the call, then the end
 // of the turn: the scheduling pass it asked for, the events it recorded). A second harness
 // on the same store is a restarted master.
@@ -14,26 +14,18 @@
 #include "common/clock/clock.h"
 #include "common/config/daemon_config.h"
 #include "common/event_loop/event_loop.h"
-#include "master/allocations/allocation_manager.h"
-#include "master/checkpoints/checkpoint_manager.h"
-#include "master/cluster/agent_liveness.h"
-#include "master/cluster/agent_manager.h"
-#include "master/experiments/experiment_manager.h"
-#include "master/experiments/registry.h"
-#include "master/logs/log_manager.h"
-#include "master/metrics/metrics_manager.h"
-#include "master/models/model_registry.h"
 #include "master/loop/turns.h"
-#include "master/scheduling/scheduling_service.h"
+#include "master/server/managers.h"
 #include "master/store/store.h"
-#include "master/templates/templates.h"
 
 namespace det::master::testing {
 
 class ManagerHarness {
  public:
   // `store` and `clock` must outlive the harness. Start() restores and starts the loop.
-  ManagerHarness(config::MasterConfig config, Store& store, FakeClock& clock);
+  // What differs from the master's managers is in `options` (e.g. a fake Slurm client).
+  ManagerHarness(config::MasterConfig config, Store& store, FakeClock& clock,
+                 ManagerOptions options = {});
   ~ManagerHarness();
 
   // Rebuilds the managers from the store and runs the first turn (as Master::Create).
@@ -79,17 +71,19 @@ class ManagerHarness {
   Store& store;
   EventLoop loop;
   Turns turns;
-  AgentManager agents;
-  Templates templates;
-  ExperimentRegistry registry;
-  LogManager logs;
-  CheckpointManager checkpoints;
-  ExperimentManager experiments;
-  AllocationManager allocations;
-  SchedulingService scheduling;
-  MetricsManager metrics;
-  AgentLiveness liveness;
-  ModelRegistry models;
+  Managers managers;
+  // managers' members, by their names in tests.
+  AgentManager& agents = managers.agents;
+  Templates& templates = managers.templates;
+  ExperimentRegistry& registry = managers.registry;
+  LogManager& logs = managers.logs;
+  CheckpointManager& checkpoints = managers.checkpoints;
+  ExperimentManager& experiments = managers.experiments;
+  AllocationManager& allocations = managers.allocations;
+  SchedulingService& scheduling = managers.scheduling;
+  MetricsManager& metrics = managers.metrics;
+  AgentLiveness& liveness = managers.liveness;
+  ModelRegistry& models = managers.models;
 };
 
 }  // namespace det::master::testing
