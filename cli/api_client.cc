@@ -625,4 +625,9 @@ absl::Status ApiClient::LinkWithAgentUser(const v1::LinkWithAgentUserRequest& re
       .status();
 }
 
+absl::StatusOr<v1::SetUserActiveResponse> ApiClient::SetUserActive(
+    const v1::SetUserActiveRequest& request) {
+  return Call(*rpc_, &v1::Api::Stub::SetUserActive, "SetUserActive", request, options_.deadline);
+}
+
 }  // namespace det::cli

@@ -1,4 +1,5 @@
-// det user login|logout|whoami|create|list|change-password|link-with-agent-user
+// det user login|logout|whoami|create|list|change-password|link-with-agent-user|activate|
+// deactivate
 //
 // Passwords come from the terminal (not echoed) or, for scripts, from DET_PASSWORD (the
 // user's current password) and DET_NEW_PASSWORD (a password being set).
@@ -138,15 +139,19 @@ absl::Status List(CliContext& ctx) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::ListUsersResponse r, api->ListUsers());
   if (ctx.json) return WriteJson(r, ctx.out);
+  // Determined's columns, with the agent user this det keeps instead of a display name.
+  Table table({"Username", "Admin", "Active", "Agent User"});
   for (const auto& u : r.users()) {
     const v1::AgentUserGroup& link = u.agent_user_group();
-    ctx.out << u.username() << (u.admin() ? " (admin)" : "");
+    std::string agent_user;
     if (!link.agent_user().empty()) {
-      ctx.out << "  agent user " << link.agent_user() << " (uid " << link.agent_uid()
-              << "), group " << link.agent_group() << " (gid " << link.agent_gid() << ")";
+      agent_user = absl::StrCat(link.agent_user(), " (uid ", link.agent_uid(), "), group ",
+                                link.agent_group(), " (gid ", link.agent_gid(), ")");
     }
-    ctx.out << "\n";
+    table.AddRow({u.username(), u.admin() ? "yes" : "no", u.active() ? "yes" : "no",
+                  agent_user});
   }
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -158,6 +163,21 @@ absl::Status LinkWithAgentUser(CliContext& ctx, const v1::LinkWithAgentUserReque
           << link.agent_uid() << ") and group " << link.agent_group() << " (gid "
           << link.agent_gid() << "): agents run " << req.username()
           << "'s trials as that user\n";
+  return absl::OkStatus();
+}
+
+absl::Status SetActive(CliContext& ctx, const std::string& username, bool active) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::SetUserActiveRequest req;
+  req.set_username(username);
+  req.set_active(active);
+  ASSIGN_OR_RETURN(v1::SetUserActiveResponse r, api->SetUserActive(req));
+  if (active) {
+    ctx.out << "Activated " << r.user().username() << ": they can log in again\n";
+  } else {
+    ctx.out << "Deactivated " << r.user().username()
+            << ": they cannot log in and their sessions are refused\n";
+  }
   return absl::OkStatus();
 }
 
@@ -235,6 +255,17 @@ void RegisterUserCommands(CLI::App& app, CliContext& ctx) {
       ->required();
   link_cmd->callback(
       [&ctx, link] { ctx.action = [&ctx, link] { return LinkWithAgentUser(ctx, *link); }; });
+
+  for (bool active : {true, false}) {
+    CLI::App* cmd = group->add_subcommand(
+        active ? "activate" : "deactivate",
+        active ? "let a deactivated user log in again (admins only)"
+               : "stop a user from logging in and refuse their sessions (admins only)");
+    cmd->add_option("USERNAME", *name, "the user")->required();
+    cmd->callback([&ctx, name, active] {
+      ctx.action = [&ctx, name, active] { return SetActive(ctx, *name, active); };
+    });
+  }
 
   CLI::App* change = group->add_subcommand(
       "change-password",

@@ -131,6 +131,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_USER(ListUsers)
   DET_SERVE_USER(ChangePassword)
   DET_SERVE_USER(LinkWithAgentUser)
+  DET_SERVE_USER(SetUserActive)
 
   // Answered without a session too, as Determined's /info: then only the version and the
   // cluster's id and name (det version before det user login).

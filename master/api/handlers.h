@@ -92,6 +92,10 @@ class UserHandler {
   virtual void ListUsers(const Caller& caller, const v1::ListUsersRequest& request, v1::ListUsersResponse* response, Done done) = 0;
   virtual void ChangePassword(const Caller& caller, const v1::ChangePasswordRequest& request, v1::ChangePasswordResponse* response, Done done) = 0;
   virtual void LinkWithAgentUser(const Caller& caller, const v1::LinkWithAgentUserRequest& request, v1::LinkWithAgentUserResponse* response, Done done) = 0;
+  // Admins only: activates or deactivates a user. Default: Unimplemented.
+  virtual void SetUserActive(const Caller&, const v1::SetUserActiveRequest&, v1::SetUserActiveResponse*, Done done) {
+    done(absl::UnimplementedError("this master does not activate or deactivate users"));
+  }
 };
 
 class AgentHandler {

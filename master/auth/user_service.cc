@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 
@@ -34,6 +36,24 @@ std::string RandomHex(size_t bytes) {
 void Wipe(std::string& secret) {
   if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
   secret.clear();
+}
+
+// A deactivated user's stored hash is their password hash behind this prefix, as a locked
+// account in /etc/shadow: it matches no password and keeps the password for activation, so
+// users need no new column.
+constexpr char kLocked[] = "!";
+
+bool IsActive(const UserRow& row) { return !absl::StartsWith(row.password_hash, kLocked); }
+
+// The hash that checks passwords, with the deactivation mark taken off.
+std::string PasswordHashOf(const std::string& stored) {
+  return std::string(absl::StripPrefix(stored, kLocked));
+}
+
+absl::Status Deactivated(const std::string& name) {
+  return absl::UnauthenticatedError(absl::StrCat(
+      "user '", name, "' is deactivated: an admin can activate them with `det user activate ",
+      name, "`"));
 }
 
 absl::Status NotAdmin(const Caller& caller, const std::string& what) {
@@ -148,6 +168,7 @@ v1::User UserService::ToProto(const UserRow& row) const {
   u.set_username(row.username);
   u.set_admin(row.admin);
   u.set_created_ms(row.created_ms);
+  u.set_active(IsActive(row));
   if (!row.agent_user_group.agent_user().empty()) {
     *u.mutable_agent_user_group() = row.agent_user_group;
   }
@@ -199,6 +220,11 @@ void UserService::Authenticate(const std::string& token, Caller* caller, Done do
           "invalid or expired session token: log in again with `det user login`"));
       return;
     }
+    if (!IsActive(user->second)) {
+      ++rejected_;
+      done(Deactivated(user->second.username));
+      return;
+    }
     ++authenticated_;
     caller->user = ToProto(user->second);
     caller->token = token;
@@ -216,7 +242,7 @@ void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* resp
       return;
     }
     const UserRow* user = FindUser(request.username());
-    std::string hash = user ? user->password_hash : "";
+    std::string hash = user ? PasswordHashOf(user->password_hash) : "";
     int64_t id = user ? user->id : 0;
     std::string password = request.password();
     hasher_.Post([this, hash, id, name = request.username(), password, response,
@@ -230,6 +256,12 @@ void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* resp
         if (!ok || user == users_.end()) {
           ++rejected_;
           done(absl::UnauthenticatedError("wrong user name or password"));
+          return;
+        }
+        // Said only after the right password, so it tells nothing to others.
+        if (!IsActive(user->second)) {
+          ++rejected_;
+          done(Deactivated(user->second.username));
           return;
         }
         done(StartSession(user->second, response));
@@ -362,7 +394,8 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
       int64_t id;
       std::string old_hash, old_password, new_password;
     };
-    Work w{user->id, user->password_hash, request.old_password(), request.new_password()};
+    Work w{user->id, PasswordHashOf(user->password_hash), request.old_password(),
+           request.new_password()};
     hasher_.Post([this, w = std::move(w), self, token, done = std::move(done)]() mutable {
       absl::StatusOr<std::string> hash =
           self && !VerifyPassword(w.old_hash, w.old_password)
@@ -375,8 +408,10 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
         if (!hash.ok()) return done(hash.status());
         auto user = users_.find(id);
         if (user == users_.end()) return done(absl::NotFoundError("the user was removed"));
-        if (absl::Status st = store_.SetUserPassword(id, *hash); !st.ok()) return done(st);
-        user->second.password_hash = *hash;
+        // A deactivated user stays deactivated.
+        const std::string stored = IsActive(user->second) ? *hash : kLocked + *hash;
+        if (absl::Status st = store_.SetUserPassword(id, stored); !st.ok()) return done(st);
+        user->second.password_hash = stored;
         // The user's other sessions end; the caller's own stays when it is theirs.
         const std::string keep = self ? TokenHash(token) : "";
         if (absl::Status st = store_.DeleteUserSessions(id, keep); !st.ok()) return done(st);
@@ -448,6 +483,36 @@ void UserService::LinkWithAgentUser(const Caller& caller,
                              name, link.agent_user(), link.agent_uid(), link.agent_group(),
                              link.agent_gid());
     }
+    done(absl::OkStatus());
+  });
+}
+
+void UserService::SetUserActive(const Caller& caller, const v1::SetUserActiveRequest& request,
+                                v1::SetUserActiveResponse* response, Done done) {
+  const bool active = request.active();
+  if (!caller.user.admin()) {
+    return done(NotAdmin(caller, active ? "activate users" : "deactivate users"));
+  }
+  if (request.username().empty()) return done(absl::InvalidArgumentError("username: required"));
+  if (!active && request.username() == caller.user.username()) {
+    return done(absl::InvalidArgumentError(
+        "username: an admin cannot deactivate themselves (another admin can)"));
+  }
+  loop_.Post([this, name = request.username(), active, response, done = std::move(done)] {
+    const UserRow* found = FindUser(name);
+    if (found == nullptr) {
+      return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
+    }
+    UserRow& user = users_.at(found->id);
+    if (IsActive(user) != active) {
+      const std::string hash = PasswordHashOf(user.password_hash);
+      const std::string stored = active ? hash : kLocked + hash;
+      // Persisted before it is used or acknowledged.
+      if (absl::Status st = store_.SetUserPassword(user.id, stored); !st.ok()) return done(st);
+      user.password_hash = stored;
+      Logger("master")->info("user '{}' {}", name, active ? "activated" : "deactivated");
+    }
+    *response->mutable_user() = ToProto(user);
     done(absl::OkStatus());
   });
 }

@@ -84,6 +84,8 @@ class UserService : public UserHandler {
                       v1::ChangePasswordResponse* response, Done done) override;
   void LinkWithAgentUser(const Caller& caller, const v1::LinkWithAgentUserRequest& request,
                          v1::LinkWithAgentUserResponse* response, Done done) override;
+  void SetUserActive(const Caller& caller, const v1::SetUserActiveRequest& request,
+                     v1::SetUserActiveResponse* response, Done done) override;
 
  private:
   struct Session {

@@ -77,6 +77,8 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
              HandlerRoute(*users, &UserHandler::ChangePassword, {"username"}), users);
     Register(srv, routes_, "PUT", v1 + "/users/" + name + "/agent-user-group",
              HandlerRoute(*users, &UserHandler::LinkWithAgentUser, {"username"}), users);
+    Register(srv, routes_, "PUT", v1 + "/users/" + name + "/active",
+             HandlerRoute(*users, &UserHandler::SetUserActive, {"username"}), users);
   }
 
   Register(srv, routes_, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),

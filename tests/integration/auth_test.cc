@@ -112,7 +112,9 @@ TEST_F(Auth, AdminCreatesUsersWhoChangeTheirPasswords) {
   ASSERT_TRUE(create.exit.ok()) << create.err;
   EXPECT_THAT(create.out, HasSubstr("Created user bob"));
   CommandResult users = cluster_.Det({"user", "list"});
-  EXPECT_EQ(users.out, "admin (admin)\nbob\n");
+  EXPECT_EQ(users.out,
+            " Username | Admin | Active | Agent User\n----------+-------+--------+------------\n"
+            " admin    | yes   | yes    |\n bob      | no    | yes    |\n");
 
   std::string home = Home("bob");
   ASSERT_TRUE(DetIn(home, {"user", "login", "bob"}, {{"DET_PASSWORD", "bobs-password"}}).exit.ok());

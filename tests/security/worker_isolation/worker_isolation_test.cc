@@ -244,7 +244,7 @@ TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
   CommandResult linked = cluster.Det(link);
   ASSERT_TRUE(linked.exit.ok()) << linked.err;
   EXPECT_THAT(cluster.Det({"user", "list"}).out,
-              HasSubstr("bob  agent user nobody (uid 65534), group nogroup (gid 65534)"));
+              HasSubstr(" bob      | no    | yes    | nobody (uid 65534), group nogroup (gid 65534)"));
   nlohmann::json users = cluster.DetJson({"user", "list"});
   ASSERT_TRUE(users.is_object()) << cluster.Det({"user", "list", "--json"}).err;
   EXPECT_EQ(det::testing::Int(users["users"][1]["agent_user_group"]["agent_uid"]), 65534)
