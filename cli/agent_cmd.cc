@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "common/status/status_macros.h"
@@ -15,7 +16,22 @@ absl::Status List(CliContext& ctx) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::ListAgentsResponse response, api->ListAgents());
   if (ctx.json) return WriteJson(response, ctx.out);
-  AgentsTable(response.agents()).Render(ctx.out, ctx.width);
+  bool external = false;
+  for (const v1::Agent& a : response.agents()) external |= !a.external_state().empty();
+  if (!external) {
+    AgentsTable(response.agents()).Render(ctx.out, ctx.width);
+    return absl::OkStatus();
+  }
+  // Nodes of an external resource manager (Slurm): its state, CPUs and GPUs.
+  Table table({"ID", "State", "CPUs", "GPUs", "Slots", "Used", "Pool"});
+  for (const v1::Agent& a : response.agents()) {
+    int used = 0;
+    for (const v1::Slot& s : a.slots()) used += s.allocation_id().empty() ? 0 : 1;
+    table.AddRow({a.id(), a.external_state().empty() ? "det-agent" : a.external_state(),
+                  absl::StrCat(a.external_cpus()), absl::StrCat(a.external_gpus()),
+                  absl::StrCat(a.slots_size()), absl::StrCat(used), a.resource_pool()});
+  }
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 

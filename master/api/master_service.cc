@@ -230,7 +230,7 @@ void MasterService::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& r
 void MasterService::ListAgents(const Caller&, const v1::ListAgentsRequest&,
                                v1::ListAgentsResponse* resp, Done done) {
   turns_.OnLoop(std::move(done), [this, resp] {
-    for (auto& a : m_.agents.List()) *resp->add_agents() = std::move(a);
+    for (auto& a : m_.agents.Listed()) *resp->add_agents() = std::move(a);
     return absl::OkStatus();
   });
 }

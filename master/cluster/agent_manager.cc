@@ -387,6 +387,21 @@ std::vector<v1::Agent> AgentManager::List() const {
   return out;
 }
 
+void AgentManager::SetExternalNodes(std::vector<v1::Agent> nodes,
+                                    std::function<bool(const std::string&)> hidden) {
+  external_nodes_ = std::move(nodes);
+  hidden_ = std::move(hidden);
+}
+
+std::vector<v1::Agent> AgentManager::Listed() const {
+  std::vector<v1::Agent> out;
+  for (const auto& [id, e] : agents_) {
+    if (!hidden_ || !hidden_(id)) out.push_back(e.agent);
+  }
+  out.insert(out.end(), external_nodes_.begin(), external_nodes_.end());
+  return out;
+}
+
 std::vector<scheduler::AgentView> AgentManager::SchedulerView() const {
   std::vector<scheduler::AgentView> out;
   for (const auto& [id, e] : agents_) {

@@ -115,6 +115,14 @@ class AgentManager {
   };
   absl::StatusOr<ChiefEndpoint> Chief(const std::string& agent_id) const;
   std::vector<v1::Agent> List() const;
+  // The nodes of an external resource manager (Slurm's, from sinfo; Agent.external_state
+  // set), shown by Listed() in place of the agents `hidden` names (that manager's
+  // in-process agents). Only listed: the scheduler and List() never see them.
+  void SetExternalNodes(std::vector<v1::Agent> nodes,
+                        std::function<bool(const std::string&)> hidden);
+  // What `det agent list` and `det slot list` show: List() less the hidden agents, then the
+  // external nodes.
+  std::vector<v1::Agent> Listed() const;
   // Connected agents, for the scheduler.
   std::vector<scheduler::AgentView> SchedulerView() const;
 
@@ -142,6 +150,8 @@ class AgentManager {
   Store& store_;
   Options options_;
   std::map<std::string, Entry> agents_;
+  std::vector<v1::Agent> external_nodes_;
+  std::function<bool(const std::string&)> hidden_;
 };
 
 }  // namespace det::master

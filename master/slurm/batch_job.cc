@@ -1,9 +1,11 @@
 #include "master/slurm/batch_job.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -119,6 +121,45 @@ std::vector<JobInfo> ParseSqueue(absl::string_view out) {
     jobs.push_back({f[0], f[1], f[2], f[3], f[4]});
   }
   return jobs;
+}
+
+int GresGpus(absl::string_view gres) {
+  int total = 0;
+  // Commas also separate socket lists inside "(S:0,1)": count only "gpu..." entries.
+  for (absl::string_view entry : absl::StrSplit(gres, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (!absl::ConsumePrefix(&entry, "gpu:")) continue;
+    entry = entry.substr(0, entry.find('('));
+    // "4" or "a100:4".
+    absl::string_view count = entry.substr(entry.rfind(':') == absl::string_view::npos
+                                               ? 0
+                                               : entry.rfind(':') + 1);
+    int n = 0;
+    if (absl::SimpleAtoi(count, &n) && n > 0) total += n;
+  }
+  return total;
+}
+
+std::vector<NodeInfo> ParseSinfo(absl::string_view out) {
+  std::vector<NodeInfo> nodes;
+  std::map<std::string, size_t> index;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    std::vector<std::string> f = absl::StrSplit(absl::StripAsciiWhitespace(line), '|');
+    if (f.size() != 5 || f[0].empty()) continue;
+    std::string partition = f[4];
+    if (!partition.empty() && partition.back() == '*') partition.pop_back();
+    auto [it, added] = index.emplace(f[0], nodes.size());
+    if (added) {
+      NodeInfo node;
+      node.name = f[0];
+      node.state = f[1];
+      (void)absl::SimpleAtoi(f[2], &node.cpus);
+      node.gpus = GresGpus(f[3]);
+      nodes.push_back(std::move(node));
+    }
+    if (!partition.empty()) nodes[it->second].partitions.push_back(partition);
+  }
+  return nodes;
 }
 
 bool Started(const std::string& state) {

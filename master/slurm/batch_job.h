@@ -89,6 +89,21 @@ inline constexpr char kSqueueFormat[] = "%i|%j|%T|%r|%N";
 // The jobs of squeue's output in kSqueueFormat; malformed lines are skipped.
 std::vector<JobInfo> ParseSqueue(absl::string_view out);
 
+// One node as sinfo lists it (sinfo -h -N -o kSinfoFormat; a node in several partitions
+// is listed once per partition, merged here).
+struct NodeInfo {
+  std::string name;
+  std::string state;       // sinfo's long state: idle, mixed, allocated, down*, drained, ...
+  int cpus = 0;
+  int gpus = 0;            // from its gres ("gpu:a100:4(S:0-1)" -> 4)
+  std::vector<std::string> partitions;  // without sinfo's "*" on the default one
+};
+inline constexpr char kSinfoFormat[] = "%N|%T|%c|%G|%P";
+// The nodes of sinfo's output in kSinfoFormat, in its order; malformed lines are skipped.
+std::vector<NodeInfo> ParseSinfo(absl::string_view out);
+// The GPUs of a node's gres ("gpu:2", "gpu:a100:4(S:0-1),shard:8", "(null)" -> 0).
+int GresGpus(absl::string_view gres);
+
 // The job has ended: COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED,
 // OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, ... (not PENDING, CONFIGURING, REQUEUED, RESIZING or a
 // Started state).

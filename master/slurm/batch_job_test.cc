@@ -127,6 +127,34 @@ TEST(BatchJobTest, States) {
   }
 }
 
+TEST(BatchJobTest, GresGpus) {
+  EXPECT_EQ(GresGpus("(null)"), 0);
+  EXPECT_EQ(GresGpus(""), 0);
+  EXPECT_EQ(GresGpus("gpu:2"), 2);
+  EXPECT_EQ(GresGpus("gpu:a100:4(S:0-1)"), 4);
+  EXPECT_EQ(GresGpus("gpu:a100:4(S:0,1),gpu:v100:2,shard:8"), 6);
+  EXPECT_EQ(GresGpus("mps:100"), 0);
+}
+
+TEST(BatchJobTest, ParseSinfoMergesPartitions) {
+  std::vector<NodeInfo> nodes = ParseSinfo(
+      "n1|idle|16|(null)|debug*\n"
+      "n2|mixed|32|gpu:a100:4(S:0-1)|debug*\n"
+      "n2|mixed|32|gpu:a100:4(S:0-1)|gpu\n"
+      "garbage line\n"
+      "n3|down*|8|(null)|gpu\n");
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0].name, "n1");
+  EXPECT_EQ(nodes[0].state, "idle");
+  EXPECT_EQ(nodes[0].cpus, 16);
+  EXPECT_EQ(nodes[0].gpus, 0);
+  EXPECT_EQ(nodes[0].partitions, std::vector<std::string>{"debug"});
+  EXPECT_EQ(nodes[1].name, "n2");
+  EXPECT_EQ(nodes[1].gpus, 4);
+  EXPECT_EQ(nodes[1].partitions, (std::vector<std::string>{"debug", "gpu"}));
+  EXPECT_EQ(nodes[2].state, "down*");
+}
+
 TEST(BatchJobTest, ChiefPortIsInRange) {
   EXPECT_EQ(ChiefPort(0, 29500, 29999), 29500);
   EXPECT_EQ(ChiefPort(501, 29500, 29999), 29501);

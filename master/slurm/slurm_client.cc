@@ -66,6 +66,12 @@ class CommandSlurmClient : public SlurmClient {
     return ParseSqueue(*out);
   }
 
+  absl::StatusOr<std::vector<NodeInfo>> Nodes() override {
+    auto out = Output({"sinfo", "-h", "-N", "-o", kSinfoFormat}, timeout_);
+    if (!out.ok()) return out.status();
+    return ParseSinfo(*out);
+  }
+
   absl::Status Signal(const std::string& job_id, const std::string& signal) override {
     return Output({"scancel", "--signal=" + signal, job_id}, timeout_).status();
   }

@@ -1,6 +1,7 @@
-// SlurmClient: the master's narrow view of Slurm (submit a batch job, list jobs, signal and
-// cancel one), and CommandSlurmClient, which runs Slurm's own tools (sbatch, squeue,
-// scancel; found in PATH, configured by SLURM_CONF or /etc/slurm) with argv, never a shell.
+// SlurmClient: the master's narrow view of Slurm (submit a batch job, list jobs and nodes,
+// signal and cancel a job), and CommandSlurmClient, which runs Slurm's own tools (sbatch,
+// squeue, sinfo, scancel; found in PATH, configured by SLURM_CONF or /etc/slurm) with argv,
+// never a shell.
 // Calls block (up to a timeout each): the resource manager makes them off the master's
 // loop.
 #ifndef DET_MASTER_SLURM_SLURM_CLIENT_H_
@@ -25,6 +26,8 @@ class SlurmClient {
                                              const std::string& script) = 0;
   // Every job slurmctld remembers (pending, running, and ended ones for MinJobAge).
   virtual absl::StatusOr<std::vector<JobInfo>> Jobs() = 0;
+  // Every node slurmctld knows, with its state (sinfo).
+  virtual absl::StatusOr<std::vector<NodeInfo>> Nodes() = 0;
   // scancel --signal=SIGNAL JOB (its steps' tasks only, not the batch shell).
   virtual absl::Status Signal(const std::string& job_id, const std::string& signal) = 0;
   // scancel JOB: SIGTERM to everything of it, SIGKILL after Slurm's KillWait.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
 #include "master/allocations/launch_command.h"
 #include "master/loop/on_loop.h"
@@ -261,10 +262,55 @@ void SlurmResourceManager::Poll() {
     poll_in_flight_ = true;
     OnSlurmThread([this] {
       auto jobs = client_->Jobs();
-      turns_.Post([this, jobs = std::move(jobs)] { OnJobs(jobs); });
+      auto nodes = client_->Nodes();
+      turns_.Post([this, jobs = std::move(jobs), nodes = std::move(nodes)] {
+        OnNodes(nodes);
+        OnJobs(jobs);
+      });
     });
   }
   turns_.PostAfter(slurm_.poll_interval, [this] { Poll(); });
+}
+
+v1::Agent SlurmResourceManager::NodeAgent(const slurm::NodeInfo& node) {
+  v1::Agent a;
+  a.set_id(node.name);
+  a.set_hostname(node.name);
+  a.set_resource_pool(absl::StrJoin(node.partitions, ","));
+  a.set_external_state(node.state);
+  a.set_external_cpus(node.cpus);
+  a.set_external_gpus(node.gpus);
+  // Reachable and taking work as far as Slurm says: not down, drained/draining, failing or
+  // powered off (sinfo appends "*" to a node that does not respond).
+  const bool unreachable = absl::StrContains(node.state, "*") ||
+                           absl::StartsWith(node.state, "down") ||
+                           absl::StartsWith(node.state, "fail") ||
+                           absl::StrContains(node.state, "powered");
+  const bool draining = absl::StartsWith(node.state, "drain");
+  a.set_connected(!unreachable);
+  a.set_enabled(!unreachable && !draining);
+  a.set_draining(draining);
+  // Its slots: one per GPU, else one per CPU (what a det-agent on it would offer).
+  const bool gpu = node.gpus > 0;
+  for (int i = 0; i < (gpu ? node.gpus : node.cpus); ++i) {
+    v1::Slot* s = a.add_slots();
+    s->set_id(absl::StrCat(i));
+    s->set_type(gpu ? "cuda" : "cpu");
+    s->set_enabled(a.enabled());
+  }
+  return a;
+}
+
+void SlurmResourceManager::OnNodes(const absl::StatusOr<std::vector<slurm::NodeInfo>>& nodes) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (!nodes.ok()) {
+    // The last list stays: a node's state is at most a few polls old.
+    Logger("slurm")->warn("sinfo failed: {}", nodes.status().ToString());
+    return;
+  }
+  std::vector<v1::Agent> listed;
+  for (const slurm::NodeInfo& n : *nodes) listed.push_back(NodeAgent(n));
+  agents_.SetExternalNodes(std::move(listed), &SlurmResourceManager::IsSlurmAgent);
 }
 
 void SlurmResourceManager::OnJobs(const absl::StatusOr<std::vector<slurm::JobInfo>>& jobs) {

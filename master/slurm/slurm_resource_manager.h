@@ -13,6 +13,9 @@
 // job's name (JobNamePrefix + allocation id); pending jobs whose run was never stored are
 // cancelled and submitted again.
 //
+// `det agent list` and `det slot list` show Slurm's nodes (sinfo, read at every poll beside
+// squeue) with their state, not the per-trial agents.
+//
 // Slurm's tools run on a thread of this manager; everything else is loop-thread only.
 #ifndef DET_MASTER_SLURM_SLURM_RESOURCE_MANAGER_H_
 #define DET_MASTER_SLURM_SLURM_RESOURCE_MANAGER_H_
@@ -49,6 +52,9 @@ class SlurmResourceManager : public RunLauncher {
   // The trial's Slurm agent id ("slurm-trial-<id>"), and whether an agent id is one.
   static std::string AgentId(int64_t trial_id);
   static bool IsSlurmAgent(const std::string& agent_id);
+  // A Slurm node as `det agent list` shows it (read-only: no det-agent runs there; its
+  // partitions as the resource pool, one slot per GPU, else per CPU).
+  static v1::Agent NodeAgent(const slurm::NodeInfo& node);
 
   // Recovery, after the allocation manager's: names this master's jobs after `cluster_id`
   // and reattaches the open runs on Slurm agents (their jobs are found at the first poll).
@@ -89,6 +95,8 @@ class SlurmResourceManager : public RunLauncher {
                    const absl::StatusOr<std::string>& job_id);
   void Poll();
   void OnJobs(const absl::StatusOr<std::vector<slurm::JobInfo>>& jobs);
+  // sinfo's nodes, listed by the agent manager in place of the trials' Slurm agents.
+  void OnNodes(const absl::StatusOr<std::vector<slurm::NodeInfo>>& nodes);
   // One job of trial `trial_id` as squeue lists it (nullptr: not listed). Returns false when
   // the record is done with (erase it).
   bool Reconcile(int64_t trial_id, Job& job, const slurm::JobInfo* info);

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <map>
+#include <string>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -174,6 +177,55 @@ TEST_F(SlurmResourceManagerTest, CppExampleCompletesWithMetricsAndCheckpoints) {
   EXPECT_EQ(std::string(absl::StripAsciiWhitespace(*state)), "COMPLETED");
 }
 
+
+// `det agent list` shows Slurm's nodes with sinfo's state (read-only), not the per-trial
+// Slurm agents; a node running a trial's job is allocated or mixed.
+TEST_F(SlurmResourceManagerTest, AgentListShowsSlurmNodesAndTheirState) {
+  // Node id -> its state, as det agent list --json gives them; other agents under "?".
+  auto nodes = [&] {
+    std::map<std::string, std::string> out;
+    nlohmann::json list = master_.DetJson({"agent", "list"});
+    if (!list.is_object() || !list.contains("agents")) return out;
+    for (const auto& a : list["agents"]) {
+      out[a.value("id", "")] = a.value("external_state", "?");
+    }
+    return out;
+  };
+  std::map<std::string, std::string> seen;
+  ASSERT_TRUE(WaitUntil("both nodes idle", [&] {
+    seen = nodes();
+    return seen == std::map<std::string, std::string>{{"n1", "idle"}, {"n2", "idle"}};
+  }, absl::Seconds(30), absl::Milliseconds(200))) << ::testing::PrintToString(seen);
+  nlohmann::json list = master_.DetJson({"agent", "list"});
+  for (const auto& a : list["agents"]) {
+    EXPECT_EQ(a.value("external_cpus", 0), 2) << a.dump();
+    EXPECT_EQ(a.value("external_gpus", 0), 0) << a.dump();
+    EXPECT_EQ(a.value("resource_pool", ""), SlurmCluster::kPartition) << a.dump();
+    EXPECT_EQ(a["slots"].size(), 2u) << a.dump();
+  }
+  // The table shows the state column.
+  CommandResult table = master_.Det({"agent", "list"});
+  ASSERT_TRUE(table.exit.ok()) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("State"));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("n1 +\\| idle"));
+  // det slot list: the nodes' CPUs.
+  nlohmann::json slots = master_.DetJson({"slot", "list"});
+  ASSERT_TRUE(slots.is_object()) << "slot list --json did not parse";
+  EXPECT_EQ(slots["slots"].size(), 4u) << slots.dump();
+
+  std::string job;
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointedTrial(&job));
+  ASSERT_TRUE(WaitUntil("a node allocated or mixed", [&] {
+    seen = nodes();
+    for (const auto& [id, state] : seen) {
+      if (state == "allocated" || state == "mixed") return true;
+    }
+    return false;
+  }, absl::Seconds(30), absl::Milliseconds(200))) << ::testing::PrintToString(seen);
+  // Only the nodes: the trial's Slurm agent (slurm-trial-1) is not listed.
+  EXPECT_EQ(seen.size(), 2u) << ::testing::PrintToString(seen);
+  EXPECT_EQ(seen.count("slurm-trial-1"), 0u);
+}
 
 // A trial waits while Slurm's nodes are busy, with squeue's reason as its waiting reason;
 // paused mid-training it checkpoints and its job ends, activated it resumes from that
