@@ -131,7 +131,7 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
     RanksTable(allocation).Render(ctx.out, ctx.width);
   }
   if (response.system_metrics_size() > 0) {
-    ctx.out << "\nSystem metrics (per agent, over its latest samples):\n";
+    ctx.out << "\nSystem metrics:\n";
     SystemMetricsTable(response.system_metrics()).Render(ctx.out, ctx.width);
   }
   return absl::OkStatus();
