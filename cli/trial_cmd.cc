@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -108,8 +110,11 @@ absl::Status Describe(CliContext& ctx, const DescribeOptions& options) {
   timings_request.set_trial_id(options.id);
   timings_request.set_group("timings");
   timings_request.set_max_points(0);
-  ASSIGN_OR_RETURN(v1::GetTrialMetricsResponse timing_reports,
-                   api->GetTrialMetrics(timings_request));
+  absl::StatusOr<v1::GetTrialMetricsResponse> fetched = api->GetTrialMetrics(timings_request);
+  // A master without GetTrialMetrics: the latest report's summary below still shows.
+  if (!fetched.ok() && !absl::IsUnimplemented(fetched.status())) return fetched.status();
+  const v1::GetTrialMetricsResponse timing_reports =
+      fetched.ok() ? *std::move(fetched) : v1::GetTrialMetricsResponse();
   Table timings = TimingsOverReportsTable(timing_reports.metrics());
   const auto& summary = response.trial().timings_summary();
   auto rate = summary.find("samples_per_second");

@@ -154,7 +154,13 @@ absl::Status TrialController::Run(Trial& trial, collective::Collective& host_col
     // not part of a checkpoint.
     if (checkpoint_pending_ && (done % k == 0 || last)) RETURN_IF_ERROR(Checkpoint(trial, done));
     if (done % stop_every == 0 && !last) {
-      ASSIGN_OR_RETURN(stop, preempt_->ShouldPreempt());
+      absl::StatusOr<bool> agreed = preempt_->ShouldPreempt();
+      if (!agreed.ok()) {
+        // Say where, as the model's own all-reduces do ("... all-reduce at batch N").
+        return absl::Status(agreed.status().code(), absl::StrCat("stop-flag all-reduce at batch ", done, ": ",
+                                                                 agreed.status().message()));
+      }
+      stop = *agreed;
       if (!stop) continue;
       if (context_.is_chief()) {
         std::cout << absl::StrFormat("stop requested (%s): checkpointing at batch %d", preempt_->reason(), done)
