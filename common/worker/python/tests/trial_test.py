@@ -16,9 +16,11 @@ import sys
 import tempfile
 import unittest
 
+import grpc
 import torch
 
 from det import pytorch
+from det._proto import worker_pb2
 from tests import fake_master, tfevents, trial_model
 
 REPORT = re.compile(r"det \(off-cluster, not reported\): (\w+) metrics at batch (\d+): (.*)$")
@@ -531,10 +533,22 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(interrupted, reports(whole))
         self.assertEqual(len([r for r in interrupted if r[0] == "training"]), 12)
 
-    def test_runner_invalid_hp_fails_the_run_while_the_master_cannot_replace_it(self):
-        # det's master has no ReportEarlyExit call yet: the run fails (restarted by the
-        # master) after checkpointing, and its log says why.
+    def test_runner_invalid_hp_is_reported_and_the_run_exits_0(self):
+        # As Determined: the chief checkpoints, reports INVALID_HP, and the process exits 0
+        # (the master ends the trial as invalid and the searcher replaces it).
         with fake_master.serve() as (service, address):
+            out = self.run_ranks(address, cluster_spec(self.storage, {"log": self.log,
+                                                                      "invalid_at": 2}))
+        self.assertEqual([c.checkpoint.total_batches for c in service.checkpoints], [2])
+        self.assertEqual([e.reason for e in service.early_exits],
+                         [worker_pb2.EARLY_EXIT_REASON_INVALID_HP])
+        self.assertIn("the trial ends as invalid; exiting 0", out[0])
+
+    def test_runner_invalid_hp_fails_the_run_on_a_master_without_the_call(self):
+        # An older master (UNIMPLEMENTED): the run fails (restarted by the master) after
+        # checkpointing, and its log says why.
+        with fake_master.serve() as (service, address):
+            service.early_exit_error = (grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             out = self.run_ranks(address, cluster_spec(self.storage, {"log": self.log,
                                                                       "invalid_at": 2}),
                                  expect_rc=1)
