@@ -100,6 +100,10 @@ TEST_F(TrialProfilingTest, DescribeShowsTimingsAndSystemMetricsOfAPyTorchTrial) 
   ASSERT_TRUE(text.exit.ok()) << text.err;
   EXPECT_THAT(text.out, HasSubstr("Timings (per batch, over ")) << text.out;
   EXPECT_THAT(text.out, HasSubstr("Throughput: ")) << text.out;
+  // The PyTorchTrial loop's phases, under Determined's profiler names.
+  for (const char* phase : {"dataloader_next", "to_device", "train_batch", "from_device"}) {
+    EXPECT_THAT(text.out, HasSubstr(phase)) << text.out;
+  }
   EXPECT_THAT(text.out, HasSubstr("Batches per second: ")) << text.out;
   EXPECT_THAT(text.out, HasSubstr("System metrics:")) << text.out;
   EXPECT_THAT(text.out, HasSubstr("CPU (latest, mean)")) << text.out;

@@ -488,6 +488,14 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 12)
         progress = [(r.total_batches, r.values["progress"]) for r in service.rows("progress")]
         self.assertEqual(progress[-1], (12, 1.0))
+        # The loop's phases go with each training report (group "timings"), under
+        # Determined's profiler names, 2 batches each.
+        timings = service.rows("timings")
+        self.assertEqual([r.total_batches for r in timings], [2, 4, 6, 8, 10, 12])
+        for phase in ("dataloader_next", "to_device", "train_batch", "from_device"):
+            for r in timings:
+                self.assertEqual(r.values[f"{phase}_count"], 2, (phase, r.total_batches))
+                self.assertGreater(r.values[f"{phase}_mean_ms"], 0, phase)
 
     def test_runner_preempts_with_a_checkpoint_and_resumes_without_repeats(self):
         with fake_master.serve() as (service, address):

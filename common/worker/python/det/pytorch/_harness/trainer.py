@@ -389,7 +389,8 @@ class _Controller:
         while True:
             batch_idx = self.state["batches_trained"]
             epoch_idx, in_epoch = divmod(batch_idx, epoch_len)
-            batch = next(self.batches)
+            with self.core.train.timer("dataloader_next"):
+                batch = next(self.batches)
             self.context._current_batch_idx = batch_idx
             if in_epoch == 0:
                 for callback in self.callbacks.values():
@@ -419,17 +420,25 @@ class _Controller:
                 return reached, metrics, False
 
     def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, float]:
+        # The phases' timings go with the next training report (group "timings"), as
+        # Determined's PyTorchTrial profiler names them.
+        timer = self.core.train.timer
         if self.context.experimental._auto_to_device:
-            batch = self.context.to_device(batch)
-        out = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=batch_idx)
+            with timer("to_device"):
+                batch = self.context.to_device(batch)
+        with timer("train_batch"):
+            out = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=batch_idx)
         if isinstance(out, torch.Tensor):
             out = {"loss": out}
         if self.context.experimental._auto_amp and self.context._should_communicate_and_update():
             # experimental.use_amp(): the scaler stepped every optimizer of this batch.
             self.context._scaler.update()
-        for scheduler in self.context.lr_schedulers:
-            self._step_lr_scheduler(batch_idx, scheduler)
-        return _data._numbers(f"train_batch (batch {batch_idx})", out)
+        if self.context.lr_schedulers:
+            with timer("step_lr_schedulers"):
+                for scheduler in self.context.lr_schedulers:
+                    self._step_lr_scheduler(batch_idx, scheduler)
+        with timer("from_device"):
+            return _data._numbers(f"train_batch (batch {batch_idx})", out)
 
     def _step_lr_scheduler(self, batch_idx: int, scheduler: LRScheduler) -> None:
         if not self.context._should_communicate_and_update():
