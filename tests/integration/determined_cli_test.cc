@@ -27,10 +27,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-std::vector<std::string> Lines(const std::string& text) {
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
-}
-
 class DeterminedCli : public ::testing::Test {
  protected:
   void SetUp() override {

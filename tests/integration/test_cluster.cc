@@ -19,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 
@@ -456,6 +457,10 @@ data: {dir: /usr/share/datasets/fashion-mnist}
         "checkpoint_storage: {type: shared_fs, host_path: '", storage, "'", save, "}\n");
   }
   return yaml;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
 }  // namespace det::testing

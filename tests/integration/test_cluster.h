@@ -207,6 +207,9 @@ class TestCluster {
   mutable std::map<std::string, int> chief_port_slot_;
 };
 
+// The non-empty lines of a command's output.
+std::vector<std::string> Lines(const std::string& text);
+
 }  // namespace det::testing
 
 #endif  // DET_TESTS_INTEGRATION_TEST_CLUSTER_H_
