@@ -410,8 +410,9 @@ absl::Status ExperimentManager::GetTrial(const v1::GetTrialRequest& req,
   DET_CHECK_ON_LOOP(loop_);
   ASSIGN_OR_RETURN(TrialState * t, registry_.FindTrial(req.id()));
   *resp->mutable_trial() = registry_.TrialView(*t);
+  // The agents of its open run, else of its last run (an ended trial shows where it ran).
   std::set<std::string> agents;
-  for (const auto& r : t->trial.allocation().ranks()) agents.insert(r.agent_id());
+  for (const auto& r : resp->trial().allocation().ranks()) agents.insert(r.agent_id());
   for (const auto& agent_id : agents) {
     ASSIGN_OR_RETURN(auto samples, store_.GetSystemMetrics(agent_id, kTrialSystemMetricsSamples));
     for (auto& m : samples) *resp->add_system_metrics() = std::move(m);

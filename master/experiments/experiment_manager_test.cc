@@ -596,5 +596,45 @@ TEST_F(ExperimentManagerTest, ATrialKilledWhileItPausesEndsAtActivate) {
   for (const auto& c : h_.Commands("a", session)) EXPECT_FALSE(c.has_launch());
 }
 
+// det trial describe's system metrics: those of the agents of the open run, and once the
+// trial ended, those of the agents of its last run (not none).
+TEST_F(ExperimentManagerTest, GetTrialShowsTheSystemMetricsOfItsLastRunOnceEnded) {
+  const int64_t e = Create(testing::ExperimentYaml("sysmetrics"));
+  const int64_t trial = FirstTrial(e);
+  const std::string session = h_.Register("a", 1);
+  h_.Register("b", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  std::vector<v1::SystemMetrics> samples(2);
+  samples[0].set_agent_id("a");
+  samples[0].set_time_ms(1000);
+  samples[0].set_cpu_utilization_percent(42);
+  samples[1].set_agent_id("b");
+  samples[1].set_time_ms(1000);
+  samples[1].set_cpu_utilization_percent(7);
+  absl::Status added;
+  h_.Turn([&] { added = store_.AddSystemMetrics(samples, 0); });
+  ASSERT_TRUE(added.ok()) << added;
+  auto describe = [&] {
+    v1::GetTrialRequest req;
+    req.set_id(trial);
+    v1::GetTrialResponse resp;
+    absl::Status st;
+    h_.Turn([&] { st = h_.experiments.GetTrial(req, &resp); });
+    EXPECT_TRUE(st.ok()) << st;
+    return resp;
+  };
+  v1::GetTrialResponse running = describe();
+  ASSERT_EQ(running.system_metrics_size(), 1);
+  EXPECT_EQ(running.system_metrics(0).agent_id(), "a");
+
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 0).ok());
+  v1::GetTrialResponse ended = describe();
+  EXPECT_EQ(ended.trial().state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(ended.trial().allocation().id(), launch.allocation_id());
+  ASSERT_EQ(ended.system_metrics_size(), 1);
+  EXPECT_EQ(ended.system_metrics(0).agent_id(), "a");
+  EXPECT_EQ(ended.system_metrics(0).cpu_utilization_percent(), 42);
+}
+
 }  // namespace
 }  // namespace det::master

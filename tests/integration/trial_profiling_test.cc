@@ -116,9 +116,18 @@ TEST_F(TrialProfilingTest, DescribeShowsTimingsAndSystemMetricsOfAPyTorchTrial) 
   ASSERT_TRUE(e.is_object()) << wait.out << wait.err;
   EXPECT_EQ(e["experiment"]["state"], "STATE_COMPLETED")
       << cluster_.Det({"trial", "logs", "1"}).out;
-  // After the run, the timings stay: every report of the 200 batches.
+  // After the run, the timings stay: every report of the 200 batches; and the COMPLETED
+  // trial shows the system metrics of the agent of its last run.
   CommandResult done = cluster_.Det({"trial", "describe", "1"});
   EXPECT_THAT(done.out, HasSubstr("Timings (per batch, over ")) << done.out;
+  EXPECT_THAT(done.out, HasSubstr("System metrics:")) << done.out;
+  EXPECT_THAT(done.out, HasSubstr(" agent-a ")) << done.out;
+  nlohmann::json ended = cluster_.DetJson({"trial", "describe", "1"});
+  ASSERT_TRUE(ended.is_object()) << done.out;
+  EXPECT_EQ(ended["trial"]["state"], "STATE_COMPLETED") << ended.dump();
+  bool agent_a = false;
+  for (const auto& m : ended["system_metrics"]) agent_a |= m.value("agent_id", "") == "agent-a";
+  EXPECT_TRUE(agent_a) << ended.dump();
 }
 
 }  // namespace
