@@ -47,6 +47,13 @@ struct IncrementalScheduler::Req {
   // The last pass that visited this request, and what became of it there.
   uint64_t pass = 0;
   Outcome out;
+  // Reason reporting: what the last ChangedReasons() passed (or learnt) for it, the last
+  // report that checked it, whether it was set since, whether it was removed since.
+  Outcome reported{Outcome::kNone};
+  uint64_t checked = 0;
+  bool dirty = false, removed = false;
+  size_t group_pos = kNoPos;  // In by_group_[r.group], if there.
+  static constexpr size_t kNoPos = ~size_t{0};
 };
 
 namespace {
@@ -64,6 +71,18 @@ struct IncrementalScheduler::Pool {
 
   std::string name;
   int agents = 0, enabled = 0, total_free = 0;
+  // The sizes of count_by_size, as a waiting reason lists them ("4 or 8"), and a number
+  // for each such list the pool has had (Outcome::x of kSizes).
+  std::string sizes;
+  uint64_t sizes_id = 0;
+  std::map<std::string, uint64_t> sizes_ids;
+  void SizesChanged() {
+    sizes.clear();
+    for (const auto& [size, count] : count_by_size) {
+      absl::StrAppend(&sizes, sizes.empty() ? "" : " or ", size);
+    }
+    sizes_id = sizes_ids.emplace(sizes, sizes_ids.size()).first->second;
+  }
   std::map<int, int> count_by_size;  // Enabled agents with slots, by size.
   std::vector<ById> by_free;         // Enabled agents by free slot count.
   std::map<int, ById> idle_by_size;  // Enabled agents with every slot free, by size.
@@ -79,6 +98,10 @@ struct IncrementalScheduler::Pool {
     Key after;  // Holds for requests after this one (until the next snapshot).
     int most_free = 0, total_free = 0;
     std::vector<std::pair<int, int>> idle;  // (size, idle agents), sizes largest first.
+    bool operator==(const Snapshot& o) const {
+      return after == o.after && most_free == o.most_free && total_free == o.total_free &&
+             idle == o.idle;
+    }
   };
   std::vector<Snapshot> since_blocker;
 
@@ -128,7 +151,16 @@ struct IncrementalScheduler::Pool {
   }
 
   int largest() const { return count_by_size.empty() ? 0 : count_by_size.rbegin()->first; }
+
+  // What the last ChangedReasons() saw of this pool.
+  static constexpr uint64_t kNoBlocker = ~uint64_t{0};
+  uint64_t reported_blocker = kNoBlocker;  // Its arrival.
+  int reported_blocker_priority = 0;
+  std::vector<Snapshot> reported_since_blocker;
+  int reported_agents = 0, reported_enabled = 0;
+  std::map<int, int> reported_count_by_size;
 };
+
 
 IncrementalScheduler::IncrementalScheduler(Fit fit) : fit_(fit) {}
 IncrementalScheduler::~IncrementalScheduler() = default;
@@ -162,7 +194,7 @@ void IncrementalScheduler::AddAgentToPool(Agent* a) {
   ++p.agents;
   if (!a->view.enabled) return;
   ++p.enabled;
-  if (a->view.num_slots > 0) ++p.count_by_size[a->view.num_slots];
+  if (a->view.num_slots > 0 && p.count_by_size[a->view.num_slots]++ == 0) p.SizesChanged();
   Index(a);
 }
 
@@ -173,6 +205,7 @@ void IncrementalScheduler::RemoveAgentFromPool(Agent* a) {
   --p.enabled;
   if (a->view.num_slots > 0 && --p.count_by_size[a->view.num_slots] == 0) {
     p.count_by_size.erase(a->view.num_slots);
+    p.SizesChanged();
   }
   Unindex(a);
 }
@@ -206,6 +239,7 @@ void IncrementalScheduler::SetRequest(const Request& request) {
     q = it->second.get();
     if (SameRequest(q->r, request)) return;
     PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+    GroupIndexRemove(q);
     q->r = request;
   } else {
     auto owned = std::make_unique<Req>();
@@ -218,7 +252,33 @@ void IncrementalScheduler::SetRequest(const Request& request) {
   q->key.priority = request.priority;
   q->key.seq = request.seq;
   PoolNamed(request.pool).Enqueue(q->key, request.slots);
+  GroupIndexAdd(q);
+  Dirty(q);
   Changed();
+}
+
+void IncrementalScheduler::Dirty(Req* q) {
+  if (!reporting_ || q->dirty) return;
+  q->dirty = true;
+  dirty_.push_back(q);
+}
+
+void IncrementalScheduler::GroupIndexAdd(Req* q) {
+  if (q->r.group_max_slots <= 0 || q->r.slots <= 0) return;
+  std::vector<Req*>& v = by_group_[q->r.group];
+  q->group_pos = v.size();
+  v.push_back(q);
+}
+
+void IncrementalScheduler::GroupIndexRemove(Req* q) {
+  if (q->group_pos == Req::kNoPos) return;
+  auto it = by_group_.find(q->r.group);
+  std::vector<Req*>& v = it->second;
+  v[q->group_pos] = v.back();
+  v[q->group_pos]->group_pos = q->group_pos;
+  v.pop_back();
+  q->group_pos = Req::kNoPos;
+  if (v.empty()) by_group_.erase(it);
 }
 
 void IncrementalScheduler::RemoveRequest(const std::string& id) {
@@ -226,6 +286,12 @@ void IncrementalScheduler::RemoveRequest(const std::string& id) {
   if (it == requests_.end()) return;
   Req* q = it->second.get();
   PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+  GroupIndexRemove(q);
+  if (reporting_) {
+    // Lists of the last report may still point at it (ChangedReasons skips it).
+    q->removed = true;
+    graveyard_.push_back(std::move(it->second));
+  }
   requests_.erase(it);
   Changed();
 }
@@ -239,6 +305,7 @@ void IncrementalScheduler::SetGroupUsed(const std::string& group, int slots) {
     if (it != group_used_.end() && it->second == slots) return;
     group_used_[group] = slots;
   }
+  if (reporting_) used_changed_.push_back(group);
   Changed();
 }
 
@@ -331,6 +398,7 @@ const std::vector<Placement>& IncrementalScheduler::Schedule() {
   placements_.clear();
   group_pass_.clear();
   touched_.clear();
+  visited_list_.clear();
 
   // A k-way merge, in pass order, of request streams. Each pool starts with two: its
   // requests with slots, and its zero-slot ones. Once the pool has a blocker, its first
@@ -370,6 +438,7 @@ const std::vector<Placement>& IncrementalScheduler::Schedule() {
     if (s->kind == Kind::kSize && !s->pool->Fits(s->slots)) continue;
     Req& q = *key.req;
     ++visited_;
+    visited_list_.push_back(&q);
     q.pass = pass_;
     bool capped = false;
     if (q.r.group_max_slots > 0 && q.r.slots > 0) {
@@ -435,9 +504,8 @@ int IncrementalScheduler::HeldBefore(const Req& q) const {
   return n == 0 ? held : held + g->second.slots_after[n - 1];
 }
 
-std::string IncrementalScheduler::Reason(const Req& q) const {
+IncrementalScheduler::Outcome IncrementalScheduler::Summarize(const Req& q) const {
   const Request& r = q.r;
-  const std::string& pool = r.pool;
   Outcome out = q.out;
   if (q.pass != pass_) {
     // Not visited: held back by max_slots, or else waiting behind its pool's blocker.
@@ -445,14 +513,16 @@ std::string IncrementalScheduler::Reason(const Req& q) const {
     if (r.group_max_slots > 0 && r.slots > 0 && held + r.slots > r.group_max_slots) {
       out = {Outcome::kCapped, held};
     } else {
-      auto p = pools_.find(pool);
+      auto p = pools_.find(r.pool);
       if (p == pools_.end() || !p->second->blocker || r.slots == 0) {
         Impossible("a request the pass did not visit has no blocker");
       }
       const Pool& pl = *p->second;
       const Req* b = pl.blocker;
       if (r.priority > b->r.priority) {
-        return absl::StrCat("waiting behind ", b->r.Label(), " (priority ", b->r.priority, ")");
+        out = {Outcome::kBehind, b->r.priority};
+        out.x = b->key.arrival;
+        return out;
       }
       // Of the blocker's priority, a size the pool could no longer fit: what the pool
       // offered then.
@@ -476,9 +546,43 @@ std::string IncrementalScheduler::Reason(const Req& q) const {
       }
     }
   }
+  // What else the text says: the request's own fields, its pool, the pool's sizes.
+  const uint64_t pool = reinterpret_cast<uintptr_t>(pools_.at(r.pool).get());
+  switch (out.kind) {
+    case Outcome::kCapped:
+      out.b = r.group_max_slots;
+      out.c = r.slots;
+      break;
+    case Outcome::kNoAgents:
+    case Outcome::kDisabled:
+    case Outcome::kMulti:
+      out.x = pool;
+      break;
+    case Outcome::kSingle:
+      out.c = r.slots;
+      out.x = pool;
+      break;
+    case Outcome::kSizes:
+      out.a = r.slots;
+      out.b = static_cast<int>(pools_.at(r.pool)->sizes_id);
+      out.x = pool;
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+std::string IncrementalScheduler::Format(const Req& q, const Outcome& out) const {
+  const Request& r = q.r;
+  const std::string& pool = r.pool;
   switch (out.kind) {
     case Outcome::kPlaced:
+    case Outcome::kNone:
       return "";
+    case Outcome::kBehind:
+      return absl::StrCat("waiting behind ", pools_.at(pool)->blocker->r.Label(), " (priority ",
+                          out.a, ")");
     case Outcome::kCapped:
       return absl::StrCat("max_slots ", r.group_max_slots, " of its experiment reached (",
                           Plural(out.a, "slot"), " in use, needs ", r.slots, " more)");
@@ -494,14 +598,10 @@ std::string IncrementalScheduler::Reason(const Req& q) const {
     case Outcome::kMulti:
       return absl::StrCat("needs ", out.a, " idle ", out.b, "-slot agents in resource pool '",
                           pool, "'; ", out.c, " of ", out.d, " are idle");
-    case Outcome::kSizes: {
-      std::string sizes;
-      for (const auto& [size, count] : pools_.at(pool)->count_by_size) {
-        absl::StrAppend(&sizes, sizes.empty() ? "" : " or ", size);
-      }
+    case Outcome::kSizes:
       return absl::StrCat(r.slots, " slots requested; agents in resource pool '", pool,
-                          "' have ", sizes, " slots; a multi-agent trial must use a multiple of that");
-    }
+                          "' have ", pools_.at(pool)->sizes,
+                          " slots; a multi-agent trial must use a multiple of that");
   }
   return "";
 }
@@ -532,6 +632,81 @@ Decision IncrementalScheduler::ToDecision() const {
     if (Capped(id)) d.capped.insert(id);
   }
   return d;
+}
+
+void IncrementalScheduler::ChangedReasons(
+    const std::function<void(const std::string& id, const std::string& reason)>& changed) {
+  if (!fresh_) Impossible("ChangedReasons() about a pass the state has changed since");
+  ++report_;
+  const bool all = report_all_;
+  auto check = [&](Req* q) {
+    if (q->removed || q->checked == report_) return;
+    q->checked = report_;
+    const Outcome out = Summarize(*q);
+    if (out.kind == Outcome::kPlaced || (!all && out == q->reported)) {
+      q->reported = out;
+      return;
+    }
+    q->reported = out;
+    changed(q->r.id, Format(*q, out));
+  };
+  if (all) {
+    for (auto& [id, q] : requests_) check(q.get());
+  } else {
+    for (Req* q : dirty_) check(q);
+    for (Req* q : reported_visited_) check(q);
+    for (Req* q : visited_list_) check(q);
+    for (auto& [name, p] : pools_) {
+      const Req* b = p->blocker;
+      const uint64_t arrival = b ? b->key.arrival : Pool::kNoBlocker;
+      if (arrival != p->reported_blocker || (b && (b->dirty || b->r.priority != p->reported_blocker_priority))) {
+        // Every request with slots may wait behind another blocker now.
+        for (const Key& k : p->with_slots) check(k.req);
+      } else if (b && (p->since_blocker != p->reported_since_blocker ||
+                       p->agents != p->reported_agents || p->enabled != p->reported_enabled ||
+                       p->count_by_size != p->reported_count_by_size)) {
+        // The blocker's priority: what the pool offered after the blocker changed.
+        for (auto it = p->by_priority_size.lower_bound({b->r.priority, 0});
+             it != p->by_priority_size.end() && it->first.first == b->r.priority; ++it) {
+          for (auto k = it->second.upper_bound(b->key); k != it->second.end(); ++k) check(k->req);
+        }
+      }
+    }
+    // Groups whose max_slots context changed: every request it may hold back.
+    auto same_pass = [](const GroupPass& a, const GroupPass& b) {
+      return a.keys == b.keys && a.slots_after == b.slots_after;
+    };
+    auto recheck_group = [&](const std::string& group) {
+      auto it = by_group_.find(group);
+      if (it == by_group_.end()) return;
+      for (Req* q : it->second) check(q);
+    };
+    for (const std::string& g : used_changed_) recheck_group(g);
+    for (const auto& [g, pass] : group_pass_) {
+      auto old = reported_group_pass_.find(g);
+      if (old == reported_group_pass_.end() || !same_pass(old->second, pass)) recheck_group(g);
+    }
+    for (const auto& [g, pass] : reported_group_pass_) {
+      if (!group_pass_.count(g)) recheck_group(g);
+    }
+  }
+  // What this report saw, for the next.
+  for (Req* q : dirty_) q->dirty = false;
+  dirty_.clear();
+  reported_visited_ = visited_list_;
+  reported_group_pass_ = group_pass_;
+  used_changed_.clear();
+  for (auto& [name, p] : pools_) {
+    p->reported_blocker = p->blocker ? p->blocker->key.arrival : Pool::kNoBlocker;
+    p->reported_blocker_priority = p->blocker ? p->blocker->r.priority : 0;
+    p->reported_since_blocker = p->since_blocker;
+    p->reported_agents = p->agents;
+    p->reported_enabled = p->enabled;
+    p->reported_count_by_size = p->count_by_size;
+  }
+  graveyard_.clear();
+  report_all_ = false;
+  reporting_ = true;
 }
 
 }  // namespace det::master::scheduler

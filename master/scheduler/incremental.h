@@ -22,6 +22,7 @@
 #define DET_MASTER_SCHEDULER_INCREMENTAL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +48,7 @@ class IncrementalScheduler {
   void RemoveAgent(const std::string& id);
   // Adds the request or replaces the one with its id; a replaced request keeps its place
   // among requests of equal (priority, seq).
+  // REQUIRES: a request's label stays the same while it is set (ChangedReasons).
   void SetRequest(const Request& request);
   // No-op for an unknown id.
   void RemoveRequest(const std::string& id);
@@ -67,6 +69,21 @@ class IncrementalScheduler {
   // The whole decision, as Schedule() returns it: O(queue) strings.
   Decision ToDecision() const;
 
+  // The waiting reasons that changed since the last call (all of them on the first call,
+  // and on the first call after ReportAllReasons()): `changed(id, reason)` for every
+  // request that waits now with a reason other than the one last passed for it (a request
+  // set anew counts as never passed). Placed requests are not passed. Costs O(requests
+  // whose reason may have changed): those the last two reported passes visited, those set
+  // since, the groups whose max_slots context changed, and a pool's whole queue only when
+  // its blocker changed (or the requests of the blocker's priority when what the pool
+  // offers after the blocker changed).
+  // REQUIRES: as WaitingReason (Schedule() was called and nothing changed since).
+  void ChangedReasons(
+      const std::function<void(const std::string& id, const std::string& reason)>& changed);
+  // The next ChangedReasons() passes every waiting request's reason (the caller's record
+  // of them was lost).
+  void ReportAllReasons() { report_all_ = true; }
+
   size_t num_agents() const { return agents_.size(); }
   size_t num_requests() const { return requests_.size(); }
   // Requests the last pass visited (the rest waited behind a blocker; see above).
@@ -86,12 +103,26 @@ class IncrementalScheduler {
       if (seq != o.seq) return seq < o.seq;
       return arrival < o.arrival;
     }
+    bool operator==(const Key& o) const {
+      return priority == o.priority && seq == o.seq && arrival == o.arrival;
+    }
   };
   // Why a visited request waits (or that it was placed), formatted when asked.
+  // Summarize() adds all else a reason's text depends on, so that equal Outcomes mean equal
+  // texts: kBehind (a: the blocker's priority, x: its arrival; a request's label must not
+  // change), the request's slots and max_slots, its pool (x), the pool's sizes; kNone: never
+  // reported.
   struct Outcome {
-    enum Kind : uint8_t { kPlaced, kCapped, kNoAgents, kDisabled, kSingle, kMulti, kSizes };
+    enum Kind : uint8_t {
+      kPlaced, kCapped, kNoAgents, kDisabled, kSingle, kMulti, kSizes, kBehind, kNone
+    };
     Kind kind = kPlaced;
     int a = 0, b = 0, c = 0, d = 0;
+    uint64_t x = 0;
+    bool operator==(const Outcome& o) const {
+      return kind == o.kind && a == o.a && b == o.b && c == o.c && d == o.d && x == o.x;
+    }
+    bool operator!=(const Outcome& o) const { return !(*this == o); }
   };
   // A group's placements in the last pass, in pass order, for the max_slots check of
   // requests the pass did not visit.
@@ -107,7 +138,12 @@ class IncrementalScheduler {
   void RemoveAgentFromPool(Agent* a);
   bool Place(Pool& p, Req& q, Placement* out);
   int HeldBefore(const Req& q) const;  // Group slots in use when the pass reached q.
-  std::string Reason(const Req& q) const;
+  Outcome Summarize(const Req& q) const;  // Why q waits, compactly.
+  std::string Format(const Req& q, const Outcome& out) const;
+  std::string Reason(const Req& q) const { return Format(q, Summarize(q)); }
+  void Dirty(Req* q);
+  void GroupIndexAdd(Req* q);
+  void GroupIndexRemove(Req* q);
   void Changed() { fresh_ = false; }
 
   Fit fit_;
@@ -125,6 +161,19 @@ class IncrementalScheduler {
   std::vector<Placement> placements_;
   std::vector<Agent*> touched_;  // Agents the running pass took slots from.
   absl::flat_hash_map<std::string, GroupPass> group_pass_;
+  std::vector<Req*> visited_list_;  // The requests the last pass visited.
+
+  // Reason reporting (ChangedReasons): what the last report saw.
+  bool reporting_ = false;  // ChangedReasons() was called: removed requests wait in graveyard_.
+  bool report_all_ = true;
+  uint64_t report_ = 0;                // Stamps Req::checked.
+  std::vector<Req*> dirty_;            // Set since the last report.
+  std::vector<Req*> reported_visited_;  // Visited by the last reported pass.
+  absl::flat_hash_map<std::string, GroupPass> reported_group_pass_;
+  std::vector<std::string> used_changed_;  // Groups SetGroupUsed changed since.
+  // Requests that can be held back by max_slots (group_max_slots > 0, slots > 0), by group.
+  absl::flat_hash_map<std::string, std::vector<Req*>> by_group_;
+  std::vector<std::unique_ptr<Req>> graveyard_;  // Removed since the last report.
 };
 
 }  // namespace det::master::scheduler

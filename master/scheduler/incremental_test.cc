@@ -74,6 +74,7 @@ class Twin {
           requests_.erase(id);
           order_.erase(std::find(order_.begin(), order_.end(), id));
           inc_.RemoveRequest(id);
+          reasons_.erase(id);
         }
         break;
       case 9:  // Priority (or size, or pool) changed.
@@ -123,8 +124,28 @@ class Twin {
       ASSERT_EQ(inc_.Capped(id), want.capped.count(id) == 1) << id;
     }
     for (const auto& p : want.placements) ASSERT_EQ(inc_.WaitingReason(p.request_id), "");
-    // A second pass with nothing changed is the same pass.
+    // The reasons that changed, kept as the master keeps them: only a changed reason is
+    // passed, and the record then holds every waiting request's reason.
+    if (Pick(10) == 0) {
+      inc_.ReportAllReasons();
+      reasons_.clear();
+    }
+    inc_.ChangedReasons([&](const std::string& id, const std::string& why) {
+      auto it = reasons_.find(id);
+      EXPECT_TRUE(it == reasons_.end() || it->second != why) << id << " passed unchanged: " << why;
+      reasons_[id] = why;
+    });
+    for (const auto& p : want.placements) reasons_.erase(p.request_id);
+    for (const auto& [id, why] : want.waiting) {
+      auto it = reasons_.find(id);
+      ASSERT_TRUE(it != reasons_.end()) << id << " waits (" << why << ") but was never passed";
+      ASSERT_EQ(it->second, why) << id;
+    }
+    // A second pass with nothing changed is the same pass, and changes no reason.
     ASSERT_EQ(Describe(inc_.Schedule()), Describe(want.placements));
+    inc_.ChangedReasons([&](const std::string& id, const std::string& why) {
+      ADD_FAILURE() << id << " passed again with nothing changed: " << why;
+    });
     last_ = want.placements;
   }
 
@@ -205,6 +226,7 @@ class Twin {
       requests_.erase(p.request_id);
       order_.erase(std::find(order_.begin(), order_.end(), p.request_id));
       inc_.RemoveRequest(p.request_id);
+      reasons_.erase(p.request_id);
     }
     last_.clear();
   }
@@ -217,6 +239,7 @@ class Twin {
   std::vector<std::string> order_;  // Request ids in the order they were first set.
   std::map<std::string, int> group_used_;
   std::vector<Placement> last_;
+  std::map<std::string, std::string> reasons_;  // As ChangedReasons passed them.
   int next_ = 0;
 };
 
