@@ -103,3 +103,20 @@ class AmpTrial(TinyTrial):
     def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
         context.experimental.use_amp()
         super().__init__(context)
+
+
+class DeterministicTrial(TinyTrial):
+    """For deterministic mode (reproducibility.deterministic): an MLP with dropout (so the
+    micro-batches' random draws matter), SGD with momentum; every micro-batch is logged."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        self.context = context
+        torch.manual_seed(1)
+        self.model = context.wrap_model(torch.nn.Sequential(
+            torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+            torch.nn.Linear(16, 1)))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.05,
+                                                          momentum=0.9))
+        self.log_path = context.get_hparam("log")
+        self.rank = context.distributed.get_rank()
+        self._log(kind="init", initial_batch=context.get_initial_batch())

@@ -441,7 +441,8 @@ class ClusterTest(unittest.TestCase):
         os.makedirs(self.storage)
         self.log = os.path.join(self.tmp.name, "log.jsonl")
 
-    def run_ranks(self, service_address, spec, world_size=1, expect_rc=0):
+    def run_ranks(self, service_address, spec, world_size=1, expect_rc=0,
+                  trial="tests.trial_model:TinyTrial"):
         port = str(free_port())
         procs = []
         for rank in range(world_size):
@@ -451,7 +452,7 @@ class ClusterTest(unittest.TestCase):
             env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": PYTHONPATH})
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "det.pytorch.run", "tests.trial_model:TinyTrial"],
+                [sys.executable, "-m", "det.pytorch.run", trial],
                 env=env, cwd=self.tmp.name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
         outs = []
@@ -596,6 +597,81 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual([r.values["first_id"] for r in service.rows("validation")],
                          [6.0, 6.0, 6.0])
         self.assertEqual([r.total_batches for r in service.rows("validation")], [4, 8, 12])
+
+    def test_deterministic_mode_is_bitwise_the_same_on_1_and_2_ranks_and_across_a_resize(self):
+        # reproducibility.deterministic: each global batch of 8 trains as 4 micro-batches of
+        # 2 (hyperparameters.micro_batch_size) through DeterministicDDP. Every step's training
+        # loss and every final parameter are the same bits on 1 and 2 ranks and when a
+        # 2-rank run stopped after batch 4 resumes on 1 rank; no batch is trained twice.
+        def spec(log, **kwargs):
+            s = cluster_spec(self.storage, {"log": log, "micro_batch_size": 2, **kwargs.pop(
+                "hparams", {})}, scheduling_unit=1, validation_period=0, **kwargs)
+            s.deterministic = True
+            return s
+
+        def losses(service):
+            return [(r.total_batches, float.hex(r.values["loss"]))
+                    for r in service.rows("training")]
+
+        def train_steps(log):
+            by_step = {}
+            for r in records(log, "train"):
+                by_step.setdefault(r["batch_idx"], []).append((r["rank"], r["ids"]))
+            return by_step
+
+        runs = {}
+        for world in (1, 2):
+            log = os.path.join(self.tmp.name, f"log{world}.jsonl")
+            with fake_master.serve(world) as (service, address):
+                self.run_ranks(address, spec(log), world_size=world,
+                               trial="tests.trial_model:DeterministicTrial")
+                runs[world] = (losses(service), train_steps(log),
+                               service.checkpoints[-1].checkpoint.storage_path)
+        resized_log = os.path.join(self.tmp.name, "resized.jsonl")
+        with fake_master.serve(2) as (service, address):
+            self.run_ranks(address, spec(resized_log, hparams={"sigterm_at": 4}), world_size=2,
+                           trial="tests.trial_model:DeterministicTrial")
+            self.assertEqual(service.checkpoints[-1].checkpoint.total_batches, 5)
+            latest = service.checkpoints[-1].checkpoint.storage_path
+        with fake_master.serve(1) as (resumed, address):
+            self.run_ranks(address, spec(resized_log, latest_checkpoint=latest), world_size=1,
+                           trial="tests.trial_model:DeterministicTrial")
+        resized = losses(service) + losses(resumed)
+
+        one, two = runs[1], runs[2]
+        self.assertEqual([b for b, _ in one[0]], list(range(1, 13)))
+        self.assertEqual(two[0], one[0])
+        self.assertEqual(resized, one[0])
+        # Every step trains the same 8 records as 4 micro-batches of 2, once: on 2 ranks
+        # two micro-batches each (rank 0 the first half).
+        resized_steps = train_steps(resized_log)
+        for step in range(12):
+            records_of = lambda run: sorted(i for _, ids in run[step] for i in ids)  # noqa: E731
+            self.assertEqual([len(ids) for _, ids in one[1][step]], [2, 2, 2, 2], step)
+            self.assertEqual(records_of(two[1]), records_of(one[1]), step)
+            self.assertEqual(records_of(resized_steps), records_of(one[1]), step)
+            self.assertEqual(sorted(r for r, _ in two[1][step]), [0, 0, 1, 1], step)
+            ranks = sorted(r for r, _ in resized_steps[step])
+            self.assertEqual(ranks, [0, 0, 1, 1] if step < 5 else [0, 0, 0, 0], step)
+        # The final parameters, bit for bit.
+        finals = [torch_load(os.path.join(path, "state_dict.pth"))["models_state_dict"][0]
+                  for path in (one[2], two[2])]
+        for name, value in finals[0].items():
+            self.assertTrue(torch.equal(value, finals[1][name]), name)
+
+    def test_deterministic_mode_refusals_name_the_setting(self):
+        with fake_master.serve() as (_, address):
+            out = self.run_ranks(
+                address, _deterministic(cluster_spec(self.storage, {
+                    "log": self.log, "micro_batch_size": 3})),
+                trial="tests.trial_model:DeterministicTrial", expect_rc=1)
+        self.assertIn("micro_batch_size 3 does not divide the per-rank batch 8", out[0])
+        self.assertIn("hyperparameters.micro_batch_size is 3", out[0])
+
+
+def _deterministic(spec):
+    spec.deterministic = True
+    return spec
 
 
 if __name__ == "__main__":

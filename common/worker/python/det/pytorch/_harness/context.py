@@ -73,6 +73,56 @@ def _calculate_batch_sizes(hparams: Optional[Dict[str, Any]], slots: int):
     return per_slot, per_slot * slots
 
 
+def _micro_batch_size(hparams: Optional[Dict[str, Any]]) -> int:
+    """hyperparameters.micro_batch_size (det's, as the C++ example's; default 1): the samples
+    of each micro-batch in deterministic mode."""
+    value = (hparams or {}).get("micro_batch_size", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidExperimentException(
+            f"hyperparameters.micro_batch_size must be an integer >= 1 in deterministic mode "
+            f"(reproducibility.deterministic), got {value!r}")
+    return value
+
+
+class _DeterministicStep:
+    """What train_batch asked of the context during one micro-batch in deterministic mode:
+    the loss it passed to backward() (the Trainer back-propagates it through
+    DeterministicDDP) and its step_optimizer() calls (run once the global batch's exact mean
+    gradient is in .grad)."""
+
+    def __init__(self) -> None:
+        self.loss: Optional[torch.Tensor] = None
+        self.steps: List[Any] = []
+
+    def begin(self) -> None:
+        self.loss = None
+        self.steps = []
+
+    def set_loss(self, loss: torch.Tensor, gradient: Optional[torch.Tensor], retain_graph: bool,
+                 create_graph: bool) -> None:
+        if gradient is not None or retain_graph or create_graph:
+            raise InvalidExperimentException(
+                "deterministic mode (reproducibility.deterministic): context.backward takes the "
+                "loss alone (no gradient, retain_graph or create_graph)")
+        if self.loss is not None:
+            raise InvalidExperimentException(
+                "deterministic mode (reproducibility.deterministic): train_batch called "
+                "context.backward more than once; it supports one loss per batch (add the "
+                "losses and call backward once)")
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise InvalidExperimentException(
+                "deterministic mode (reproducibility.deterministic): context.backward needs a "
+                f"one-element loss tensor, got {type(loss).__name__}")
+        self.loss = loss.reshape(())
+
+    def take_loss(self, batch_idx: int) -> torch.Tensor:
+        if self.loss is None:
+            raise InvalidExperimentException(
+                f"deterministic mode (reproducibility.deterministic): train_batch (batch "
+                f"{batch_idx}) did not call context.backward(loss)")
+        return self.loss
+
+
 class PyTorchTrialContext(_ReducerContext):
     """Built by det.pytorch.init() (not by hand). `distributed` is the core
     DistributedContext; `device` is where models and batches go (cuda:LOCAL_RANK on CUDA
@@ -103,6 +153,17 @@ class PyTorchTrialContext(_ReducerContext):
             raise InvalidExperimentException(
                 f"aggregation_frequency must be an integer >= 1, got {aggregation_frequency!r}")
         self._aggregation_frequency = aggregation_frequency
+        # det's deterministic mode (reproducibility.deterministic: docs/pytorch-trial.md):
+        # the Trainer trains each global batch as micro-batches of _micro_batch_size samples
+        # through DeterministicDDP; while it runs train_batch, backward and step_optimizer
+        # are captured by _step (a _DeterministicStep), not run.
+        repro = (exp_conf or {}).get("reproducibility") or {}
+        self._deterministic = bool(repro.get("deterministic", False))
+        self._micro_batch_size = _micro_batch_size(hparams) if self._deterministic else 0
+        self._step: Optional[_DeterministicStep] = None
+        if self._deterministic:
+            from ..deterministic import pin_determinism
+            pin_determinism(num_threads=1)
         self.device = self._init_device()
         self.models: List[torch.nn.Module] = []
         self.optimizers: List[torch.optim.Optimizer] = []
@@ -262,7 +323,8 @@ class PyTorchTrialContext(_ReducerContext):
         checkpointed as models_state_dict[i]."""
         model = model.to(self.device)
         wrapped = model
-        if self.distributed.size > 1:
+        # In deterministic mode the Trainer's DeterministicDDP exchanges the gradients.
+        if self.distributed.size > 1 and not self._deterministic:
             if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
                 raise InvalidExperimentException(
                     "wrap_model: more than one rank but torch.distributed is not initialized "
@@ -388,7 +450,11 @@ class PyTorchTrialContext(_ReducerContext):
                  retain_graph: bool = False, create_graph: bool = False) -> None:
         """loss.backward(...); with aggregation_frequency > 1, gradients are exchanged only on
         the batches that step the optimizers. After experimental.use_amp() the loss is scaled
-        by the wrapped GradScaler first."""
+        by the wrapped GradScaler first. In deterministic mode, inside train_batch, the
+        Trainer back-propagates the loss itself (exact fixed-point sums; one call a batch)."""
+        if self._step is not None:
+            self._step.set_loss(loss, gradient, retain_graph, create_graph)
+            return
         if self._scaler is not None and self.experimental._auto_amp:
             loss = self._scaler.scale(loss)
         if self.distributed.size > 1 and self._current_batch_idx is not None and \
@@ -404,7 +470,11 @@ class PyTorchTrialContext(_ReducerContext):
                        auto_zero_grads: bool = True, scaler: Optional[Any] = None) -> None:
         """Steps `optimizer` on the batches that end an aggregation window (every batch by
         default): gradients averaged over the window, clip_grads(params), step (through
-        `scaler` when given), zero_grad() when auto_zero_grads."""
+        `scaler` when given), zero_grad() when auto_zero_grads. In deterministic mode, inside
+        train_batch, the step runs once the global batch's exact mean gradient is in .grad."""
+        if self._step is not None:
+            self._step.steps.append((optimizer, clip_grads, auto_zero_grads, scaler))
+            return
         if self._aggregation_frequency > 1 and not auto_zero_grads:
             raise InvalidExperimentException("if optimizations.aggregation_frequency is larger "
                                              "than 1, auto_zero_grads must be set to true.")

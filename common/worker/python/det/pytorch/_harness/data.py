@@ -262,26 +262,44 @@ def data_length(data: Any) -> int:
     raise TypeError(f"data_length: data of incorrect type: {type(data).__name__}")
 
 
+def _map_nested(data: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`data` with leaf(value) for every value inside dicts, lists and tuples (namedtuples
+    kept)."""
+    if isinstance(data, dict):
+        return {k: _map_nested(v, leaf) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_map_nested(v, leaf) for v in data]
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(_map_nested(v, leaf) for v in data))
+    if isinstance(data, tuple):
+        return tuple(_map_nested(v, leaf) for v in data)
+    return leaf(data)
+
+
+def _slice(data: Any, lo: int, hi: int) -> Any:
+    """Records [lo, hi) of a batch: every tensor and array sliced on its first dimension,
+    through dicts, lists and tuples; other values as they are."""
+    def leaf(value: Any) -> Any:
+        if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
+            return value[lo:hi]
+        return value
+    return _map_nested(data, leaf)
+
+
 def to_device(data: Any, device: Any, warned_types: Optional[Set[Type]] = None) -> Any:
     """`data` with every tensor (and numpy array, as a tensor) moved to `device`, through
     dicts, lists and tuples; other values as they are."""
-    if warned_types is None:
-        warned_types = set()
-    if isinstance(data, dict):
-        return {k: to_device(v, device, warned_types) for k, v in data.items()}
-    if isinstance(data, list):
-        return [to_device(v, device, warned_types) for v in data]
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(to_device(v, device, warned_types) for v in data))
-    if isinstance(data, tuple):
-        return tuple(to_device(v, device, warned_types) for v in data)
-    if isinstance(data, np.ndarray) and data.dtype != object:
-        return torch.from_numpy(data).to(device)
-    if callable(getattr(data, "to", None)):
-        return data.to(device)
-    if not isinstance(data, (str, bytes, numbers.Number, type(None))):
-        warned_types.add(type(data))
-    return data
+    warned = set() if warned_types is None else warned_types
+
+    def leaf(value: Any) -> Any:
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            return torch.from_numpy(value).to(device)
+        if callable(getattr(value, "to", None)):
+            return value.to(device)
+        if not isinstance(value, (str, bytes, numbers.Number, type(None))):
+            warned.add(type(value))
+        return value
+    return _map_nested(data, leaf)
 
 
 def _number(what: str, name: Any, value: Any) -> float:

@@ -74,15 +74,20 @@ def reduce_validation(allgather: Callable[[Any], List[Any]],
 
 
 def average_training(allgather: Callable[[Any], List[Any]],
-                     batch_metrics: List[Dict[str, float]]) -> Tuple[Dict[str, float],
-                                                                     List[Dict[str, float]]]:
+                     batch_metrics: List[Any],
+                     micro_batches: bool = False) -> Tuple[Dict[str, float],
+                                                           List[Dict[str, float]]]:
     """train_batch's metrics of one reporting window on every rank (a collective): each
     batch's values averaged over the ranks (batch_metrics), and those averaged over the
-    window's batches (avg_metrics)."""
+    window's batches (avg_metrics). With micro_batches (deterministic mode) each entry of
+    batch_metrics is the list of the rank's micro-batches' metrics, and a batch's value is
+    the mean over every micro-batch of every rank: math.fsum is correctly rounded whatever
+    the order, so the value is the same, bit for bit, at any rank count."""
     per_rank = allgather(batch_metrics)
     averaged: List[Dict[str, float]] = []
     for i in range(len(batch_metrics)):
-        batch = [rank[i] for rank in per_rank if i < len(rank)]
+        batch = [m for rank in per_rank if i < len(rank)
+                 for m in (rank[i] if micro_batches else [rank[i]])]
         keys = list(dict.fromkeys(k for b in batch for k in b))
         averaged.append({k: math.fsum(b[k] for b in batch if k in b) /
                          sum(1 for b in batch if k in b) for k in keys})

@@ -19,7 +19,7 @@ import torch
 
 from . import data as _data, reducer as _reducer, tensorboard as _tensorboard
 from .callback import PyTorchCallback
-from .context import PyTorchTrialContext
+from .context import PyTorchTrialContext, _DeterministicStep
 from .errors import InvalidExperimentException, InvalidHP
 from .lr_scheduler import LRScheduler
 from .trial import PyTorchTrial, _overrides, _takes_batch_idx
@@ -204,6 +204,8 @@ class _Controller:
         info = self.core.info
         self.seed = info.trial.trial_seed if info is not None else 0
         self.state = _fresh_state(self.trial_id)
+        # DeterministicDDP in deterministic mode (built by run()), else None.
+        self.deterministic: Any = None
         self.best_validation: Optional[float] = None
         self.last_checkpoint_uuid: Optional[str] = None
         self.callbacks: Dict[str, PyTorchCallback] = trial.build_callbacks()
@@ -293,11 +295,43 @@ class _Controller:
                 logger.info("Restoring trial from checkpoint %s", self.latest_checkpoint)
                 with self._checkpoint_dir() as path:
                     self._load(pathlib.Path(path))
+            self.deterministic = self._deterministic_ddp()
             for callback in self.callbacks.values():
                 callback.on_training_start()
             if self.context.profiler is not None:
                 stack.enter_context(self.context.profiler)
             self._run()
+
+    def _deterministic_ddp(self) -> Any:
+        """In deterministic mode (reproducibility.deterministic), the DeterministicDDP over
+        every wrapped model that trains each global batch as the same micro-batches of
+        hyperparameters.micro_batch_size samples at any rank count, with exact fixed-point
+        sums of their gradients (docs/pytorch-data-and-determinism.md); else None. Built
+        after the checkpoint is loaded (it broadcasts rank 0's parameters)."""
+        ctx = self.context
+        if not ctx._deterministic:
+            return None
+        what = "deterministic mode (reproducibility.deterministic)"
+        if ctx._aggregation_frequency != 1:
+            raise InvalidExperimentException(
+                f"{what} needs optimizations.aggregation_frequency: 1, got "
+                f"{ctx._aggregation_frequency}")
+        if ctx._scaler is not None:
+            raise InvalidExperimentException(f"{what} does not support AMP (wrap_scaler/use_amp)")
+        if self.training.sampler is None:
+            raise InvalidExperimentException(
+                f"{what} needs build_training_data_loader() to return a det.pytorch.DataLoader "
+                "with a batch_size and no custom sampler or batch_sampler (det's elastic order "
+                "gives every rank count the same global batches)")
+        from ..deterministic import DeterministicDDP
+        models = torch.nn.ModuleList([_unwrapped(m) for m in ctx.models])
+        try:
+            return DeterministicDDP(models, self.training.sampler.global_batch_size,
+                                    ctx._micro_batch_size, rng_seed=self.seed)
+        except ValueError as e:
+            raise InvalidExperimentException(
+                f"{what}: {e} (hyperparameters.micro_batch_size is "
+                f"{ctx._micro_batch_size})") from None
 
     def _close_batches(self) -> None:
         # Shuts down the DataLoader's worker processes now, not at garbage collection.
@@ -378,14 +412,14 @@ class _Controller:
         return preempt or stop
 
     def _train_window(self, boundaries: List[Tuple[str, TrainUnit]],
-                      length: TrainUnit) -> Tuple[List[str], List[Dict[str, float]], bool]:
+                      length: TrainUnit) -> Tuple[List[str], List[Any], bool]:
         """Trains until a boundary is reached (or a stop is asked); which were reached, the
         per-batch metrics of this rank, and whether to stop."""
         for model in self.context.models:
             model.train()
         self.context.reset_reducers()
         epoch_len = self.context._require_epoch_len()
-        metrics: List[Dict[str, float]] = []
+        metrics: List[Any] = []
         while True:
             batch_idx = self.state["batches_trained"]
             epoch_idx, in_epoch = divmod(batch_idx, epoch_len)
@@ -419,13 +453,23 @@ class _Controller:
             if reached:
                 return reached, metrics, False
 
-    def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, float]:
+    def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        """train_batch's metrics of this batch (in deterministic mode, the list of its
+        micro-batches' metrics)."""
         # The phases' timings go with the next training report (group "timings"), as
         # Determined's PyTorchTrial profiler names them.
         timer = self.core.train.timer
         if self.context.experimental._auto_to_device:
             with timer("to_device"):
                 batch = self.context.to_device(batch)
+        if self.deterministic is not None:
+            with timer("train_batch"):
+                micro_metrics = self._train_micro_batches(batch, epoch_idx, batch_idx)
+            if self.context.lr_schedulers:
+                with timer("step_lr_schedulers"):
+                    for scheduler in self.context.lr_schedulers:
+                        self._step_lr_scheduler(batch_idx, scheduler)
+            return micro_metrics
         with timer("train_batch"):
             out = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=batch_idx)
         if isinstance(out, torch.Tensor):
@@ -439,6 +483,36 @@ class _Controller:
                     self._step_lr_scheduler(batch_idx, scheduler)
         with timer("from_device"):
             return _data._numbers(f"train_batch (batch {batch_idx})", out)
+
+    def _train_micro_batches(self, batch: Any, epoch_idx: int,
+                             batch_idx: int) -> List[Dict[str, float]]:
+        """Deterministic mode: train_batch once per micro-batch of this rank's slice, its
+        context.backward(loss) captured and back-propagated by DeterministicDDP (exact sums
+        across micro-batches and ranks), then its step_optimizer calls run once; the
+        micro-batches' metrics."""
+        ctx = self.context
+        step = ctx._step = _DeterministicStep()
+        metrics: List[Dict[str, float]] = []
+
+        def loss_fn(index: torch.Tensor) -> torch.Tensor:
+            lo = int(index[0])
+            step.begin()
+            out = self.trial.train_batch(batch=_data._slice(batch, lo, lo + len(index)),
+                                         epoch_idx=epoch_idx, batch_idx=batch_idx)
+            if isinstance(out, torch.Tensor):
+                out = {"loss": out}
+            metrics.append(_data._numbers(f"train_batch (batch {batch_idx})", out))
+            return step.take_loss(batch_idx)
+
+        try:
+            self.deterministic.backward(torch.arange(_data.data_length(batch)), loss_fn,
+                                        step=batch_idx)
+        finally:
+            ctx._step = None
+        for optimizer, clip_grads, auto_zero_grads, scaler in step.steps:
+            ctx.step_optimizer(optimizer, clip_grads=clip_grads, auto_zero_grads=auto_zero_grads,
+                               scaler=scaler)
+        return metrics
 
     def _step_lr_scheduler(self, batch_idx: int, scheduler: LRScheduler) -> None:
         if not self.context._should_communicate_and_update():
@@ -461,8 +535,9 @@ class _Controller:
 
     # -- reports --------------------------------------------------------------------------
 
-    def _report_training(self, batch_metrics: List[Dict[str, float]]) -> None:
-        avg, per_batch = _reducer.average_training(self.dist.allgather, batch_metrics)
+    def _report_training(self, batch_metrics: List[Any]) -> None:
+        avg, per_batch = _reducer.average_training(self.dist.allgather, batch_metrics,
+                                                   micro_batches=self.deterministic is not None)
         avg.update(self._numbers("training", self.context.reduce_metrics(for_training=True)))
         if self.is_chief and avg:
             # As Determined's Trial API: the trial's batches and epochs go with every report
