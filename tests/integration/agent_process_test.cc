@@ -1,4 +1,6 @@
-// The agent with real worker processes (through the real det-agent shim) and a fake master.
+// The agent with real worker processes (through the real det-agent shim) and a fake master
+// (moved from agent/agent_test.cc: the agent's unit tests, //agent/..., start no process;
+// they drive the same Agent with FakeProcessLauncher and FakeClock, agent_fake_test.cc).
 #include "agent/agent.h"
 
 #include <signal.h>
@@ -14,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
-#include "agent/supervisor/worker_process.h"
 #include "agent/testing/fake_master_client.h"
 #include "common/rpc/context_sha256.h"
 #include "common/testing/wait_until.h"
