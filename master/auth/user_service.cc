@@ -124,10 +124,13 @@ UserService::~UserService() {
 
 absl::Status UserService::Restore() {
   ASSIGN_OR_RETURN(std::vector<UserRow> rows, store_.ListUsers());
-  for (auto& u : rows) users_[u.id] = std::move(u);
   ASSIGN_OR_RETURN(std::vector<SessionRow> sessions, store_.LoadSessions(clock_.NowMs()));
-  for (const auto& s : sessions) sessions_[s.token_hash] = {s.user_id, s.expires_ms};
-  if (!users_.empty()) return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& u : rows) users_[u.id] = std::move(u);
+    for (const auto& s : sessions) sessions_[s.token_hash] = {s.user_id, s.expires_ms};
+    if (!users_.empty()) return absl::OkStatus();
+  }
 
   std::string password = options_.initial_admin_password;
   const bool generated = password.empty();
@@ -142,7 +145,10 @@ absl::Status UserService::Restore() {
   admin.created_ms = clock_.NowMs();
   ASSIGN_OR_RETURN(admin.password_hash, HashPassword(password));
   ASSIGN_OR_RETURN(admin.id, store_.InsertUser(admin));
-  users_[admin.id] = admin;
+  {
+    absl::MutexLock l(&mu_);
+    users_[admin.id] = admin;
+  }
   if (generated) {
     Logger("master")->warn(
         "created user 'admin' with password {} (shown once; log in with `det user login "
@@ -155,11 +161,19 @@ absl::Status UserService::Restore() {
   return absl::OkStatus();
 }
 
-const UserRow* UserService::FindUser(const std::string& name) const {
+std::optional<UserRow> UserService::UserNamed(const std::string& name) const {
+  absl::ReaderMutexLock l(&mu_);
   for (const auto& [id, u] : users_) {
-    if (u.username == name) return &u;
+    if (u.username == name) return u;
   }
-  return nullptr;
+  return std::nullopt;
+}
+
+std::optional<UserRow> UserService::UserWithId(int64_t id) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = users_.find(id);
+  if (it == users_.end()) return std::nullopt;
+  return it->second;
 }
 
 v1::User UserService::ToProto(const UserRow& row) const {
@@ -188,7 +202,10 @@ absl::Status UserService::StartSession(const UserRow& user, v1::LoginResponse* r
   row.created_ms = clock_.NowMs();
   row.expires_ms = row.created_ms + absl::ToInt64Milliseconds(options_.session_ttl);
   RETURN_IF_ERROR(store_.InsertSession(row));
-  sessions_[row.token_hash] = {row.user_id, row.expires_ms};
+  {
+    absl::MutexLock l(&mu_);
+    sessions_[row.token_hash] = {row.user_id, row.expires_ms};
+  }
   response->set_token(token);
   *response->mutable_user() = ToProto(user);
   response->set_expires_ms(row.expires_ms);
@@ -197,39 +214,46 @@ absl::Status UserService::StartSession(const UserRow& user, v1::LoginResponse* r
 }
 
 void UserService::Authenticate(const std::string& token, Caller* caller, Done done) {
-  loop_.Post([this, token, caller, done = std::move(done)] {
-    if (token.empty()) {
-      ++rejected_;
-      done(absl::UnauthenticatedError(
-          "no session token: log in with `det user login` (REST: POST /api/v1/auth/login, "
-          "then send \"Authorization: Bearer TOKEN\")"));
-      return;
-    }
-    const std::string hash = TokenHash(token);
+  if (token.empty()) {
+    ++rejected_;
+    return done(absl::UnauthenticatedError(
+        "no session token: log in with `det user login` (REST: POST /api/v1/auth/login, "
+        "then send \"Authorization: Bearer TOKEN\")"));
+  }
+  const std::string hash = TokenHash(token);
+  const int64_t now = clock_.NowMs();
+  absl::Status status;
+  bool expired = false;
+  {
+    absl::ReaderMutexLock l(&mu_);
     auto it = sessions_.find(hash);
-    if (it != sessions_.end() && it->second.expires_ms <= clock_.NowMs()) {
-      sessions_.erase(it);
+    expired = it != sessions_.end() && it->second.expires_ms <= now;
+    auto user = it == sessions_.end() || expired ? users_.end() : users_.find(it->second.user_id);
+    if (user == users_.end()) {
+      status = absl::UnauthenticatedError(
+          "invalid or expired session token: log in again with `det user login`");
+    } else if (!IsActive(user->second)) {
+      status = Deactivated(user->second.username);
+    } else {
+      caller->user = ToProto(user->second);
+      caller->token = token;
+    }
+  }
+  if (expired) {
+    // Refused above whatever happens to it here.
+    loop_.Post([this, hash, now] {
+      {
+        absl::MutexLock l(&mu_);
+        auto it = sessions_.find(hash);
+        if (it == sessions_.end() || it->second.expires_ms > now) return;
+        sessions_.erase(it);
+      }
       absl::Status st = store_.DeleteSession(hash);
       if (!st.ok()) Logger("master")->error("cannot delete an expired session: {}", st.ToString());
-      it = sessions_.end();
-    }
-    auto user = it == sessions_.end() ? users_.end() : users_.find(it->second.user_id);
-    if (user == users_.end()) {
-      ++rejected_;
-      done(absl::UnauthenticatedError(
-          "invalid or expired session token: log in again with `det user login`"));
-      return;
-    }
-    if (!IsActive(user->second)) {
-      ++rejected_;
-      done(Deactivated(user->second.username));
-      return;
-    }
-    ++authenticated_;
-    caller->user = ToProto(user->second);
-    caller->token = token;
-    done(absl::OkStatus());
-  });
+    });
+  }
+  ++(status.ok() ? authenticated_ : rejected_);
+  done(status);
 }
 
 void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* response,
@@ -241,7 +265,7 @@ void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* resp
       done(st);
       return;
     }
-    const UserRow* user = FindUser(request.username());
+    std::optional<UserRow> user = UserNamed(request.username());
     std::string hash = user ? PasswordHashOf(user->password_hash) : "";
     int64_t id = user ? user->id : 0;
     std::string password = request.password();
@@ -251,20 +275,20 @@ void UserService::Login(const v1::LoginRequest& request, v1::LoginResponse* resp
       bool ok = VerifyPassword(hash.empty() ? DummyHash() : hash, password) && !hash.empty();
       Wipe(password);
       loop_.Post([this, ok, id, name, response, done = std::move(done)] {
-        auto user = users_.find(id);
-        RecordLogin(name, ok && user != users_.end());
-        if (!ok || user == users_.end()) {
+        std::optional<UserRow> user = UserWithId(id);
+        RecordLogin(name, ok && user);
+        if (!ok || !user) {
           ++rejected_;
           done(absl::UnauthenticatedError("wrong user name or password"));
           return;
         }
         // Said only after the right password, so it tells nothing to others.
-        if (!IsActive(user->second)) {
+        if (!IsActive(*user)) {
           ++rejected_;
-          done(Deactivated(user->second.username));
+          done(Deactivated(user->username));
           return;
         }
-        done(StartSession(user->second, response));
+        done(StartSession(*user, response));
       });
     });
   });
@@ -308,7 +332,10 @@ void UserService::Logout(const Caller& caller, const v1::LogoutRequest&, v1::Log
                          Done done) {
   loop_.Post([this, token = caller.token, done = std::move(done)] {
     const std::string hash = TokenHash(token);
-    sessions_.erase(hash);
+    {
+      absl::MutexLock l(&mu_);
+      sessions_.erase(hash);
+    }
     done(store_.DeleteSession(hash));
   });
 }
@@ -317,6 +344,7 @@ void UserService::WhoAmI(const Caller& caller, const v1::WhoAmIRequest&,
                          v1::WhoAmIResponse* response, Done done) {
   loop_.Post([this, token = caller.token, user_id = caller.user.id(), response,
               done = std::move(done)] {
+    absl::ReaderMutexLock l(&mu_);
     auto u = users_.find(user_id);
     auto s = sessions_.find(TokenHash(token));
     if (u == users_.end() || s == sessions_.end()) {
@@ -337,7 +365,7 @@ void UserService::CreateUser(const Caller& caller, const v1::CreateUserRequest& 
     return done(st);
   }
   loop_.Post([this, &request, response, done = std::move(done)]() mutable {
-    if (FindUser(request.username())) {
+    if (UserNamed(request.username())) {
       done(absl::AlreadyExistsError(
           absl::StrCat("user '", request.username(), "' already exists")));
       return;
@@ -356,7 +384,10 @@ void UserService::CreateUser(const Caller& caller, const v1::CreateUserRequest& 
         absl::StatusOr<int64_t> id = store_.InsertUser(row);
         if (!id.ok()) return done(id.status());
         row.id = *id;
-        users_[row.id] = row;
+        {
+          absl::MutexLock l(&mu_);
+          users_[row.id] = row;
+        }
         *response->mutable_user() = ToProto(row);
         Logger("master")->info("user '{}' created{}", row.username, row.admin ? " (admin)" : "");
         done(absl::OkStatus());
@@ -368,6 +399,7 @@ void UserService::CreateUser(const Caller& caller, const v1::CreateUserRequest& 
 void UserService::ListUsers(const Caller&, const v1::ListUsersRequest&,
                             v1::ListUsersResponse* response, Done done) {
   loop_.Post([this, response, done = std::move(done)] {
+    absl::ReaderMutexLock l(&mu_);
     for (const auto& [id, u] : users_) *response->add_users() = ToProto(u);
     done(absl::OkStatus());
   });
@@ -385,8 +417,8 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
     return done(st);
   }
   loop_.Post([this, target, self, token = caller.token, &request, done = std::move(done)]() mutable {
-    const UserRow* user = FindUser(target);
-    if (user == nullptr) {
+    std::optional<UserRow> user = UserNamed(target);
+    if (!user) {
       done(absl::NotFoundError(absl::StrCat("user '", target, "' not found")));
       return;
     }
@@ -406,19 +438,25 @@ void UserService::ChangePassword(const Caller& caller, const v1::ChangePasswordR
       Wipe(w.new_password);
       loop_.Post([this, id = w.id, hash, self, token, done = std::move(done)] {
         if (!hash.ok()) return done(hash.status());
-        auto user = users_.find(id);
-        if (user == users_.end()) return done(absl::NotFoundError("the user was removed"));
+        std::optional<UserRow> user = UserWithId(id);
+        if (!user) return done(absl::NotFoundError("the user was removed"));
         // A deactivated user stays deactivated.
-        const std::string stored = IsActive(user->second) ? *hash : kLocked + *hash;
+        const std::string stored = IsActive(*user) ? *hash : kLocked + *hash;
         if (absl::Status st = store_.SetUserPassword(id, stored); !st.ok()) return done(st);
-        user->second.password_hash = stored;
         // The user's other sessions end; the caller's own stays when it is theirs.
         const std::string keep = self ? TokenHash(token) : "";
-        if (absl::Status st = store_.DeleteUserSessions(id, keep); !st.ok()) return done(st);
-        for (auto it = sessions_.begin(); it != sessions_.end();) {
-          it = it->second.user_id == id && it->first != keep ? sessions_.erase(it) : std::next(it);
+        absl::Status deleted = store_.DeleteUserSessions(id, keep);
+        {
+          absl::MutexLock l(&mu_);
+          users_.at(id).password_hash = stored;
+          if (deleted.ok()) {
+            for (auto it = sessions_.begin(); it != sessions_.end();) {
+              it = it->second.user_id == id && it->first != keep ? sessions_.erase(it) : std::next(it);
+            }
+          }
         }
-        Logger("master")->info("password of user '{}' changed", user->second.username);
+        if (!deleted.ok()) return done(deleted);
+        Logger("master")->info("password of user '{}' changed", user->username);
         done(absl::OkStatus());
       });
     });
@@ -470,12 +508,14 @@ void UserService::LinkWithAgentUser(const Caller& caller,
   }
   loop_.Post([this, name = request.username(), link = request.agent_user_group(),
               done = std::move(done)] {
-    const UserRow* found = FindUser(name);
-    if (found == nullptr) return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
-    UserRow& user = users_.at(found->id);
+    std::optional<UserRow> user = UserNamed(name);
+    if (!user) return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
     // Persisted before it is used or acknowledged.
-    if (absl::Status st = store_.SetUserAgentUserGroup(user.id, link); !st.ok()) return done(st);
-    user.agent_user_group = link;
+    if (absl::Status st = store_.SetUserAgentUserGroup(user->id, link); !st.ok()) return done(st);
+    {
+      absl::MutexLock l(&mu_);
+      users_.at(user->id).agent_user_group = link;
+    }
     if (link.agent_user().empty()) {
       Logger("master")->info("user '{}' unlinked from its agent user", name);
     } else {
@@ -499,20 +539,21 @@ void UserService::SetUserActive(const Caller& caller, const v1::SetUserActiveReq
         "username: an admin cannot deactivate themselves (another admin can)"));
   }
   loop_.Post([this, name = request.username(), active, response, done = std::move(done)] {
-    const UserRow* found = FindUser(name);
-    if (found == nullptr) {
-      return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
-    }
-    UserRow& user = users_.at(found->id);
-    if (IsActive(user) != active) {
-      const std::string hash = PasswordHashOf(user.password_hash);
+    std::optional<UserRow> user = UserNamed(name);
+    if (!user) return done(absl::NotFoundError(absl::StrCat("user '", name, "' not found")));
+    if (IsActive(*user) != active) {
+      const std::string hash = PasswordHashOf(user->password_hash);
       const std::string stored = active ? hash : kLocked + hash;
       // Persisted before it is used or acknowledged.
-      if (absl::Status st = store_.SetUserPassword(user.id, stored); !st.ok()) return done(st);
-      user.password_hash = stored;
+      if (absl::Status st = store_.SetUserPassword(user->id, stored); !st.ok()) return done(st);
+      user->password_hash = stored;
+      {
+        absl::MutexLock l(&mu_);
+        users_.at(user->id).password_hash = stored;
+      }
       Logger("master")->info("user '{}' {}", name, active ? "activated" : "deactivated");
     }
-    *response->mutable_user() = ToProto(user);
+    *response->mutable_user() = ToProto(*user);
     done(absl::OkStatus());
   });
 }

@@ -8,12 +8,16 @@
 #ifndef DET_MASTER_AUTH_USER_SERVICE_H_
 #define DET_MASTER_AUTH_USER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock/clock.h"
 #include "common/event_loop/event_loop.h"
@@ -52,7 +56,11 @@ absl::Status ValidateAgentUserGroup(const v1::AgentUserGroup& link);
 std::string TokenHash(const std::string& token);
 
 // Implements UserHandler on the master's event loop. Password hashing and checking run
-// on a thread of this object so they never hold the loop up.
+// on a thread of this object so they never hold the loop up. Authenticate runs on the
+// calling thread (it never waits for the loop): users and sessions sit behind a mutex,
+// written on the loop inside the turn that changes them, before that turn acknowledges,
+// so a call begun after a logout, a deactivation or a password change was acknowledged
+// sees it.
 class UserService : public UserHandler {
  public:
   // `loop`, `store` and `clock` must outlive this object; `store` is only used on `loop`.
@@ -65,11 +73,11 @@ class UserService : public UserHandler {
   // REQUIRES: called once, before `loop` runs closures of this object.
   absl::Status Restore();
 
-  // User API calls that passed / failed Authenticate, and failed logins. Loop thread.
-  int64_t authenticated() const { return authenticated_; }
-  int64_t rejected() const { return rejected_; }
+  // User API calls that passed / failed Authenticate, and failed logins. Thread-safe.
+  int64_t authenticated() const { return authenticated_.load(); }
+  int64_t rejected() const { return rejected_.load(); }
 
-  // UserHandler.
+  // UserHandler. Authenticate: any thread, answers before it returns.
   void Authenticate(const std::string& token, Caller* caller, Done done) override;
   void Login(const v1::LoginRequest& request, v1::LoginResponse* response, Done done) override;
   void Logout(const Caller& caller, const v1::LogoutRequest& request,
@@ -105,8 +113,9 @@ class UserService : public UserHandler {
   // Loop thread: records the outcome of a login of `name`.
   void RecordLogin(const std::string& name, bool ok);
 
-  // Loop thread: the user named `name`, or null.
-  const UserRow* FindUser(const std::string& name) const;
+  // A copy of the user named `name` / with id `id`, if any.
+  std::optional<UserRow> UserNamed(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<UserRow> UserWithId(int64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
   v1::User ToProto(const UserRow& row) const;
   // Loop thread: a new session for `user`, persisted, filled into `response`.
   absl::Status StartSession(const UserRow& user, v1::LoginResponse* response);
@@ -119,12 +128,14 @@ class UserService : public UserHandler {
   UserServiceOptions options_;
   EventLoop hasher_;
 
+  // Users and sessions: written only on the loop thread, read anywhere (Authenticate).
+  mutable absl::Mutex mu_;
+  std::map<int64_t, UserRow> users_ ABSL_GUARDED_BY(mu_);         // by id
+  std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);  // by token hash
   // Loop thread.
-  std::map<int64_t, UserRow> users_;           // by id
-  std::map<std::string, Session> sessions_;    // by token hash
-  std::map<std::string, Failures> failures_;   // by user name, known or not
-  int64_t authenticated_ = 0;
-  int64_t rejected_ = 0;
+  std::map<std::string, Failures> failures_;  // by user name, known or not
+  std::atomic<int64_t> authenticated_{0};
+  std::atomic<int64_t> rejected_{0};
 
   // Hasher thread.
   std::string dummy_hash_;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -116,6 +117,35 @@ class UserServiceTest : public ::testing::Test {
     return Wait([&](Done d) { users_->LinkWithAgentUser(as, req, &resp, std::move(d)); });
   }
 
+  // Creates user "bob" as `admin` and logs him in twice: his two tokens.
+  std::pair<absl::StatusOr<std::string>, absl::StatusOr<std::string>> BobWithTwoSessions(
+      const Caller& admin) {
+    EXPECT_TRUE(CreateUser(admin, "bob", "bobs-password").ok());
+    auto first = Login("bob", "bobs-password");
+    return {first, Login("bob", "bobs-password")};
+  }
+
+  absl::Status SetActive(const Caller& as, const std::string& name, bool active) {
+    v1::SetUserActiveRequest req;
+    req.set_username(name);
+    req.set_active(active);
+    v1::SetUserActiveResponse resp;
+    return Wait([&](Done d) { users_->SetUserActive(as, req, &resp, std::move(d)); });
+  }
+
+  // Blocks the loop until the returned gate is opened (Notify) and the gate object is
+  // done with: every closure posted meanwhile waits behind it.
+  std::shared_ptr<absl::Notification> BlockLoop() {
+    auto gate = std::make_shared<absl::Notification>();
+    absl::Notification blocked;
+    loop_->Post([gate, &blocked] {
+      blocked.Notify();
+      gate->WaitForNotification();
+    });
+    blocked.WaitForNotification();
+    return gate;
+  }
+
   v1::ListUsersResponse List(const Caller& as) {
     v1::ListUsersResponse list;
     EXPECT_TRUE(Wait([&](Done d) { users_->ListUsers(as, {}, &list, std::move(d)); }).ok());
@@ -220,6 +250,7 @@ TEST_F(UserServiceTest, SessionsExpireAndEndAtLogout) {
   auto expired = Auth(*token);
   EXPECT_EQ(expired.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(expired.status().message(), HasSubstr("expired"));
+  loop_->RunSync([] {});  // The deletion was posted to the loop before Auth answered.
   EXPECT_TRUE(store_->LoadSessions(0)->empty());  // Deleted from the store too.
 
   auto again = Login("admin", kAdminPassword);
@@ -286,9 +317,7 @@ TEST_F(UserServiceTest, AdminsCreateUsersWhoCannotCreateUsers) {
 
 TEST_F(UserServiceTest, ChangingAPasswordEndsOtherSessions) {
   Caller admin = AdminCaller();
-  ASSERT_TRUE(CreateUser(admin, "bob", "bobs-password").ok());
-  auto first = Login("bob", "bobs-password");
-  auto second = Login("bob", "bobs-password");
+  auto [first, second] = BobWithTwoSessions(admin);
   ASSERT_TRUE(first.ok() && second.ok());
   Caller bob = *Auth(*first);
 
@@ -368,6 +397,86 @@ TEST_F(UserServiceTest, AdminsLinkUsersWithAgentUsers) {
   ASSERT_TRUE(Link(admin, "bob", "", 0, "", 0).ok());
   EXPECT_FALSE(List(admin).users(1).has_agent_user_group());
   EXPECT_EQ((*store_->ListUsers())[1].agent_user_group.agent_user(), "");
+}
+
+// Authenticate answers on the calling thread: a loop that is busy (here, blocked) holds
+// no API call up, and the counters count calls answered off the loop.
+TEST_F(UserServiceTest, AuthenticatesWhileTheLoopIsBlocked) {
+  auto token = Login("admin", kAdminPassword);
+  ASSERT_TRUE(token.ok());
+  std::shared_ptr<absl::Notification> gate = BlockLoop();
+  auto caller = Auth(*token);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_EQ(caller->user.username(), "admin");
+  EXPECT_THAT(Auth("").status(), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("no session token")));
+  EXPECT_THAT(Auth(std::string(64, 'b')).status(),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("invalid or expired")));
+  EXPECT_EQ(users_->authenticated(), 1);
+  EXPECT_EQ(users_->rejected(), 2);
+
+  // An expired session is refused at once; its deletion waits for the loop.
+  clock_.Advance(absl::Hours(2));
+  EXPECT_THAT(Auth(*token).status(), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("expired")));
+  EXPECT_EQ(store_->LoadSessions(0)->size(), 1u);
+  gate->Notify();
+  loop_->RunSync([] {});
+  EXPECT_TRUE(store_->LoadSessions(0)->empty());
+  EXPECT_EQ(users_->rejected(), 3);
+}
+
+// Every change to users and sessions is seen by a call that begins after the change was
+// acknowledged, even while the loop is blocked right after the acknowledgement: the
+// turn that made the change updated what Authenticate reads before it answered.
+TEST_F(UserServiceTest, EveryChangeIsSeenByACallBegunAfterItsAcknowledgement) {
+  Caller admin = AdminCaller();
+  auto [first, second] = BobWithTwoSessions(admin);
+  ASSERT_TRUE(first.ok() && second.ok());
+  // A new session: seen.
+  {
+    auto gate = BlockLoop();
+    EXPECT_TRUE(Auth(*first).ok());
+    gate->Notify();
+  }
+  // Logout: the session is gone.
+  Caller bob = *Auth(*second);
+  v1::LogoutResponse out;
+  ASSERT_TRUE(Wait([&](Done d) { users_->Logout(bob, {}, &out, std::move(d)); }).ok());
+  {
+    auto gate = BlockLoop();
+    EXPECT_THAT(Auth(*second).status(), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("log in again")));
+    EXPECT_TRUE(Auth(*first).ok());
+    gate->Notify();
+  }
+  // A link with an agent user: in the caller.
+  ASSERT_TRUE(Link(admin, "bob", "nobody", 65534, "nogroup", 65534).ok());
+  {
+    auto gate = BlockLoop();
+    EXPECT_EQ(Auth(*first)->user.agent_user_group().agent_user(), "nobody");
+    gate->Notify();
+  }
+  // Deactivation refuses every session of the user; activation lets them in again.
+  ASSERT_TRUE(SetActive(admin, "bob", false).ok());
+  {
+    auto gate = BlockLoop();
+    EXPECT_THAT(Auth(*first).status(),
+                StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("'bob' is deactivated")));
+    EXPECT_TRUE(Auth(admin.token).ok());
+    gate->Notify();
+  }
+  ASSERT_TRUE(SetActive(admin, "bob", true).ok());
+  {
+    auto gate = BlockLoop();
+    EXPECT_TRUE(Auth(*first).ok());
+    gate->Notify();
+  }
+  // A password set by an admin ends all of the user's sessions.
+  ASSERT_TRUE(ChangePassword(admin, "bob", "", "reset-by-admin").ok());
+  {
+    auto gate = BlockLoop();
+    EXPECT_THAT(Auth(*first).status(), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("log in again")));
+    EXPECT_TRUE(Auth(admin.token).ok());
+    gate->Notify();
+  }
 }
 
 }  // namespace
