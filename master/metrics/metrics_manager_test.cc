@@ -260,6 +260,8 @@ TEST_P(MetricsManagerTest, MalformedReportsAreRefusedNamingTheField) {
   refused({Row("training", 1, {{"", 1}})}, 0, "metrics[0].values: a metric name is empty");
   refused({Row("training", 1, {{std::string(2000, 'x'), 1}})}, 0,
           "is 2000 bytes, over the limit of 1024");
+  // What is wrong with the auth is said first, as before the rows were checked off the loop.
+  refused({Row("bogus", -1, {{"", 1}})}, 2, "auth.rank: 2 is not a rank of allocation");
   // Nothing of a refused report is stored; every known group is accepted.
   EXPECT_EQ(Metrics(*h_, "").metrics_size(), 0);
   ASSERT_TRUE(h_->ReportMetrics(launch_, {Row("training", 1, {{"loss", 1}}),
@@ -328,6 +330,76 @@ TEST_P(MetricsManagerTest, RowsAreSummarisedAndReadBackAndATokenReportsForItsTri
   EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
   EXPECT_EQ(h_->Trial(other).total_batches(), 0);  // Nothing stored for it.
   EXPECT_EQ(GetTrial(*h_).training_summary().at("loss").count(), 50);
+}
+
+// Reports from many threads at once (as gRPC's threads call Report) are all stored and
+// acknowledged, and the trial's summaries are exactly those of every row applied in turn:
+// count, min, max and last of each metric, total_batches the largest. A report whose token
+// is wrong is refused among them and stores nothing.
+TEST_P(MetricsManagerTest, ReportsFromManyThreadsAreAllStoredAndSummarisedExactly) {
+  constexpr int kThreads = 8, kReports = 20, kRows = 50;
+  const std::string token = launch_.env().at("DET_ALLOCATION_TOKEN");
+  absl::Mutex mu;
+  int acked = 0, refused = 0;
+  std::vector<absl::Status> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kReports; ++r) {
+        v1::ReportMetricsRequest req;
+        req.mutable_auth()->set_allocation_id(launch_.allocation_id());
+        // Thread 0's last report carries a wrong token.
+        const bool bad = t == 0 && r == kReports - 1;
+        req.mutable_auth()->set_token(bad ? "not-the-token" : token);
+        req.mutable_auth()->set_rank(t % 2);
+        req.set_trial_id(trial_);
+        for (int i = 0; i < kRows; ++i) {
+          // Values t*10000 + r*100 + i: distinct, with NaN on thread 1 (counted, never min/max).
+          const double v = t == 1 && i == 0 ? kNaN : t * 10000 + r * 100 + i;
+          *req.add_metrics() = Row(i % 10 == 0 ? "validation" : "training",
+                                   static_cast<int64_t>(std::isnan(v) ? 1 : v),
+                                   {{i % 10 == 0 ? "validation_loss" : "loss", v}});
+        }
+        absl::Notification done;
+        absl::Status status;
+        h_->metrics.Report(req, [&](absl::Status st) {
+          status = st;
+          done.Notify();
+        });
+        // `req` must outlive nothing past Report; the answer comes after the flush.
+        EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+        absl::MutexLock l(&mu);
+        if (bad) {
+          if (status.code() == absl::StatusCode::kPermissionDenied) ++refused;
+          else failures.push_back(status);
+        } else if (status.ok()) {
+          ++acked;
+        } else {
+          failures.push_back(status);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(failures, ::testing::IsEmpty());
+  EXPECT_EQ(acked, kThreads * kReports - 1);
+  EXPECT_EQ(refused, 1);
+  const int stored_reports = kThreads * kReports - 1;
+  EXPECT_EQ(Metrics(*h_, "").metrics_size(), stored_reports * kRows);
+  v1::Trial trial = GetTrial(*h_);
+  const v1::MetricSummary& loss = trial.training_summary().at("loss");
+  EXPECT_EQ(loss.count(), stored_reports * kRows * 9 / 10);
+  EXPECT_EQ(loss.min(), 1);                          // thread 0, report 0, row 1
+  EXPECT_EQ(loss.max(), 7 * 10000 + 19 * 100 + 49);  // thread 7's last report's last row
+  const v1::MetricSummary& val = trial.validation_summary().at("validation_loss");
+  EXPECT_EQ(val.count(), stored_reports * kRows / 10);
+  EXPECT_EQ(val.min(), 0);  // thread 0, report 0, row 0; thread 1's row 0 is NaN
+  EXPECT_EQ(val.max(), 7 * 10000 + 19 * 100 + 40);
+  EXPECT_EQ(trial.total_batches(), 7 * 10000 + 19 * 100 + 49);
+  // `last` is the value of the last row stored, whichever thread's report that was.
+  v1::GetTrialMetricsResponse rows = Metrics(*h_, "training");
+  ASSERT_FALSE(rows.metrics().empty());
+  EXPECT_EQ(loss.last(), rows.metrics(rows.metrics_size() - 1).values().at("loss"));
 }
 
 // GetTrialMetrics leaves the loop: while its read is held at the gate, a report is stored

@@ -10,9 +10,15 @@
 # 15 (initdb into a temporary directory, run as 'nobody' when started as root, unix socket
 # only, scram-sha-256 password read by the master from password_file), then one table side
 # by side: rows/s, rows lost, list p50/p99, master CPU (and the PostgreSQL server's CPU).
+#
+# With --baseline DIR: only the ingestion run, once on the masters of DIR (DIR/bin/det-master
+# and DIR/bin/det, e.g. .det-local/baseline-COMMIT) and once on this tree's, both driven by
+# this tree's det-load, then one table side by side: rows/s, rows lost, list p50/p99, master
+# and det-load CPU, and the load average before each run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DB=sqlite
+BASELINE=""
 while (($# > 0)); do
   case "$1" in
     --db)
@@ -21,15 +27,29 @@ while (($# > 0)); do
       shift 2
       ;;
     --db=*) DB="${1#--db=}"; shift ;;
-    *) echo "cluster_bench.sh: unknown argument '$1' (expected --db sqlite|postgres)" >&2; exit 2 ;;
+    --baseline)
+      [[ $# -ge 2 ]] || { echo "cluster_bench.sh: --baseline needs a directory" >&2; exit 2; }
+      BASELINE="$2"
+      shift 2
+      ;;
+    --baseline=*) BASELINE="${1#--baseline=}"; shift ;;
+    *) echo "cluster_bench.sh: unknown argument '$1' (expected --db sqlite|postgres or --baseline DIR)" >&2; exit 2 ;;
   esac
 done
+if [[ -n "$BASELINE" ]]; then
+  for tool in det-master det; do
+    [[ -x "$BASELINE/bin/$tool" ]] || { echo "cluster_bench.sh: --baseline: $BASELINE/bin/$tool is not an executable" >&2; exit 2; }
+  done
+  BASELINE="$(cd "$BASELINE" && pwd)"
+  [[ "$DB" == sqlite ]] || { echo "cluster_bench.sh: --baseline runs on SQLite only, not with --db $DB" >&2; exit 2; }
+fi
 case "$DB" in
   sqlite | postgres) ;;
   *) echo "cluster_bench.sh: --db: expected sqlite or postgres, got '$DB'" >&2; exit 2 ;;
 esac
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 BIN="$(pwd)/bazel-bin/deploy/bin"
+MASTER_BIN="$BIN"
 LOAD="$(pwd)/bazel-bin/tests/load/det-load"
 SECONDS_TO_RUN="${BENCH_SECONDS:-60}"
 WORK="$(mktemp -d)"
@@ -46,8 +66,8 @@ trap cleanup EXIT
 PASSWORD="bench-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 SECRET="bench-secret"
 
-# start_master NAME [DB_YAML]: a fresh master in $WORK/NAME (DB_YAML: extra master.yaml
-# lines, e.g. a `db:` block); sets MASTER_PID, MASTER, TOKEN.
+# start_master NAME [DB_YAML]: a fresh master of $MASTER_BIN in $WORK/NAME (DB_YAML: extra
+# master.yaml lines, e.g. a `db:` block); sets MASTER_PID, MASTER, TOKEN.
 start_master() {
   local dir="$WORK/$1"
   mkdir -p "$dir"
@@ -63,13 +83,13 @@ resource_pools:
   - pool_name: idle
 ${2:-}
 YAML
-  DET_ADMIN_PASSWORD="$PASSWORD" "$BIN/det-master" --config "$dir/master.yaml" >"$dir/master.log" 2>&1 &
+  DET_ADMIN_PASSWORD="$PASSWORD" "$MASTER_BIN/det-master" --config "$dir/master.yaml" >"$dir/master.log" 2>&1 &
   MASTER_PID=$!
   PIDS+=("$MASTER_PID")
   for _ in $(seq 300); do [[ -s "$dir/addr" ]] && break; sleep 0.1; done
   [[ -s "$dir/addr" ]] || { echo "master $1 did not start:" >&2; tail -20 "$dir/master.log" >&2; exit 1; }
   MASTER="$(cat "$dir/addr")"
-  HOME="$dir" DET_PASSWORD="$PASSWORD" "$BIN/det" -m "$MASTER" user login admin >/dev/null
+  HOME="$dir" DET_PASSWORD="$PASSWORD" "$MASTER_BIN/det" -m "$MASTER" user login admin >/dev/null
   TOKEN="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["masters"][sys.argv[2]]["token"])' \
     "$dir/.det/auth.json" "$MASTER")"
 }
@@ -94,21 +114,31 @@ tree_ticks() {
   echo "$sum"
 }
 
+# cpu_share TICKS START END: "S s (P% of a core over D s)".
+cpu_share() {
+  awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v s="$2" -v e="$3" \
+    'BEGIN { printf "%.1f s (%.0f%% of a core over %.0f s)\n", t / hz, 100 * t / hz / (e - s), e - s }'
+}
+
 # ingest NAME [DB_YAML]: the ingestion run on a fresh master; prints det-load's rows, and
-# leaves them in $WORK/NAME/ingest.txt and the master's CPU seconds in $WORK/NAME/cpu.
-# Fails as det-load does (rows acknowledged but not stored), after stopping the master.
+# leaves them in $WORK/NAME/ingest.txt, the master's CPU seconds in $WORK/NAME/cpu, det-load's
+# in $WORK/NAME/load_cpu and the load average before the run in $WORK/NAME/uptime. Fails as
+# det-load does (rows acknowledged but not stored), after stopping the master.
 ingest() {
   start_master "$1" "${2:-}"
-  local before after start end rc=0
+  local before after start end load_before load_after rc=0
+  uptime | sed 's/.*load average/load average/' >"$WORK/$1/uptime"
   before="$(cpu_ticks "$MASTER_PID")"
+  # This shell's reaped children: det-load (and the grep and tee beside it) when it ends.
+  load_before="$(cpu_ticks $$)"
   start="$(date +%s.%N)"
   "$LOAD" --master "$MASTER" --secret "$SECRET" --token "$TOKEN" "${INGEST_ARGS[@]}" \
     | grep '^|' | tee "$WORK/$1/ingest.txt" || rc=$?
   end="$(date +%s.%N)"
   after="$(cpu_ticks "$MASTER_PID")"
-  awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v s="$start" -v e="$end" \
-    'BEGIN { printf "%.1f s (%.0f%% of a core over %.0f s)\n", t / hz, 100 * t / hz / (e - s), e - s }' \
-    >"$WORK/$1/cpu"
+  load_after="$(cpu_ticks $$)"
+  cpu_share "$((after - before))" "$start" "$end" >"$WORK/$1/cpu"
+  cpu_share "$((load_after - load_before))" "$start" "$end" >"$WORK/$1/load_cpu"
   stop_master
   return "$rc"
 }
@@ -164,6 +194,48 @@ field() {
   awk -F'|' -v r="$2" -v c="$3" '$2 ~ r { gsub(/^ +| +$/, "", $(c + 1)); print $(c + 1) }' "$1"
 }
 
+# side_by_side A B LABEL_A LABEL_B: the rows of the ingestion runs $WORK/ingest-A and
+# $WORK/ingest-B as one table, column A then B: rows/s (B's as a multiple of A's), rows
+# lost, list p50/p99, master and det-load CPU, the load average before each run.
+side_by_side() {
+  local name f acked stored ratio
+  declare -A rate lost list cpu load_cpu load_avg
+  echo "| ${INGEST_ARGS[*]:2} | $3 | $4 |"
+  echo "| --- | --- | --- |"
+  for name in "$1" "$2"; do
+    f="$WORK/ingest-$name/ingest.txt"
+    rate[$name]="$(field "$f" 'metrics ingestion' 3)"
+    acked="$(field "$f" 'metrics ingestion' 4 | awk '{ print $1 }')"
+    stored="$(field "$f" 'metrics ingestion' 4 | awk '{ print $3 }')"
+    lost[$name]="$((${acked:-0} - ${stored:-0})) of ${acked:-?} acked ($(field "$f" 'metrics ingestion' 4 | sed 's/.*stored, //'))"
+    list[$name]="$(field "$f" 'experiment list' 3) ($(field "$f" 'experiment list' 4))"
+    cpu[$name]="$(cat "$WORK/ingest-$name/cpu")"
+    load_cpu[$name]="$(cat "$WORK/ingest-$name/load_cpu")"
+    load_avg[$name]="$(cat "$WORK/ingest-$name/uptime")"
+  done
+  ratio="$(awk -v a="${rate[$1]%% *}" -v b="${rate[$2]%% *}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "n/a" }')"
+  echo "| rows/s | ${rate[$1]} | ${rate[$2]} ($ratio) |"
+  echo "| rows lost | ${lost[$1]} | ${lost[$2]} |"
+  echo "| experiment list | ${list[$1]} | ${list[$2]} |"
+  echo "| master CPU | ${cpu[$1]} | ${cpu[$2]} |"
+  echo "| det-load CPU | ${load_cpu[$1]} | ${load_cpu[$2]} |"
+  echo "| before the run | ${load_avg[$1]} | ${load_avg[$2]} |"
+}
+
+if [[ -n "$BASELINE" ]]; then
+  echo "| benchmark | setup | result | notes |"
+  echo "| --- | --- | --- | --- |"
+  echo "| baseline ($BASELINE) | ingestion and list latency |  |  |"
+  MASTER_BIN="$BASELINE/bin"
+  ingest ingest-baseline || true
+  echo "| this tree | ingestion and list latency |  |  |"
+  MASTER_BIN="$BIN"
+  ingest ingest-tree || true
+  echo
+  side_by_side baseline tree baseline "this tree"
+  exit 0
+fi
+
 if [[ "$DB" == postgres ]]; then
   echo "| benchmark | setup | result | notes |"
   echo "| --- | --- | --- | --- |"
@@ -175,22 +247,7 @@ if [[ "$DB" == postgres ]]; then
   pg_cpu="$(awk -v t="$(tree_ticks "$PG_PID")" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f s", t / hz }')"
   stop_postgres
   echo
-  declare -A rate lost list cpu
-  echo "| ${INGEST_ARGS[*]:2} | SQLite | PostgreSQL 15 |"
-  echo "| --- | --- | --- |"
-  for name in sqlite postgres; do
-    f="$WORK/ingest-$name/ingest.txt"
-    rate[$name]="$(field "$f" 'metrics ingestion' 3)"
-    acked="$(field "$f" 'metrics ingestion' 4 | awk '{ print $1 }')"
-    stored="$(field "$f" 'metrics ingestion' 4 | awk '{ print $3 }')"
-    lost[$name]="$((acked - stored)) of $acked acked ($(field "$f" 'metrics ingestion' 4 | sed 's/.*stored, //'))"
-    list[$name]="$(field "$f" 'experiment list' 3) ($(field "$f" 'experiment list' 4))"
-    cpu[$name]="$(cat "$WORK/ingest-$name/cpu")"
-  done
-  echo "| rows/s | ${rate[sqlite]} | ${rate[postgres]} |"
-  echo "| rows lost | ${lost[sqlite]} | ${lost[postgres]} |"
-  echo "| experiment list | ${list[sqlite]} | ${list[postgres]} |"
-  echo "| master CPU | ${cpu[sqlite]} | ${cpu[postgres]} |"
+  side_by_side sqlite postgres SQLite "PostgreSQL 15"
   echo "| database server CPU | (in the master process) | $pg_cpu (server and backends, from its start) |"
   exit 0
 fi
