@@ -12,6 +12,7 @@
 #include "master/auth/linked_task_user.h"
 #include "master/loop/on_loop.h"
 #include "master/trials/run_outcome.h"
+#include "master/trials/transitions.h"
 #include "master/views/views.h"
 
 namespace det::master {
@@ -28,7 +29,8 @@ std::string RandomHex(int bytes) {
 
 AllocationManager::AllocationManager(Clock& clock, Turns& turns, Store& store,
                                      AgentManager& agents, LogManager& logs,
-                                     ExperimentRegistry& registry, ExperimentManager& experiments)
+                                     ExperimentRegistry& registry, TrialManager& trials,
+                                     ExperimentManager& experiments)
     : clock_(clock),
       turns_(turns),
       loop_(turns.loop()),
@@ -36,11 +38,11 @@ AllocationManager::AllocationManager(Clock& clock, Turns& turns, Store& store,
       agents_(agents),
       logs_(logs),
       registry_(registry),
+      trial_manager_(trials),
       experiments_manager_(experiments),
       experiments_(registry.experiments),
       trials_(registry.trials),
       allocation_trial_(registry.allocation_trial),
-      waiting_reason_(registry.waiting_reason),
       counters_(registry.counters) {
   logs_.SetShippedLineCheck([this](const v1::LogLine& line) { return CheckShippedLine(line); });
   logs_.SetLinesDropped([this](int64_t trial_id, int64_t count, const std::string& what) {
@@ -67,12 +69,7 @@ void AllocationManager::Restore(
     }
   }
   // Trials whose run was not yet placed go back to the queue.
-  for (auto& [id, ts] : trials_) {
-    if (!views::Terminal(ts.trial.state()) && ts.trial.allocation().id().empty() &&
-        ts.trial.state() != v1::STATE_QUEUED) {
-      ts.trial.set_state(v1::STATE_QUEUED);
-    }
-  }
+  for (auto& [id, ts] : trials_) trial_manager_.RequeueUnplaced(ts);
 }
 
 std::optional<int> AllocationManager::FreeChiefPort(const std::string& agent_id, int first,
@@ -125,10 +122,16 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
                               const std::string& run_token) {
   DET_CHECK_ON_LOOP(loop_);
   ExperimentState& es = experiments_.at(t.trial.experiment_id());
+  // Checked before its allocation is stored (MarkStarting checks it again).
+  if (absl::Status legal = CheckTrialTransition(t.trial.id(), t.trial.state(), v1::STATE_STARTING);
+      !legal.ok()) {
+    Logger("master")->error("{}", std::string(legal.message()));
+    return false;
+  }
   const std::string token = run_token.empty() ? NewToken() : run_token;
   absl::StatusOr<LaunchInputs> in = LaunchInputsFor(t, chief_address, chief_port, token);
   if (!in.ok()) {
-    waiting_reason_[t.trial.id()] = std::string(in.status().message());
+    trial_manager_.SetWaitingReason(t.trial.id(), std::string(in.status().message()));
     return false;
   }
   if (t.trial.run_id() > 0) {
@@ -164,15 +167,11 @@ bool AllocationManager::Start(TrialState& t, const std::vector<AgentShare>& agen
   a.set_chief_port(chief_port);
   for (auto& r : PlaceRanks(agents)) *a.add_ranks() = std::move(r);
   // Stored before anything is launched: a run the store does not know is never started.
-  v1::Trial started = t.trial;
-  *started.mutable_allocation() = a;
-  started.set_state(v1::STATE_STARTING);
-  if (started.start_time_ms() == 0) started.set_start_time_ms(clock_.NowMs());
   absl::Status stored = PersistAllocation(store_, a, token);
-  if (stored.ok()) stored = PersistTrial(store_, t, std::move(started));
+  if (stored.ok()) stored = trial_manager_.MarkStarting(t, a);
   if (!stored.ok()) {
-    waiting_reason_[t.trial.id()] =
-        absl::StrCat("cannot store its allocation: ", stored.message());
+    trial_manager_.SetWaitingReason(
+        t.trial.id(), absl::StrCat("cannot store its allocation: ", stored.message()));
     return false;
   }
   t.token = token;
@@ -311,7 +310,6 @@ void AllocationManager::EndAllocation(TrialState& t) {
   end.allocation_id = a->id();
   end.invalid_hp = t.trial.search().invalid_hp();
   const RunOutcome outcome = DecideRunOutcome(end);
-  if (outcome.restart_counted) t.trial.set_restarts(t.trial.restarts() + 1);
   a->set_state(outcome.allocation_state);
   a->set_end_time_ms(clock_.NowMs());
   a->set_exit_reason(outcome.exit_reason);
@@ -327,19 +325,12 @@ void AllocationManager::EndAllocation(TrialState& t) {
   t.rendezvous_waiters.clear();
   t.rendezvous_responses.clear();
   t.rendezvous_keys.clear();
-  t.last_allocation = *a;
-  t.trial.clear_allocation();
+  if (!trial_manager_.EndRun(t, outcome).ok()) return;  // Logged (a bug).
   if (outcome.trial_state == v1::STATE_PAUSED || outcome.trial_state == v1::STATE_QUEUED) {
-    t.trial.set_run_id(t.trial.run_id() + 1);
-    t.trial.set_state(outcome.trial_state);
-    // An invalid-hyperparameters report counts only for the run that made it.
-    t.trial.mutable_search()->set_invalid_hp(false);
     TrialEvent(t.trial.id(), outcome.event);
-    RecordTrial(store_, t);
     if (outcome.trial_state == v1::STATE_QUEUED) turns_.RequestSchedule();
   } else {
     if (!outcome.event.empty()) TrialEvent(t.trial.id(), outcome.event);
-    if (!outcome.invalid_hp) t.trial.mutable_search()->set_invalid_hp(false);
     experiments_manager_.FinishTrial(t, outcome.trial_state, outcome.error);
   }
   experiments_manager_.UpdateExperiment(es);

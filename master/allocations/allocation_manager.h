@@ -31,6 +31,7 @@
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
 #include "master/store/store.h"
+#include "master/trials/trial_manager.h"
 
 namespace det::master {
 
@@ -53,7 +54,7 @@ class AllocationManager {
  public:
   // Everything must outlive this.
   AllocationManager(Clock& clock, Turns& turns, Store& store, AgentManager& agents,
-                    LogManager& logs, ExperimentRegistry& registry,
+                    LogManager& logs, ExperimentRegistry& registry, TrialManager& trials,
                     ExperimentManager& experiments);
 
   // Recovery: the open allocations stored (their agents must register again with them:
@@ -180,12 +181,13 @@ class AllocationManager {
   AgentManager& agents_;
   LogManager& logs_;
   ExperimentRegistry& registry_;
+  // Every change of a trial's state goes through it.
+  TrialManager& trial_manager_;
   ExperimentManager& experiments_manager_;
   // The registry's parts this manager changes most (aliases).
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;
   std::map<std::string, int64_t>& allocation_trial_;
-  std::map<int64_t, std::string>& waiting_reason_;
   v1::GetMasterStatsResponse& counters_;
   // Allocations ended since the master started -> their tokens (ShouldPreempt tells their
   // workers they ended).

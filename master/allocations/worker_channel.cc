@@ -27,11 +27,10 @@ absl::Status AllocationManager::ReportLaunched(const v1::ReportLaunchedRequest& 
   if (at == allocation_trial_.end()) return absl::OkStatus();
   TrialState& t = trials_.at(at->second);
   if (t.trial.state() == v1::STATE_STARTING) {
-    v1::Trial running = t.trial;
+    v1::Allocation running = t.trial.allocation();
     running.set_state(v1::STATE_RUNNING);
-    running.mutable_allocation()->set_state(v1::STATE_RUNNING);
-    RETURN_IF_ERROR(PersistAllocation(store_, running.allocation(), t.token));
-    RETURN_IF_ERROR(PersistTrial(store_, t, std::move(running)));
+    RETURN_IF_ERROR(PersistAllocation(store_, running, t.token));
+    RETURN_IF_ERROR(trial_manager_.MarkRunning(t));
     experiments_manager_.UpdateExperiment(experiments_.at(t.trial.experiment_id()));
   }
   TrialEvent(t.trial.id(), absl::StrCat("agent ", req.agent_id(), " started rank(s) ",

@@ -183,10 +183,7 @@ absl::Status ExperimentManager::FinishDelete(int64_t id) {
   }
   const std::vector<int64_t> trial_ids = es->trial_ids;
   logs_.ForgetTrials(trial_ids);
-  for (int64_t tid : trial_ids) {
-    trials_.erase(tid);
-    waiting_reason_.erase(tid);
-  }
+  for (int64_t tid : trial_ids) trial_manager_.Forget(tid);
   experiments_.erase(id);
   checkpoints_.ForgetExperiment(id);
   Logger("master")->info("experiment {} deleted ({} trial(s))", id, trial_ids.size());

@@ -46,8 +46,7 @@ absl::Status ExperimentManager::Restore(std::vector<v1::Experiment> experiments,
     auto e = experiments_.find(t.experiment_id());
     if (e == experiments_.end()) continue;
     e->second.trial_ids.push_back(t.id());
-    TrialState& ts = trials_[t.id()];
-    ts.trial = std::move(t);
+    trial_manager_.Add(std::move(t));
   }
   return absl::OkStatus();
 }
@@ -77,13 +76,9 @@ absl::Status ExperimentManager::RestoreSearchers() {
 
 void ExperimentManager::FinishTrial(TrialState& t, v1::State state, const std::string& error) {
   DET_CHECK_ON_LOOP(loop_);
-  // A trial the user killed ends CANCELED, whatever its workers' exit said.
-  if (IsKilledByUser(t.trial) && state == v1::STATE_COMPLETED) state = v1::STATE_CANCELED;
-  t.trial.set_state(state);
-  t.trial.set_end_time_ms(clock_.NowMs());
-  t.trial.set_error(error);
-  waiting_reason_.erase(t.trial.id());
-  RecordTrial(store_, t);
+  // Logged when refused (a bug: nothing ends an ended trial).
+  if (!trial_manager_.Finish(t, state, error).ok()) return;
+  state = t.trial.state();  // CANCELED for a trial its user killed.
   TrialEvent(t.trial.id(), absl::StrCat("trial ", StateName(state),
                                         error.empty() ? "" : absl::StrCat(": ", error)));
   if (state == v1::STATE_COMPLETED && t.trial.total_batches() == 0 &&
@@ -254,7 +249,7 @@ absl::Status ExperimentManager::CreateSearcherTrials(ExperimentState& es) {
     }
     t.set_id(*id);
     es.trial_ids.push_back(*id);
-    trials_[*id].trial = t;
+    trial_manager_.Add(t);
     TrialEvent(*id, absl::StrCat("created by the ", es.config.searcher.name, " searcher (trial ",
                                  r.index + 1, " of ", es.searcher->PlannedTrials(), ")"));
   }

@@ -26,7 +26,8 @@ using views::Terminal;
 ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& clock, Turns& turns,
                                      Store& store, AgentManager& agents, Templates& templates,
                                      LogManager& logs, CheckpointManager& checkpoints,
-                                     ExperimentRegistry& registry, KillRun kill_run)
+                                     ExperimentRegistry& registry, TrialManager& trials,
+                                     KillRun kill_run)
     : config_(config),
       clock_(clock),
       turns_(turns),
@@ -37,10 +38,10 @@ ExperimentManager::ExperimentManager(const config::MasterConfig& config, Clock& 
       logs_(logs),
       checkpoints_(checkpoints),
       registry_(registry),
+      trial_manager_(trials),
       kill_run_(std::move(kill_run)),
       experiments_(registry.experiments),
       trials_(registry.trials),
-      waiting_reason_(registry.waiting_reason),
       counters_(registry.counters) {
   // An experiment's deletion ends once the task deleting its checkpoints' files completed.
   checkpoints_.SetDeletionDone([this](int64_t experiment_id) {
@@ -139,7 +140,7 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   es.searcher = std::move(search);
   for (auto& t : trials) {
     es.trial_ids.push_back(t.id());
-    trials_[t.id()].trial = std::move(t);
+    trial_manager_.Add(std::move(t));
   }
   Logger("master")->info("experiment {} created: {} ({} searcher, {} trial(s), {} slot(s) each{})",
                          id, c.name, c.searcher.name, e.num_trials(), c.resources.slots_per_trial,
@@ -281,10 +282,7 @@ absl::Status ExperimentManager::Pause(const v1::PauseExperimentRequest& req,
   for (int64_t tid : es.trial_ids) {
     TrialState& t = trials_.at(tid);
     if (t.trial.state() == v1::STATE_QUEUED) {
-      v1::Trial paused = t.trial;
-      paused.set_state(v1::STATE_PAUSED);
-      RETURN_IF_ERROR(PersistTrial(store_, t, std::move(paused)));
-      waiting_reason_.erase(tid);
+      RETURN_IF_ERROR(trial_manager_.Pause(t));
       TrialEvent(tid, "experiment paused");
     } else if (!t.trial.allocation().id().empty()) {
       WarnProgressLoss(t, resp->mutable_warnings());
@@ -311,9 +309,7 @@ absl::Status ExperimentManager::Activate(const v1::ActivateExperimentRequest& re
       FinishTrial(t, v1::STATE_COMPLETED, "");
       continue;
     }
-    v1::Trial queued = t.trial;
-    queued.set_state(v1::STATE_QUEUED);
-    RETURN_IF_ERROR(PersistTrial(store_, t, std::move(queued)));
+    RETURN_IF_ERROR(trial_manager_.Requeue(t));
     TrialEvent(tid, absl::StrCat("experiment activated; queued on ",
                                  es.experiment.slots_per_trial(), " slot(s)"));
   }

@@ -25,6 +25,7 @@
 #include "master/loop/turns.h"
 #include "master/store/store.h"
 #include "master/templates/templates.h"
+#include "master/trials/trial_manager.h"
 
 namespace det::master {
 
@@ -39,7 +40,8 @@ class ExperimentManager {
   // Everything must outlive this.
   ExperimentManager(const config::MasterConfig& config, Clock& clock, Turns& turns, Store& store,
                     AgentManager& agents, Templates& templates, LogManager& logs,
-                    CheckpointManager& checkpoints, ExperimentRegistry& registry, KillRun kill_run);
+                    CheckpointManager& checkpoints, ExperimentRegistry& registry,
+                    TrialManager& trials, KillRun kill_run);
 
   // Recovery, first step: the stored experiments (configs parsed again) and their trials.
   absl::Status Restore(std::vector<v1::Experiment> experiments, std::vector<v1::Trial> trials);
@@ -127,12 +129,13 @@ class ExperimentManager {
   LogManager& logs_;
   CheckpointManager& checkpoints_;
   ExperimentRegistry& registry_;
+  // Every change of a trial's state goes through it.
+  TrialManager& trial_manager_;
   KillRun kill_run_;
   std::optional<config::CheckpointStorageConfig> default_checkpoint_storage_;
   // The registry's parts this manager changes most (aliases).
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;
-  std::map<int64_t, std::string>& waiting_reason_;
   v1::GetMasterStatsResponse& counters_;
 };
 

@@ -19,10 +19,7 @@ v1::Trial ExperimentRegistry::TrialView(const TrialState& t) const {
   if (view.allocation().id().empty() && !t.last_allocation.id().empty()) {
     *view.mutable_allocation() = t.last_allocation;
   }
-  auto w = waiting_reason.find(t.trial.id());
-  if (t.trial.state() == v1::STATE_QUEUED && w != waiting_reason.end()) {
-    view.set_pending_reason(w->second);
-  }
+  if (t.trial.state() == v1::STATE_QUEUED) view.set_pending_reason(t.waiting_reason());
   return view;
 }
 
@@ -34,8 +31,8 @@ std::vector<views::ExperimentRow> ExperimentRegistry::ExperimentRows() const {
     row.experiment = &es.experiment;
     for (int64_t tid : es.trial_ids) {
       const TrialState& t = trials.at(tid);
-      auto w = waiting_reason.find(tid);
-      row.trials.push_back({&t.trial, t.killing, w == waiting_reason.end() ? nullptr : &w->second});
+      const std::string* why = t.waiting_reason().empty() ? nullptr : &t.waiting_reason();
+      row.trials.push_back({&t.trial, t.killing, why});
     }
   }
   return rows;

@@ -40,7 +40,12 @@ struct ExperimentState {
   std::unique_ptr<searcher::Searcher> searcher;
 };
 
-// The trial and its current allocation's runtime bookkeeping (not persisted).
+class TrialManager;
+
+// The trial and its current allocation's runtime bookkeeping (not persisted). The trial's
+// state, restarts, run number, open and last run, end and waiting reason are changed only
+// by TrialManager (master/trials/trial_manager.h); its other fields by the managers of
+// what they record (progress and metrics, checkpoints, the run's ranks and stop).
 struct TrialState {
   v1::Trial trial;
   std::string token;
@@ -77,13 +82,20 @@ struct TrialState {
   std::vector<PreemptWaiter> preempt_waiters;
 
   void NoteStopCause(StopCause cause) { stop_cause = MorePressing(stop_cause, cause); }
+
+  // Why the queued trial waits ("" when nothing was said); written by TrialManager only.
+  const std::string& waiting_reason() const { return waiting_reason_; }
+
+ private:
+  friend class TrialManager;
+  std::string waiting_reason_;
 };
 
 struct ExperimentRegistry {
   std::map<int64_t, ExperimentState> experiments;
+  // Added and removed by TrialManager.
   std::map<int64_t, TrialState> trials;
   std::map<std::string, int64_t> allocation_trial;  // open allocation id -> trial id
-  std::map<int64_t, std::string> waiting_reason;    // queued trial id -> why it waits
   // Counters since start, for GetMasterStats.
   v1::GetMasterStatsResponse counters;
   // Set once Shutdown began: long polls answer at once.

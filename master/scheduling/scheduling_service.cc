@@ -14,7 +14,8 @@ namespace det::master {
 
 SchedulingService::SchedulingService(const config::MasterConfig& config, Turns& turns,
                                      AgentManager& agents, LogManager& logs,
-                                     ExperimentRegistry& registry, AllocationManager& allocations,
+                                     ExperimentRegistry& registry, TrialManager& trials,
+                                     AllocationManager& allocations,
                                      CheckpointManager& checkpoints)
     : config_(config),
       loop_(turns.loop()),
@@ -24,7 +25,7 @@ SchedulingService::SchedulingService(const config::MasterConfig& config, Turns& 
       checkpoints_(checkpoints),
       experiments_(registry.experiments),
       trials_(registry.trials),
-      waiting_reason_(registry.waiting_reason) {}
+      trial_manager_(trials) {}
 
 void SchedulingService::SchedulePass() {
   DET_CHECK_ON_LOOP(loop_);
@@ -129,15 +130,11 @@ void SchedulingService::SchedulePass() {
                              : std::string(chief.status().message()));
       continue;
     }
-    waiting_reason_.erase(rid.id);
     allocations_.Start(trials_.at(rid.id), agents, chief->address, *port);
   }
 }
 
 void SchedulingService::SetWaitingReason(int64_t trial_id, const std::string& why, bool verbose) {
-  std::string& reason = waiting_reason_[trial_id];
-  if (reason == why) return;
-  reason = why;
-  TrialEvent(trial_id, "waiting: " + why, verbose);
+  if (trial_manager_.SetWaitingReason(trial_id, why)) TrialEvent(trial_id, "waiting: " + why, verbose);
 }
 }  // namespace det::master

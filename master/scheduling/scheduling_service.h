@@ -28,7 +28,7 @@ class SchedulingService {
  public:
   // Everything must outlive this.
   SchedulingService(const config::MasterConfig& config, Turns& turns, AgentManager& agents,
-                    LogManager& logs, ExperimentRegistry& registry,
+                    LogManager& logs, ExperimentRegistry& registry, TrialManager& trials,
                     AllocationManager& allocations, CheckpointManager& checkpoints);
 
   // One scheduling pass.
@@ -52,7 +52,8 @@ class SchedulingService {
   CheckpointManager& checkpoints_;
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;
-  std::map<int64_t, std::string>& waiting_reason_;
+  // Writes the waiting reasons.
+  TrialManager& trial_manager_;
   SlurmResourceManager* slurm_ = nullptr;
 };
 

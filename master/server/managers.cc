@@ -15,6 +15,7 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
              AgentManager::Options{config.cluster_secret, config.agent_timeout,
                                    std::min(absl::Seconds(5), config.agent_timeout / 3)}),
       templates(store, clock),
+      trials(clock, store, registry),
       logs(clock, loop, store,
            [this](int64_t id) -> absl::StatusOr<bool> {
              ASSIGN_OR_RETURN(TrialState * t, registry.FindTrial(id));
@@ -22,15 +23,15 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
            }),
       checkpoints(clock, turns, store, agents, logs, registry),
       experiments(config, clock, turns, store, agents, templates, logs, checkpoints, registry,
-                  [this](TrialState& t, const std::string& reason, bool cooperative) {
+                  trials, [this](TrialState& t, const std::string& reason, bool cooperative) {
                     if (cooperative) {
                       allocations.Stop(t, reason);
                     } else {
                       allocations.Kill(t, reason);
                     }
                   }),
-      allocations(clock, turns, store, agents, logs, registry, experiments),
-      scheduling(config, turns, agents, logs, registry, allocations, checkpoints),
+      allocations(clock, turns, store, agents, logs, registry, trials, experiments),
+      scheduling(config, turns, agents, logs, registry, trials, allocations, checkpoints),
       metrics(clock, turns, store, registry, experiments),
       liveness(config, clock, turns, store, agents, registry, allocations, checkpoints),
       models(clock, loop, store, checkpoints),
@@ -41,7 +42,7 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
     std::unique_ptr<slurm::SlurmClient> client = std::move(options.slurm_client);
     if (client == nullptr) client = slurm::NewCommandSlurmClient(config.data_dir + "/slurm");
     slurm = std::make_unique<SlurmResourceManager>(config, clock, turns, agents, logs, registry,
-                                                   allocations, std::move(client));
+                                                   trials, allocations, std::move(client));
     allocations.SetRunLauncher(slurm.get());
     scheduling.SetSlurm(slurm.get());
   }

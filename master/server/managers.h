@@ -26,6 +26,7 @@
 #include "master/slurm/slurm_resource_manager.h"
 #include "master/store/store.h"
 #include "master/templates/templates.h"
+#include "master/trials/trial_manager.h"
 
 namespace det::master {
 
@@ -58,6 +59,8 @@ class Managers {
   AgentManager agents;
   Templates templates;
   ExperimentRegistry registry;
+  // The one writer of a trial's state (its transitions, restarts, waiting reason).
+  TrialManager trials;
   // Trial logs and events, GetTrialLogs long polls.
   LogManager logs;
   CheckpointManager checkpoints;

@@ -50,7 +50,7 @@ std::string FirstNode(const std::string& nodes) {
 
 SlurmResourceManager::SlurmResourceManager(const config::MasterConfig& config, Clock& clock,
                                            Turns& turns, AgentManager& agents, LogManager& logs,
-                                           ExperimentRegistry& registry,
+                                           ExperimentRegistry& registry, TrialManager& trials,
                                            AllocationManager& allocations,
                                            std::unique_ptr<slurm::SlurmClient> client)
     : config_(config),
@@ -60,6 +60,7 @@ SlurmResourceManager::SlurmResourceManager(const config::MasterConfig& config, C
       agents_(agents),
       logs_(logs),
       registry_(registry),
+      trial_manager_(trials),
       allocations_(allocations),
       client_(std::move(client)),
       launcher_(config.slurm->launcher.empty() ? DefaultLauncher() : config.slurm->launcher),
@@ -78,9 +79,7 @@ bool SlurmResourceManager::IsSlurmAgent(const std::string& agent_id) {
 }
 
 void SlurmResourceManager::SetWaitingReason(int64_t trial_id, const std::string& why) {
-  std::string& reason = registry_.waiting_reason[trial_id];
-  if (reason == why) return;
-  reason = why;
+  if (!trial_manager_.SetWaitingReason(trial_id, why)) return;
   logs_.Event(trial_id, "waiting: " + why, /*verbose=*/true);
 }
 
@@ -406,7 +405,6 @@ bool SlurmResourceManager::Reconcile(int64_t trial_id, Job& job, const slurm::Jo
       for (int i = 0; i < slots; ++i) share.slots.push_back(absl::StrCat(i));
       int64_t id = 0;
       (void)absl::SimpleAtoi(job.job_id, &id);
-      registry_.waiting_reason.erase(trial_id);
       if (!allocations_.Start(t, {share}, FirstNode(info->nodes),
                               slurm::ChiefPort(id, slurm_.chief_port_first, slurm_.chief_port_last),
                               job.token)) {

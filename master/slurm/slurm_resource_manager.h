@@ -44,6 +44,7 @@ class SlurmResourceManager : public RunLauncher {
   // Everything must outlive this. REQUIRES: config.slurm is set.
   SlurmResourceManager(const config::MasterConfig& config, Clock& clock, Turns& turns,
                        AgentManager& agents, LogManager& logs, ExperimentRegistry& registry,
+                       TrialManager& trials,
                        AllocationManager& allocations,
                        std::unique_ptr<slurm::SlurmClient> client);
   // Stops the Slurm thread (a call in progress finishes first).
@@ -111,6 +112,8 @@ class SlurmResourceManager : public RunLauncher {
   AgentManager& agents_;
   LogManager& logs_;
   ExperimentRegistry& registry_;
+  // Writes the waiting reasons.
+  TrialManager& trial_manager_;
   AllocationManager& allocations_;
   std::unique_ptr<slurm::SlurmClient> client_;  // used on slurm_thread_ only
   std::string prefix_;                          // JobNamePrefix(cluster id)

@@ -1,0 +1,74 @@
+// TrialManager: the one writer of a trial's life. Its state (moves checked against the
+// table of transitions.h), its restarts and run number, its open and last run, its end
+// (time, error) and why it waits in the queue: every change of those is a method here,
+// persisted as the registry's Persist* helpers do (stored first, then kept in memory; a
+// change that already happened outside the master is kept in memory and recorded).
+//
+// The trials stay in the registry (master/experiments/registry.h) for lookup; others read
+// them there (TrialView, ExperimentRows, const TrialState&) and ask this for changes:
+// the experiment manager (create, pause, activate, end), the allocation manager (a run
+// starts, runs, ends; recovery), the scheduling service and the Slurm resource manager
+// (why a trial waits). Loop thread only.
+#ifndef DET_MASTER_TRIALS_TRIAL_MANAGER_H_
+#define DET_MASTER_TRIALS_TRIAL_MANAGER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/clock/clock.h"
+#include "master/experiments/registry.h"
+#include "master/store/store.h"
+#include "master/trials/run_outcome.h"
+
+namespace det::master {
+
+class TrialManager {
+ public:
+  // Everything must outlive this.
+  TrialManager(Clock& clock, Store& store, ExperimentRegistry& registry);
+
+  // A trial the store holds (created, or read at recovery) enters memory as it is stored.
+  TrialState& Add(v1::Trial trial);
+  // Trial `id` leaves memory (its experiment was deleted).
+  void Forget(int64_t id);
+
+  // QUEUED -> STARTING with its run `allocation` (stored by the caller first), persisted;
+  // its start time set on its first run; why it waited cleared.
+  absl::Status MarkStarting(TrialState& t, const v1::Allocation& allocation);
+  // STARTING -> RUNNING, its run's state RUNNING too, persisted.
+  absl::Status MarkRunning(TrialState& t);
+  // QUEUED -> PAUSED (its experiment paused), persisted; why it waited cleared.
+  absl::Status Pause(TrialState& t);
+  // PAUSED -> QUEUED (its experiment activated), persisted.
+  absl::Status Requeue(TrialState& t);
+  // Recovery: a live trial with no run stored that is not QUEUED goes back to the queue
+  // (in memory; a PAUSED one too, as before). Nothing for others.
+  void RequeueUnplaced(TrialState& t);
+  // t's run ended with `outcome` (DecideRunOutcome): its restarts counted, the run kept
+  // as its last one (display) and closed. QUEUED or PAUSED: the run number moves on, an
+  // invalid-hyperparameters report is forgotten, recorded. An end (COMPLETED, CANCELED,
+  // ERROR): the state is left to Finish. FailedPrecondition when the table refuses it.
+  absl::Status EndRun(TrialState& t, const RunOutcome& outcome);
+  // t ends in `state` (CANCELED instead of COMPLETED for a trial its user killed) with
+  // `error`, its end time now; recorded. FailedPrecondition when the table refuses it.
+  absl::Status Finish(TrialState& t, v1::State state, const std::string& error);
+
+  // Why queued trial `trial_id` waits; returns whether it changed (false for an unknown
+  // trial). The caller says so in the trial's log.
+  bool SetWaitingReason(int64_t trial_id, const std::string& why);
+
+ private:
+  // Whether the table lets `trial` go to `to`; a refusal is logged (a bug of the caller).
+  static absl::Status Check(const v1::Trial& trial, v1::State to);
+  // Sets trial's state to `to` once Check allows it.
+  static absl::Status Move(v1::Trial& trial, v1::State to);
+
+  Clock& clock_;
+  Store& store_;
+  ExperimentRegistry& registry_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_TRIALS_TRIAL_MANAGER_H_

@@ -1,0 +1,210 @@
+// TrialManager over an InMemoryStore (behind a FaultInjectingStore) and a FakeClock: a
+// trial's life through its transitions as stored, moves the table refuses (memory and the
+// store unchanged), a refused write, the user's kill, recovery's requeue, waiting reasons.
+#include "master/trials/trial_manager.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock/clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/fault_injecting_store.h"
+#include "master/store/in_memory_store.h"
+
+namespace det::master {
+namespace {
+
+using ::det::testing::StatusIs;
+using ::testing::Eq;
+
+class TrialManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    v1::Experiment e;
+    e.set_name("e");
+    e.set_state(v1::STATE_ACTIVE);
+    std::vector<v1::Trial> trials(1);
+    trials[0].set_state(v1::STATE_QUEUED);
+    ASSERT_TRUE(memory_.InsertExperiment(e, "", &trials).ok());
+    id_ = trials[0].id();
+    t_ = &manager_.Add(trials[0]);
+  }
+
+  // The trial as stored.
+  v1::Trial Stored() {
+    auto snap = memory_.Load();
+    EXPECT_TRUE(snap.ok()) << snap.status();
+    for (const auto& t : snap->trials) {
+      if (t.id() == id_) return t;
+    }
+    ADD_FAILURE() << "trial " << id_ << " not stored";
+    return {};
+  }
+  v1::Allocation Run(const std::string& id) {
+    v1::Allocation a;
+    a.set_id(id);
+    a.set_trial_id(id_);
+    a.set_state(v1::STATE_STARTING);
+    return a;
+  }
+  RunOutcome Outcome(v1::State state, bool restart) {
+    RunOutcome o;
+    o.trial_state = state;
+    o.restart_counted = restart;
+    return o;
+  }
+
+  FakeClock clock_;
+  InMemoryStore memory_;
+  FaultInjectingStore store_{memory_};
+  ExperimentRegistry registry_;
+  TrialManager manager_{clock_, store_, registry_};
+  int64_t id_ = 0;
+  TrialState* t_ = nullptr;
+};
+
+TEST_F(TrialManagerTest, ATrialsLifeThroughItsTransitionsIsStoredAtEachStep) {
+  EXPECT_EQ(&registry_.trials.at(id_), t_);
+  EXPECT_TRUE(manager_.SetWaitingReason(id_, "waiting for slots"));
+  EXPECT_FALSE(manager_.SetWaitingReason(id_, "waiting for slots"));
+  EXPECT_EQ(t_->waiting_reason(), "waiting for slots");
+  EXPECT_EQ(registry_.TrialView(*t_).pending_reason(), "waiting for slots");
+
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".0"))).ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_STARTING);
+  EXPECT_EQ(t_->trial.allocation().id(), absl::StrCat(id_, ".0"));
+  EXPECT_EQ(t_->trial.start_time_ms(), clock_.NowMs());
+  EXPECT_EQ(t_->waiting_reason(), "");
+  EXPECT_EQ(Stored().state(), v1::STATE_STARTING);
+
+  ASSERT_TRUE(manager_.MarkRunning(*t_).ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_RUNNING);
+  EXPECT_EQ(t_->trial.allocation().state(), v1::STATE_RUNNING);
+  EXPECT_EQ(Stored().state(), v1::STATE_RUNNING);
+
+  // The run fails and is restarted: counted, the run number moves on, the run is kept.
+  t_->trial.mutable_search()->set_invalid_hp(true);
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_QUEUED, /*restart=*/true)).ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_QUEUED);
+  EXPECT_EQ(t_->trial.restarts(), 1);
+  EXPECT_EQ(t_->trial.run_id(), 1);
+  EXPECT_FALSE(t_->trial.search().invalid_hp());
+  EXPECT_TRUE(t_->trial.allocation().id().empty());
+  EXPECT_EQ(t_->last_allocation.id(), absl::StrCat(id_, ".0"));
+  EXPECT_EQ(registry_.TrialView(*t_).allocation().id(), absl::StrCat(id_, ".0"));
+  EXPECT_EQ(Stored().restarts(), 1);
+  EXPECT_EQ(Stored().state(), v1::STATE_QUEUED);
+
+  ASSERT_TRUE(manager_.Pause(*t_).ok());
+  EXPECT_EQ(Stored().state(), v1::STATE_PAUSED);
+  ASSERT_TRUE(manager_.Requeue(*t_).ok());
+  EXPECT_EQ(Stored().state(), v1::STATE_QUEUED);
+
+  // The second run is paused, then the third completes.
+  const int64_t first_start = t_->trial.start_time_ms();
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".1"))).ok());
+  EXPECT_EQ(t_->trial.start_time_ms(), first_start);  // The trial's, not the run's.
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_PAUSED, /*restart=*/false)).ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_PAUSED);
+  EXPECT_EQ(t_->trial.restarts(), 1);
+  EXPECT_EQ(t_->trial.run_id(), 2);
+  ASSERT_TRUE(manager_.Requeue(*t_).ok());
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".2"))).ok());
+  ASSERT_TRUE(manager_.MarkRunning(*t_).ok());
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_COMPLETED, false)).ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_RUNNING);  // The end is Finish's.
+  EXPECT_EQ(t_->trial.run_id(), 2);
+  EXPECT_TRUE(t_->trial.allocation().id().empty());
+  EXPECT_EQ(t_->last_allocation.id(), absl::StrCat(id_, ".2"));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_COMPLETED, "").ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(t_->trial.end_time_ms(), clock_.NowMs());
+  EXPECT_EQ(Stored().state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(Stored().end_time_ms(), clock_.NowMs());
+}
+
+TEST_F(TrialManagerTest, MovesTheTableRefusesChangeNothingAndSayWhy) {
+  const v1::Trial before = t_->trial;
+  EXPECT_THAT(manager_.MarkRunning(*t_),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       Eq(absl::StrCat("trial ", id_, " cannot go from QUEUED to RUNNING: only "
+                                       "a STARTING trial's run comes to run"))));
+  EXPECT_THAT(manager_.Requeue(*t_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "QUEUED to QUEUED"));
+  EXPECT_THAT(manager_.EndRun(*t_, Outcome(v1::STATE_QUEUED, true)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "it is already there"));
+  EXPECT_THAT(manager_.Finish(*t_, v1::STATE_RUNNING, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       Eq(absl::StrCat("trial ", id_, ": STATE_RUNNING is not an end "
+                                       "(COMPLETED, CANCELED or ERROR)"))));
+  EXPECT_EQ(t_->trial.SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(Stored().state(), v1::STATE_QUEUED);
+
+  ASSERT_TRUE(manager_.Pause(*t_).ok());
+  EXPECT_THAT(manager_.MarkStarting(*t_, Run("x")),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "from PAUSED to STARTING: only a QUEUED trial starts a run"));
+  EXPECT_TRUE(t_->trial.allocation().id().empty());
+
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_ERROR, "rank 0 exited with code 1").ok());
+  EXPECT_EQ(Stored().error(), "rank 0 exited with code 1");
+  for (v1::State to : {v1::STATE_COMPLETED, v1::STATE_CANCELED, v1::STATE_ERROR}) {
+    EXPECT_THAT(manager_.Finish(*t_, to, ""),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "an ended trial does not change"));
+  }
+  EXPECT_THAT(manager_.Requeue(*t_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "from ERROR to QUEUED"));
+  EXPECT_EQ(t_->trial.state(), v1::STATE_ERROR);
+  EXPECT_EQ(t_->trial.error(), "rank 0 exited with code 1");
+}
+
+TEST_F(TrialManagerTest, AWriteTheStoreRefusesLeavesMemoryAsItWas) {
+  ASSERT_TRUE(manager_.SetWaitingReason(id_, "waiting for slots"));
+  store_.FailWrites(true);
+  EXPECT_THAT(manager_.MarkStarting(*t_, Run("1.0")), StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_EQ(t_->trial.state(), v1::STATE_QUEUED);
+  EXPECT_TRUE(t_->trial.allocation().id().empty());
+  EXPECT_EQ(t_->waiting_reason(), "waiting for slots");
+  EXPECT_THAT(manager_.Pause(*t_), StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_EQ(t_->trial.state(), v1::STATE_QUEUED);
+  store_.FailWrites(false);
+  EXPECT_EQ(Stored().state(), v1::STATE_QUEUED);
+}
+
+TEST_F(TrialManagerTest, ATrialItsUserKilledEndsCanceledWhateverItsExitSaid) {
+  t_->trial.mutable_search()->set_stopped_early(true);
+  t_->trial.mutable_search()->set_stop_reason(kKilledByUser);
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_COMPLETED, "").ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_CANCELED);
+  EXPECT_EQ(Stored().state(), v1::STATE_CANCELED);
+}
+
+TEST_F(TrialManagerTest, RecoveryQueuesLiveTrialsWithoutARunInMemoryOnly) {
+  ASSERT_TRUE(manager_.Pause(*t_).ok());
+  manager_.RequeueUnplaced(*t_);
+  EXPECT_EQ(t_->trial.state(), v1::STATE_QUEUED);
+  EXPECT_EQ(Stored().state(), v1::STATE_PAUSED);  // As before: not written.
+  manager_.RequeueUnplaced(*t_);
+  EXPECT_EQ(t_->trial.state(), v1::STATE_QUEUED);
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run("1.0")).ok());
+  manager_.RequeueUnplaced(*t_);
+  EXPECT_EQ(t_->trial.state(), v1::STATE_STARTING);  // Its run is open.
+}
+
+TEST_F(TrialManagerTest, WaitingReasonsOfUnknownTrialsAreIgnoredAndForgottenTrialsLeave) {
+  EXPECT_FALSE(manager_.SetWaitingReason(id_ + 100, "waiting"));
+  EXPECT_EQ(registry_.trials.count(id_ + 100), 0u);
+  ASSERT_TRUE(manager_.SetWaitingReason(id_, "waiting"));
+  ASSERT_TRUE(manager_.Pause(*t_).ok());
+  EXPECT_EQ(t_->waiting_reason(), "");
+  manager_.Forget(id_);
+  EXPECT_EQ(registry_.trials.count(id_), 0u);
+}
+
+}  // namespace
+}  // namespace det::master
