@@ -3,9 +3,9 @@
 // loop authorises each queued report against its allocation, orders the rows and stores
 // them by one transaction (group commit) together with the trials' summaries, and only
 // then acknowledges them; validation rows go to the searcher (experiment manager) and
-// progress is recomputed. Reads a trial's rows back, downsampled (downsample.h), off the loop: the
-// row query and the thinning run on a reader thread of its own, through the store's
-// MetricsReader, so a large read never holds up the loop.
+// progress is recomputed. Reads a trial's rows back, downsampled (downsample.h), off the
+// loop: the row query and the thinning run on a reader thread of its own, through the
+// store's MetricsReader, so a large read never holds up the loop.
 //
 // Called by: the master service (ReportMetrics, GetTrialMetrics). Report may be called
 // from any thread; every other public method on the loop thread only (each checks it).
@@ -87,6 +87,7 @@ class MetricsManager {
   std::map<int64_t, ExperimentState>& experiments_;
   std::map<int64_t, TrialState>& trials_;
   v1::GetMasterStatsResponse& counters_;
+  // The reports queued by Report (any thread) for the next flush (the loop).
   absl::Mutex queue_mu_;
   std::vector<QueuedReport> queue_ ABSL_GUARDED_BY(queue_mu_);
   size_t queued_rows_ ABSL_GUARDED_BY(queue_mu_) = 0;
