@@ -147,6 +147,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(absl::string_view text, absl::str
   r.String("data_dir", &c.data_dir);
   r.String("db_path", &c.db_path);
   r.Int("db_max_size_mb", &c.db_max_size_mb, 0);
+  r.Int("db_read_connections", &c.db_read_connections, 1, 64);
   r.Object("db", [&](ObjectReader& db) {
     db.String("type", &c.db_type);
     if (db.ok() && c.db_type != "sqlite" && c.db_type != "postgres") {

@@ -78,6 +78,9 @@ struct MasterConfig {
   // Largest size of the database in MiB (0: no limit). Past it, writes fail as on a full
   // disk: the request gets a clear error and nothing is half-written.
   int64_t db_max_size_mb = 0;
+  // Read connections to the database (and threads) for the API's metric, log and checkpoint
+  // reads, which run off the master's loop, beside each other (1..64).
+  int db_read_connections = 4;
   // When set, the master writes its bound gRPC address here once it serves.
   std::string address_file;
   // host:port of the REST API, the web page and /metrics. Port 0 picks a free port.

@@ -10,6 +10,7 @@
 #include "common/status/status_macros.h"
 #include "master/api/master_config_view.h"
 #include "master/api/permissions.h"
+#include "master/checkpoints/checkpoint_reads.h"
 #include "master/scheduling/pools.h"
 #include "master/views/views.h"
 
@@ -187,8 +188,10 @@ void MasterService::KillTrial(const Caller& caller, const v1::KillTrialRequest& 
 
 void MasterService::GetCheckpoint(const Caller&, const v1::GetCheckpointRequest& req,
                                   v1::GetCheckpointResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done),
-                [this, &req, resp] { return m_.checkpoints.GetCheckpoint(req, resp); });
+  // On the read pool, not the loop (checkpoint_reads.h).
+  m_.reads.Run(std::move(done), [&req, resp](MetricsReader& reader) {
+    return det::master::GetCheckpoint(reader, req, resp);
+  });
 }
 
 void MasterService::DeleteCheckpoints(const Caller& caller,
@@ -208,16 +211,23 @@ void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
 
 void MasterService::GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest& req,
                                     v1::GetTrialMetricsResponse* resp, Done done) {
-  // The trial is checked on the loop; the rows are read off it (`done` from the reader).
-  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
-    m_.metrics.GetTrialMetrics(req, resp, std::move(done));
+  // On the read pool, not the loop: the trial is checked and the series downsampled by the
+  // store's query (`done` from the pool's thread).
+  m_.reads.Run(std::move(done), [&req, resp](MetricsReader& reader) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<v1::Metrics> rows,
+                     reader.GetTrialMetrics(req.trial_id(), req.group(), req.max_points()));
+    resp->mutable_metrics()->Reserve(static_cast<int>(rows.size()));
+    for (v1::Metrics& m : rows) *resp->add_metrics() = std::move(m);
+    return absl::OkStatus();
   });
 }
 
 void MasterService::ListCheckpoints(const Caller&, const v1::ListCheckpointsRequest& req,
                                     v1::ListCheckpointsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done),
-                [this, &req, resp] { return m_.checkpoints.ListCheckpoints(req, resp); });
+  // On the read pool, not the loop (checkpoint_reads.h).
+  m_.reads.Run(std::move(done), [&req, resp](MetricsReader& reader) {
+    return det::master::ListCheckpoints(reader, req, resp);
+  });
 }
 
 void MasterService::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& req,

@@ -28,6 +28,7 @@
 #include "master/loop/turns.h"
 #include "master/metrics/metrics_manager.h"
 #include "master/models/model_registry.h"
+#include "master/reads/store_reads.h"
 #include "master/templates/templates.h"
 
 namespace det::master {
@@ -50,6 +51,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
     MetricsManager& metrics;
     ModelContexts& contexts;
     ModelRegistry& models;
+    // Metric, log and checkpoint reads of the store, off the loop.
+    StoreReads& reads;
   };
   MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns, Managers managers);
 

@@ -65,19 +65,6 @@ void CheckpointManager::Restore(std::vector<v1::CheckpointGcTask> tasks) {
   }
 }
 
-void AttachValidationMetrics(const std::vector<v1::Metrics>& validations,
-                             std::vector<v1::Checkpoint>* checkpoints) {
-  // Rows come in report order: a later run's report at the same batch wins.
-  std::map<int64_t, const v1::Metrics*> at_batch;
-  for (const v1::Metrics& m : validations) at_batch[m.total_batches()] = &m;
-  for (v1::Checkpoint& c : *checkpoints) {
-    if (!c.metrics().empty()) continue;
-    auto it = at_batch.find(c.total_batches());
-    if (it == at_batch.end()) continue;
-    c.mutable_metrics()->insert(it->second->values().begin(), it->second->values().end());
-  }
-}
-
 absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointRequest& req) {
   DET_CHECK_ON_LOOP(loop_);
   ASSIGN_OR_RETURN(TrialState * t, registry_.AuthorizeWorker(req.auth()));
@@ -130,42 +117,7 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
 
 absl::StatusOr<std::vector<v1::Checkpoint>> CheckpointManager::TrialCheckpoints(
     int64_t trial_id) {
-  ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> checkpoints, store_.GetCheckpoints(trial_id));
-  bool bare = std::any_of(checkpoints.begin(), checkpoints.end(),
-                          [](const v1::Checkpoint& c) { return c.metrics().empty(); });
-  if (!bare) return checkpoints;
-  ASSIGN_OR_RETURN(std::vector<v1::Metrics> validations, store_.GetMetrics(trial_id, "validation"));
-  AttachValidationMetrics(validations, &checkpoints);
-  return checkpoints;
-}
-
-absl::Status CheckpointManager::ListCheckpoints(const v1::ListCheckpointsRequest& req,
-                                                v1::ListCheckpointsResponse* resp) {
-  DET_CHECK_ON_LOOP(loop_);
-  auto it = registry_.experiments.find(req.experiment_id());
-  if (it == registry_.experiments.end()) {
-    return absl::NotFoundError(absl::StrCat("experiment ", req.experiment_id(), " not found"));
-  }
-  const auto& ids = it->second.trial_ids;
-  if (req.trial_id() != 0 && std::find(ids.begin(), ids.end(), req.trial_id()) == ids.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("trial ", req.trial_id(), " is not a trial of experiment ", req.experiment_id()));
-  }
-  std::vector<v1::Checkpoint> all;
-  for (int64_t tid : ids) {
-    if (req.trial_id() != 0 && tid != req.trial_id()) continue;
-    ASSIGN_OR_RETURN(auto cs, TrialCheckpoints(tid));
-    all.insert(all.end(), cs.begin(), cs.end());
-  }
-  std::stable_sort(all.begin(), all.end(), [](const v1::Checkpoint& a, const v1::Checkpoint& b) {
-    return a.report_time_ms() < b.report_time_ms();
-  });
-  for (auto& c : all) {
-    c.set_experiment_id(req.experiment_id());
-    if (c.state() == v1::STATE_UNSPECIFIED) c.set_state(v1::STATE_COMPLETED);
-    *resp->add_checkpoints() = std::move(c);
-  }
-  return absl::OkStatus();
+  return ReadTrialCheckpoints(store_, trial_id);
 }
 
 absl::Status CheckpointManager::GetCheckpoint(const v1::GetCheckpointRequest& req,

@@ -3,7 +3,7 @@
 // an agent what the experiment's checkpoint_storage policy no longer keeps
 // (master/checkpoints/checkpoint_gc.h). Owns the GC tasks and their runtime bookkeeping.
 //
-// Called by: the master service (ReportCheckpoint, ListCheckpoints, ListTasks, ReportExit,
+// Called by: the master service (ReportCheckpoint, ListTasks, ReportExit,
 // ShipLogs), the experiment manager (Collect when a trial ends), the scheduling service
 // (queued tasks, Start), agent liveness (reattach, lost agents). Loop thread only: every
 // public method checks it.
@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock/clock.h"
+#include "master/checkpoints/checkpoint_reads.h"
 #include "master/cluster/agent_manager.h"
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
@@ -28,12 +29,6 @@
 #include "proto/api.pb.h"
 
 namespace det::master {
-
-// A checkpoint reported without metrics gets the values of the validation reported at its
-// total_batches (the last such row of `validations`, which are in report order); checkpoints
-// that carry metrics, or have no validation at their batch, are left as they are.
-void AttachValidationMetrics(const std::vector<v1::Metrics>& validations,
-                             std::vector<v1::Checkpoint>* checkpoints);
 
 class CheckpointManager {
  public:
@@ -82,10 +77,10 @@ class CheckpointManager {
   // Worker API: registers the checkpoint of the run `req.auth` names (idempotent for a
   // retried report), then records it as the trial's latest.
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req);
-  absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
-                               v1::ListCheckpointsResponse* resp);
-  // Checkpoint `uuid` of any experiment (each trial's checkpoints read from the store);
-  // NotFound "checkpoint UUID not found".
+  // (The API's ListCheckpoints and GetCheckpoint read the store off the loop:
+  // checkpoint_reads.h.) Checkpoint `uuid` of any experiment, as the API's GetCheckpoint
+  // answers it, for the model registry on the loop (each trial's checkpoints read from the
+  // store); NotFound "checkpoint UUID not found".
   absl::Status GetCheckpoint(const v1::GetCheckpointRequest& req, v1::GetCheckpointResponse* resp);
 
   // Queues a CHECKPOINT_GC task deleting `uuids` (checkpoints of ended trials; those
@@ -152,9 +147,7 @@ class CheckpointManager {
   bool RouteLogLine(v1::LogLine* line);
 
  private:
-  // The trial's checkpoints from the store; one reported without metrics (the Core API's
-  // store_path) carries the validation metrics the trial reported at its total_batches,
-  // whichever came first.
+  // ReadTrialCheckpoints (checkpoint_reads.h) from the store.
   absl::StatusOr<std::vector<v1::Checkpoint>> TrialCheckpoints(int64_t trial_id);
 
   // Stores and queues a GC task of es deleting those of `all` in `doomed`; its log lines

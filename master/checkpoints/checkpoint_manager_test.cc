@@ -2,6 +2,7 @@
 // a FakeClock loop over an InMemoryStore: no sockets, no sleeps. A second harness on the
 // same store is a restarted master.
 #include "master/checkpoints/checkpoint_manager.h"
+#include "master/checkpoints/checkpoint_reads.h"
 
 #include <map>
 #include <memory>
@@ -62,6 +63,11 @@ class CheckpointManagerTest : public ::testing::Test {
     EXPECT_TRUE(h_->ReportExit("a1", session, launch.allocation_id(), 0).ok());
     return h_->NextLaunch("a1", session);
   }
+  // A read connection of the store, as the master's read pool has (master/reads).
+  MetricsReader& Reader() {
+    if (reader_ == nullptr) reader_ = *store_.OpenReader();
+    return *reader_;
+  }
   std::map<std::string, v1::State> CheckpointStates() {
     std::map<std::string, v1::State> out;
     auto stored = store_.GetCheckpoints(trial_);
@@ -99,6 +105,7 @@ class CheckpointManagerTest : public ::testing::Test {
   InMemoryStore store_;
   // What the harness writes through (every write passes unless a test injects a fault).
   FaultInjectingStore faulty_{store_};
+  std::unique_ptr<MetricsReader> reader_;
   std::unique_ptr<ManagerHarness> h_;
   int64_t trial_ = 0;
 };
@@ -332,14 +339,14 @@ TEST_F(CheckpointManagerTest, ACheckpointIsFoundByItsUuid) {
   req.set_uuid("c-20");
   v1::GetCheckpointResponse resp;
   absl::Status st;
-  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(req, &resp); });
+  st = GetCheckpoint(Reader(), req, &resp);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(resp.checkpoint().uuid(), "c-20");
   EXPECT_EQ(resp.checkpoint().trial_id(), trial_);
   EXPECT_EQ(resp.checkpoint().total_batches(), 20);
   EXPECT_EQ(resp.checkpoint().experiment_id(), h_->Trial(trial_).experiment_id());
   req.set_uuid("c-nope");
-  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(req, &resp); });
+  st = GetCheckpoint(Reader(), req, &resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.message(), "checkpoint c-nope not found");
 }
@@ -368,7 +375,7 @@ TEST_F(CheckpointManagerTest, ACheckpointWithoutMetricsCarriesTheValidationAtIts
   req.set_experiment_id(h_->Trial(trial_).experiment_id());
   v1::ListCheckpointsResponse resp;
   absl::Status st;
-  h_->Turn([&] { st = h_->checkpoints.ListCheckpoints(req, &resp); });
+  st = ListCheckpoints(Reader(), req, &resp);
   ASSERT_TRUE(st.ok()) << st;
   std::map<std::string, std::map<std::string, double>> metrics;
   for (const auto& c : resp.checkpoints()) {
@@ -381,7 +388,7 @@ TEST_F(CheckpointManagerTest, ACheckpointWithoutMetricsCarriesTheValidationAtIts
   v1::GetCheckpointRequest get;
   get.set_uuid("c-20");
   v1::GetCheckpointResponse got;
-  h_->Turn([&] { st = h_->checkpoints.GetCheckpoint(get, &got); });
+  st = GetCheckpoint(Reader(), get, &got);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(got.checkpoint().metrics().at("validation_loss"), 0.4);
 }

@@ -18,8 +18,13 @@ constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
 constexpr absl::Duration kRetryWait = absl::Seconds(1);
 }  // namespace
 
-LogManager::LogManager(Clock& clock, EventLoop& loop, Store& store, TrialEnded trial_ended)
-    : clock_(clock), loop_(loop), store_(store), trial_ended_(std::move(trial_ended)) {}
+LogManager::LogManager(Clock& clock, EventLoop& loop, Store& store, StoreReads& reads,
+                       TrialEnded trial_ended)
+    : clock_(clock),
+      loop_(loop),
+      store_(store),
+      reads_(reads),
+      trial_ended_(std::move(trial_ended)) {}
 
 void LogManager::Event(int64_t trial_id, const std::string& message, bool verbose) {
   DET_CHECK_ON_LOOP(loop_);
@@ -123,31 +128,63 @@ absl::Status LogManager::AddLines(std::vector<v1::LogLine>* lines,
   return absl::OkStatus();
 }
 
-absl::Status LogManager::Fill(const v1::GetTrialLogsRequest& req,
-                              v1::GetTrialLogsResponse* resp) {
-  ASSIGN_OR_RETURN(bool ended, trial_ended_(req.trial_id()));
+absl::Status LogManager::Fill(MetricsReader& reader, const v1::GetTrialLogsRequest& req,
+                              bool ended, v1::GetTrialLogsResponse* resp) {
   int limit = req.limit() > 0 ? std::min(req.limit(), 5000) : 1000;
   std::optional<int> rank;
   if (req.has_rank()) rank = req.rank();
-  ASSIGN_OR_RETURN(auto lines, store_.GetLogs(req.trial_id(), req.after_id(), limit, rank));
+  ASSIGN_OR_RETURN(auto lines, reader.GetLogs(req.trial_id(), req.after_id(), limit, rank));
   resp->clear_lines();
   for (auto& l : lines) *resp->add_lines() = std::move(l);
-  bool events_pending =
-      std::any_of(pending_events_.begin(), pending_events_.end(),
-                  [&](const v1::LogLine& l) { return l.trial_id() == req.trial_id(); });
-  resp->set_done(ended && resp->lines_size() < limit && !events_pending);
+  resp->set_done(ended && resp->lines_size() < limit);
   return absl::OkStatus();
+}
+
+int64_t& LogManager::Generation(int64_t trial_id) {
+  return generations_[static_cast<uint64_t>(trial_id) % generations_.size()];
 }
 
 void LogManager::Read(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp,
                       Done done, bool no_wait) {
   DET_CHECK_ON_LOOP(loop_);
-  absl::Status st = Fill(req, resp);
-  if (!st.ok() || resp->lines_size() > 0 || resp->done() || req.wait_ms() <= 0 || no_wait) {
-    done(st);
+  absl::StatusOr<bool> ended = trial_ended_(req.trial_id());
+  if (!ended.ok()) {
+    done(ended.status());
     return;
   }
-  int64_t trial_id = req.trial_id();
+  // Ended with every event of it stored: no line of the master's is still to come.
+  const bool finished =
+      *ended && std::none_of(pending_events_.begin(), pending_events_.end(),
+                             [&](const v1::LogLine& l) { return l.trial_id() == req.trial_id(); });
+  const bool may_wait = !no_wait && !closed_ && req.wait_ms() > 0;
+  const int64_t generation = Generation(req.trial_id());
+  // The stored lines are read on the pool; only a poll that must wait comes back here.
+  reads_.Submit([this, &req, resp, done = std::move(done), finished, may_wait,
+                 generation](absl::StatusOr<MetricsReader*> reader) mutable {
+    absl::Status st = reader.ok() ? Fill(**reader, req, finished, resp) : reader.status();
+    if (!st.ok() || resp->lines_size() > 0 || resp->done() || !may_wait) {
+      done(st);
+      return;
+    }
+    loop_.Post([this, &req, resp, done = std::move(done), generation]() mutable {
+      Wait(req, resp, std::move(done), generation);
+    });
+  });
+}
+
+void LogManager::Wait(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsResponse* resp,
+                      Done done, int64_t generation) {
+  DET_CHECK_ON_LOOP(loop_);
+  if (closed_) {
+    done(absl::OkStatus());
+    return;
+  }
+  const int64_t trial_id = req.trial_id();
+  if (Generation(trial_id) != generation) {
+    // Lines came while the pool read: answered with what there is now, as a waiter is.
+    Read(req, resp, std::move(done), /*no_wait=*/true);
+    return;
+  }
   auto wait = std::min(absl::Milliseconds(req.wait_ms()), kMaxPollWait);
   auto timer = loop_.PostAfter(wait, [this, trial_id, resp] {
     auto& waiters = waiters_[trial_id];
@@ -155,6 +192,7 @@ void LogManager::Read(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsRespon
       if (it->response != resp) continue;
       Done d = std::move(it->done);
       waiters.erase(it);
+      if (waiters.empty()) waiters_.erase(trial_id);
       d(absl::OkStatus());
       return;
     }
@@ -162,15 +200,23 @@ void LogManager::Read(const v1::GetTrialLogsRequest& req, v1::GetTrialLogsRespon
   waiters_[trial_id].push_back({&req, resp, std::move(done), timer});
 }
 
+size_t LogManager::waiting_polls() const {
+  DET_CHECK_ON_LOOP(loop_);
+  size_t n = 0;
+  for (const auto& [trial_id, waiters] : waiters_) n += waiters.size();
+  return n;
+}
+
 void LogManager::AnswerWaiters(int64_t trial_id) {
   DET_CHECK_ON_LOOP(loop_);
+  ++Generation(trial_id);
   auto it = waiters_.find(trial_id);
   if (it == waiters_.end()) return;
   std::vector<Waiter> waiters = std::move(it->second);
   waiters_.erase(it);
   for (auto& w : waiters) {
     loop_.Cancel(w.timer);
-    w.done(Fill(*w.request, w.response));
+    Read(*w.request, w.response, std::move(w.done), /*no_wait=*/true);
   }
 }
 
@@ -189,6 +235,7 @@ void LogManager::ForgetTrials(const std::vector<int64_t>& trial_ids) {
 
 void LogManager::AnswerAll() {
   DET_CHECK_ON_LOOP(loop_);
+  closed_ = true;
   for (auto& [id, waiters] : waiters_) {
     for (auto& w : waiters) {
       loop_.Cancel(w.timer);

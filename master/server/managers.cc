@@ -11,12 +11,13 @@ namespace det::master {
 
 Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& store,
                    EventLoop& loop, Turns& turns, ManagerOptions options)
-    : agents(clock, loop, store,
+    : reads(store, config.db_read_connections),
+      agents(clock, loop, store,
              AgentManager::Options{config.cluster_secret, config.agent_timeout,
                                    std::min(absl::Seconds(5), config.agent_timeout / 3)}),
       templates(store, clock),
       trials(clock, store, registry),
-      logs(clock, loop, store,
+      logs(clock, loop, store, reads,
            [this](int64_t id) -> absl::StatusOr<bool> {
              ASSIGN_OR_RETURN(TrialState * t, registry.FindTrial(id));
              return views::Terminal(t->trial.state());
@@ -51,6 +52,8 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
     if (logs.HasPendingEvents()) logs.FlushEvents();
   });
 }
+
+Managers::~Managers() { reads.Stop(); }
 
 absl::Status Managers::Restore(StoreSnapshot snap) {
   DET_CHECK_ON_LOOP(loop_);

@@ -21,6 +21,7 @@
 #include "master/loop/turns.h"
 #include "master/metrics/metrics_manager.h"
 #include "master/models/model_registry.h"
+#include "master/reads/store_reads.h"
 #include "master/scheduling/scheduling_service.h"
 #include "master/slurm/slurm_client.h"
 #include "master/slurm/slurm_resource_manager.h"
@@ -45,6 +46,8 @@ class Managers {
   // `config`, `clock`, `store`, `loop` and `turns` must outlive this.
   Managers(const config::MasterConfig& config, Clock& clock, Store& store, EventLoop& loop,
            Turns& turns, ManagerOptions options = {});
+  // Runs the reads already submitted to `reads` (their answers) before any manager goes.
+  ~Managers();
   Managers(const Managers&) = delete;
   Managers& operator=(const Managers&) = delete;
 
@@ -56,6 +59,9 @@ class Managers {
   // with `bye`; no new work is accepted.
   void FailWaiters(const absl::Status& bye);
 
+  // The store's read connections and their threads (config db_read_connections): metric,
+  // log and checkpoint reads of the API, off the loop.
+  StoreReads reads;
   AgentManager agents;
   Templates templates;
   ExperimentRegistry registry;

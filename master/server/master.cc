@@ -129,7 +129,7 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
                                        users_, managers_.logs, managers_.registry,
                                        managers_.experiments, managers_.allocations,
                                        managers_.checkpoints, managers_.metrics, contexts_,
-                                       managers_.models}) {}
+                                       managers_.models, managers_.reads}) {}
 
 Master::~Master() { Shutdown(); }
 

@@ -148,6 +148,29 @@ class FaultInjectingStore::Reader : public MetricsReader {
     RETURN_IF_ERROR(faults_.BeforeRead("GetMetrics"));
     return reader_->GetMetrics(trial_id, group);
   }
+  absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                           const std::string& group,
+                                                           int max_points) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetTrialMetrics"));
+    return reader_->GetTrialMetrics(trial_id, group, max_points);
+  }
+  absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
+                                                   std::optional<int> rank) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetLogs"));
+    return reader_->GetLogs(trial_id, after_id, limit, rank);
+  }
+  absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetCheckpoints"));
+    return reader_->GetCheckpoints(trial_id);
+  }
+  absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetTrialIds"));
+    return reader_->GetTrialIds(experiment_id);
+  }
+  absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid) override {
+    RETURN_IF_ERROR(faults_.BeforeRead("GetCheckpoint"));
+    return reader_->GetCheckpoint(uuid);
+  }
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
     RETURN_IF_ERROR(faults_.BeforeRead("GetExperimentContext"));
     return reader_->GetExperimentContext(experiment_id);

@@ -8,8 +8,8 @@
 // DeleteTemplate, InsertModel, UpdateModel, DeleteModel, InsertModelVersion,
 // DeleteModelVersion, AddSystemMetrics, InsertUser, SetUserPassword, SetUserAgentUserGroup,
 // InsertSession, DeleteSession, DeleteUserSessions. Every other call is a read (Load and
-// LoadSessions included, although the stores may tidy up inside them), and so is the
-// GetMetrics of a reader it opened (OpenReader wraps the wrapped store's reader).
+// LoadSessions included, although the stores may tidy up inside them), and so is every
+// call of a reader it opened (OpenReader wraps the wrapped store's reader).
 //
 // An injected failure is not forwarded: the wrapped store is unchanged, out-parameters
 // (ids of log lines and trials, the trial of SupersedeMetrics) are untouched, and the call

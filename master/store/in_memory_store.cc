@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/context_sha256.h"
+#include "master/metrics/downsample.h"
 #include "master/store/metric_summary.h"
 
 namespace det::master {
@@ -229,6 +230,24 @@ class InMemoryMetricsReader : public MetricsReader {
                                                       const std::string& group) override {
     return store_.GetMetrics(trial_id, group);
   }
+  absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                           const std::string& group,
+                                                           int max_points) override {
+    return store_.GetTrialMetrics(trial_id, group, max_points);
+  }
+  absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
+                                                   std::optional<int> rank) override {
+    return store_.GetLogs(trial_id, after_id, limit, rank);
+  }
+  absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override {
+    return store_.GetCheckpoints(trial_id);
+  }
+  absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id) override {
+    return store_.GetTrialIds(experiment_id);
+  }
+  absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid) override {
+    return store_.GetCheckpoint(uuid);
+  }
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
     return store_.GetExperimentContext(experiment_id);
   }
@@ -238,6 +257,37 @@ class InMemoryMetricsReader : public MetricsReader {
 };
 
 }  // namespace
+
+absl::StatusOr<std::vector<v1::Metrics>> InMemoryStore::GetTrialMetrics(
+    int64_t trial_id, const std::string& group, int max_points) {
+  absl::MutexLock lock(&mu_);
+  if (trials_.count(trial_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("trial ", trial_id, " not found"));
+  }
+  return DownsampleMetrics(MetricsOf(trial_id, group), max_points);
+}
+
+absl::StatusOr<std::vector<int64_t>> InMemoryStore::GetTrialIds(int64_t experiment_id) {
+  absl::MutexLock lock(&mu_);
+  if (experiments_.count(experiment_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not found"));
+  }
+  std::vector<int64_t> out;
+  for (const auto& [id, trial] : trials_) {
+    if (trial.experiment_id() == experiment_id) out.push_back(id);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Checkpoint> InMemoryStore::GetCheckpoint(const std::string& uuid) {
+  absl::MutexLock lock(&mu_);
+  auto it = checkpoints_.find(uuid);
+  auto trial = it == checkpoints_.end() ? trials_.end() : trials_.find(it->second.checkpoint.trial_id());
+  if (trial == trials_.end()) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+  v1::Checkpoint c = it->second.checkpoint;
+  c.set_experiment_id(trial->second.experiment_id());
+  return c;
+}
 
 absl::StatusOr<std::unique_ptr<MetricsReader>> InMemoryStore::OpenReader() {
   return std::make_unique<InMemoryMetricsReader>(*this);

@@ -54,6 +54,12 @@ class InMemoryStore : public Store {
   absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                       const std::string& group) override;
   // Reads through this store (its mutex makes every call atomic).
+  // The reads of MetricsReader (its reader forwards to them).
+  absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                           const std::string& group,
+                                                           int max_points);
+  absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id);
+  absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid);
   absl::StatusOr<std::unique_ptr<MetricsReader>> OpenReader() override;
   absl::StatusOr<int64_t> SupersedeMetrics(v1::Trial* trial, int32_t run_id,
                                            int64_t after_batches) override;

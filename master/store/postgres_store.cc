@@ -15,6 +15,7 @@
 #include "common/rpc/context_sha256.h"
 #include "common/status/status_macros.h"
 #include "master/store/metric_summary.h"
+#include "master/store/downsample_sql.h"
 #include "master/store/metric_values_json.h"
 #include "master/store/postgres_internal.h"
 
@@ -74,12 +75,8 @@ std::string HexArray(const std::vector<T>& rows, F field) {
   });
 }
 
-absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
-                                                     const std::string& group) {
-  ASSIGN_OR_RETURN(Result r,
-                   conn->Exec("SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
-                              "WHERE trial_id = $1 AND ($2 = '' OR grp = $2) ORDER BY id",
-                              {trial_id, group}));
+// The metric rows of `r` (run_id, grp, total_batches, time_ms, vals) of `trial_id`.
+absl::StatusOr<std::vector<v1::Metrics>> MetricRows(const Result& r, int64_t trial_id) {
   std::vector<v1::Metrics> out;
   for (int i = 0; i < r.rows(); ++i) {
     v1::Metrics& m = out.emplace_back();
@@ -89,6 +86,65 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t t
     m.set_total_batches(r.Int(i, 2));
     m.set_report_time_ms(r.Int(i, 3));
     RETURN_IF_ERROR(ParseMetricValuesJson(r.Text(i, 4), trial_id, &m));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
+                                                     const std::string& group) {
+  ASSIGN_OR_RETURN(Result r,
+                   conn->Exec("SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
+                              "WHERE trial_id = $1 AND ($2 = '' OR grp = $2) ORDER BY id",
+                              {trial_id, group}));
+  return MetricRows(r, trial_id);
+}
+
+// MetricsReader::GetTrialMetrics on `conn` (read committed: each statement sees every
+// commit before it began).
+absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(Connection* conn, int64_t trial_id,
+                                                          const std::string& group,
+                                                          int max_points) {
+  ASSIGN_OR_RETURN(Result t, conn->Exec("SELECT 1 FROM trials WHERE id = $1", {trial_id}));
+  if (t.rows() == 0) return absl::NotFoundError(absl::StrCat("trial ", trial_id, " not found"));
+  static const std::string* const kSql = new std::string(
+      store_internal::DownsampledMetricsSql("$1::bigint", "$2::text", "$3::bigint"));
+  ASSIGN_OR_RETURN(Result r, conn->Exec(*kSql, {trial_id, group, max_points}));
+  return MetricRows(r, trial_id);
+}
+
+// Store::GetLogs on `conn`.
+absl::StatusOr<std::vector<v1::LogLine>> ReadLogs(Connection* conn, int64_t trial_id,
+                                                  int64_t after_id, int limit,
+                                                  std::optional<int> rank) {
+  ASSIGN_OR_RETURN(
+      Result r,
+      conn->Exec("SELECT id, allocation_id, agent_id, rank, stream, time_ms, message FROM logs "
+                 "WHERE trial_id = $1 AND id > $2 AND ($3 = 1 OR rank = $4) ORDER BY id LIMIT $5",
+                 {trial_id, after_id, rank.has_value() ? 0 : 1, rank.value_or(0),
+                  limit > 0 ? limit : 1000}));
+  std::vector<v1::LogLine> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    v1::LogLine& l = out.emplace_back();
+    l.set_id(r.Int(i, 0));
+    l.set_trial_id(trial_id);
+    l.set_allocation_id(r.Text(i, 1));
+    l.set_agent_id(r.Text(i, 2));
+    l.set_rank(static_cast<int32_t>(r.Int(i, 3)));
+    l.set_stream(r.Text(i, 4));
+    l.set_time_ms(r.Int(i, 5));
+    l.set_message(r.Text(i, 6));
+  }
+  return out;
+}
+
+// Store::GetCheckpoints on `conn`.
+absl::StatusOr<std::vector<v1::Checkpoint>> ReadCheckpoints(Connection* conn, int64_t trial_id) {
+  ASSIGN_OR_RETURN(Result r, conn->Exec("SELECT data FROM checkpoints WHERE trial_id = $1 "
+                                        "ORDER BY total_batches, time_ms",
+                                        {trial_id}));
+  std::vector<v1::Checkpoint> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    RETURN_IF_ERROR(ParseRow(r.Text(i, 0), &out.emplace_back(), "checkpoints"));
   }
   return out;
 }
@@ -113,6 +169,49 @@ class PostgresMetricsReader : public MetricsReader {
                                                       const std::string& group) override {
     absl::MutexLock l(&mu_);
     return ReadMetrics(conn_.get(), trial_id, group);
+  }
+  absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                           const std::string& group,
+                                                           int max_points) override {
+    absl::MutexLock l(&mu_);
+    return ReadTrialMetrics(conn_.get(), trial_id, group, max_points);
+  }
+  absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
+                                                   std::optional<int> rank) override {
+    absl::MutexLock l(&mu_);
+    return ReadLogs(conn_.get(), trial_id, after_id, limit, rank);
+  }
+  absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override {
+    absl::MutexLock l(&mu_);
+    return ReadCheckpoints(conn_.get(), trial_id);
+  }
+  absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id) override {
+    absl::MutexLock l(&mu_);
+    // One statement: the experiment's row and its trials in one snapshot.
+    ASSIGN_OR_RETURN(Result r, conn_->Exec("SELECT COALESCE(t.id, 0) FROM experiments e LEFT JOIN "
+                                           "trials t "
+                                           "ON t.experiment_id = e.id WHERE e.id = $1 "
+                                           "ORDER BY t.id",
+                                           {experiment_id}));
+    if (r.rows() == 0) {
+      return absl::NotFoundError(absl::StrCat("experiment ", experiment_id, " not found"));
+    }
+    std::vector<int64_t> out;
+    for (int i = 0; i < r.rows(); ++i) {
+      if (r.Int(i, 0) != 0) out.push_back(r.Int(i, 0));  // 0: an experiment without trials
+    }
+    return out;
+  }
+  absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid) override {
+    absl::MutexLock l(&mu_);
+    ASSIGN_OR_RETURN(Result r, conn_->Exec("SELECT c.data, t.experiment_id FROM checkpoints c "
+                                           "JOIN trials t ON t.id = c.trial_id WHERE c.uuid = $1",
+                                           {uuid}));
+    if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+    v1::Checkpoint c;
+    RETURN_IF_ERROR(ParseRow(r.Text(0, 0), &c, "checkpoints"));
+    c.set_experiment_id(r.Int(0, 1));
+    return c;
   }
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
     absl::MutexLock l(&mu_);
@@ -451,25 +550,7 @@ absl::Status PostgresStore::AddLogs(std::vector<v1::LogLine>* lines) {
 
 absl::StatusOr<std::vector<v1::LogLine>> PostgresStore::GetLogs(int64_t trial_id, int64_t after_id,
                                                                 int limit, std::optional<int> rank) {
-  ASSIGN_OR_RETURN(
-      Result r,
-      conn_->Exec("SELECT id, allocation_id, agent_id, rank, stream, time_ms, message FROM logs "
-                  "WHERE trial_id = $1 AND id > $2 AND ($3 = 1 OR rank = $4) ORDER BY id LIMIT $5",
-                  {trial_id, after_id, rank.has_value() ? 0 : 1, rank.value_or(0),
-                   limit > 0 ? limit : 1000}));
-  std::vector<v1::LogLine> out;
-  for (int i = 0; i < r.rows(); ++i) {
-    v1::LogLine& l = out.emplace_back();
-    l.set_id(r.Int(i, 0));
-    l.set_trial_id(trial_id);
-    l.set_allocation_id(r.Text(i, 1));
-    l.set_agent_id(r.Text(i, 2));
-    l.set_rank(static_cast<int32_t>(r.Int(i, 3)));
-    l.set_stream(r.Text(i, 4));
-    l.set_time_ms(r.Int(i, 5));
-    l.set_message(r.Text(i, 6));
-  }
-  return out;
+  return ReadLogs(conn_.get(), trial_id, after_id, limit, rank);
 }
 
 absl::Status PostgresStore::AddCheckpoint(const v1::Checkpoint& checkpoint, const v1::Trial& trial) {
@@ -533,14 +614,7 @@ absl::Status PostgresStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& t
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> PostgresStore::GetCheckpoints(int64_t trial_id) {
-  ASSIGN_OR_RETURN(Result r, conn_->Exec("SELECT data FROM checkpoints WHERE trial_id = $1 "
-                                         "ORDER BY total_batches, time_ms",
-                                         {trial_id}));
-  std::vector<v1::Checkpoint> out;
-  for (int i = 0; i < r.rows(); ++i) {
-    RETURN_IF_ERROR(ParseRow(r.Text(i, 0), &out.emplace_back(), "checkpoints"));
-  }
-  return out;
+  return ReadCheckpoints(conn_.get(), trial_id);
 }
 
 absl::Status PostgresStore::DeleteExperiment(int64_t experiment_id) {

@@ -84,11 +84,12 @@ class Stmt {
   absl::Status status_;
 };
 
-// BEGIN IMMEDIATE ... COMMIT, rolled back unless committed.
+// BEGIN IMMEDIATE ... COMMIT, rolled back unless committed. A read's statements see one
+// snapshot inside `begin` "BEGIN" (deferred: takes no write lock), ended by the rollback.
 class Transaction {
  public:
-  explicit Transaction(sqlite3* db) : db_(db) {
-    status_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK
+  explicit Transaction(sqlite3* db, const char* begin = "BEGIN IMMEDIATE") : db_(db) {
+    status_ = sqlite3_exec(db, begin, nullptr, nullptr, nullptr) == SQLITE_OK
                   ? absl::OkStatus()
                   : SqlError(db, "begin");
   }

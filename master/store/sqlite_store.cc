@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "common/rpc/context_sha256.h"
+#include "master/store/downsample_sql.h"
 #include "master/store/sqlite_internal.h"
 #include "master/store/metric_summary.h"
 #include "master/store/metric_values_json.h"
@@ -281,13 +282,8 @@ absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
 
 namespace {
 
-// Rows of `trial_id` (of `group` unless empty) on connection `db`, in report order.
-absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_id,
-                                                     const std::string& group) {
-  Stmt s(db,
-         "SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
-         "WHERE trial_id = ? AND (? = '' OR grp = ?) ORDER BY id");
-  s.Bind(1, trial_id).Bind(2, group).Bind(3, group);
+// The metric rows `s` selects (run_id, grp, total_batches, time_ms, vals) of `trial_id`.
+absl::StatusOr<std::vector<v1::Metrics>> MetricRows(Stmt& s, int64_t trial_id) {
   std::vector<v1::Metrics> out;
   while (s.Step()) {
     v1::Metrics& m = out.emplace_back();
@@ -302,6 +298,73 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_
   return out;
 }
 
+// Rows of `trial_id` (of `group` unless empty) on connection `db`, in report order.
+absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_id,
+                                                     const std::string& group) {
+  Stmt s(db,
+         "SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
+         "WHERE trial_id = ? AND (? = '' OR grp = ?) ORDER BY id");
+  s.Bind(1, trial_id).Bind(2, group).Bind(3, group);
+  return MetricRows(s, trial_id);
+}
+
+// OK when `table` has the row of id `id`; NotFound "<what> ID not found" when not.
+absl::Status CheckStored(sqlite3* db, const char* table, const char* what, int64_t id) {
+  const std::string sql = absl::StrCat("SELECT 1 FROM ", table, " WHERE id = ?");
+  Stmt s(db, sql.c_str());
+  if (s.Bind(1, id).Step()) return absl::OkStatus();
+  RETURN_IF_ERROR(s.status());
+  return absl::NotFoundError(absl::StrCat(what, " ", id, " not found"));
+}
+
+// MetricsReader::GetTrialMetrics on connection `db`, in one read transaction.
+absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t trial_id,
+                                                          const std::string& group,
+                                                          int max_points) {
+  Transaction tx(db, "BEGIN");
+  RETURN_IF_ERROR(tx.status());
+  RETURN_IF_ERROR(CheckStored(db, "trials", "trial", trial_id));
+  static const std::string* const kSql =
+      new std::string(store_internal::DownsampledMetricsSql("?1", "?2", "?3"));
+  Stmt s(db, kSql->c_str());
+  s.Bind(1, trial_id).Bind(2, group).Bind(3, static_cast<int64_t>(max_points));
+  return MetricRows(s, trial_id);
+}
+
+// Store::GetLogs on connection `db`.
+absl::StatusOr<std::vector<v1::LogLine>> ReadLogs(sqlite3* db, int64_t trial_id, int64_t after_id,
+                                                  int limit, std::optional<int> rank) {
+  Stmt s(db,
+         "SELECT id, allocation_id, agent_id, rank, stream, time_ms, message FROM logs "
+         "WHERE trial_id = ? AND id > ? AND (? OR rank = ?) ORDER BY id LIMIT ?");
+  s.Bind(1, trial_id).Bind(2, after_id).Bind(3, rank.has_value() ? 0 : 1);
+  s.Bind(4, rank.value_or(0)).Bind(5, limit > 0 ? limit : 1000);
+  std::vector<v1::LogLine> out;
+  while (s.Step()) {
+    v1::LogLine& l = out.emplace_back();
+    l.set_id(s.Int(0));
+    l.set_trial_id(trial_id);
+    l.set_allocation_id(s.Text(1));
+    l.set_agent_id(s.Text(2));
+    l.set_rank(static_cast<int32_t>(s.Int(3)));
+    l.set_stream(s.Text(4));
+    l.set_time_ms(s.Int(5));
+    l.set_message(s.Text(6));
+  }
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
+// Store::GetCheckpoints on connection `db`.
+absl::StatusOr<std::vector<v1::Checkpoint>> ReadCheckpoints(sqlite3* db, int64_t trial_id) {
+  Stmt s(db, "SELECT data FROM checkpoints WHERE trial_id = ? ORDER BY total_batches, time_ms");
+  s.Bind(1, trial_id);
+  std::vector<v1::Checkpoint> out;
+  while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &out.emplace_back(), "checkpoints"));
+  RETURN_IF_ERROR(s.status());
+  return out;
+}
+
 // A read-only connection of its own; one query at a time.
 class SqliteMetricsReader : public MetricsReader {
  public:
@@ -312,6 +375,47 @@ class SqliteMetricsReader : public MetricsReader {
                                                       const std::string& group) override {
     absl::MutexLock l(&mu_);
     return ReadMetrics(db_, trial_id, group);
+  }
+  absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                           const std::string& group,
+                                                           int max_points) override {
+    absl::MutexLock l(&mu_);
+    return ReadTrialMetrics(db_, trial_id, group, max_points);
+  }
+  absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id, int limit,
+                                                   std::optional<int> rank) override {
+    absl::MutexLock l(&mu_);
+    return ReadLogs(db_, trial_id, after_id, limit, rank);
+  }
+  absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) override {
+    absl::MutexLock l(&mu_);
+    return ReadCheckpoints(db_, trial_id);
+  }
+  absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id) override {
+    absl::MutexLock l(&mu_);
+    Transaction tx(db_, "BEGIN");
+    RETURN_IF_ERROR(tx.status());
+    RETURN_IF_ERROR(CheckStored(db_, "experiments", "experiment", experiment_id));
+    Stmt s(db_, "SELECT id FROM trials WHERE experiment_id = ? ORDER BY id");
+    s.Bind(1, experiment_id);
+    std::vector<int64_t> out;
+    while (s.Step()) out.push_back(s.Int(0));
+    RETURN_IF_ERROR(s.status());
+    return out;
+  }
+  absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid) override {
+    absl::MutexLock l(&mu_);
+    Stmt s(db_,
+           "SELECT c.data, t.experiment_id FROM checkpoints c JOIN trials t ON t.id = c.trial_id "
+           "WHERE c.uuid = ?");
+    if (!s.Bind(1, uuid).Step()) {
+      RETURN_IF_ERROR(s.status());
+      return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+    }
+    v1::Checkpoint c;
+    RETURN_IF_ERROR(ParseRow(s.Text(0), &c, "checkpoints"));
+    c.set_experiment_id(s.Int(1));
+    return c;
   }
   absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) override {
     absl::MutexLock l(&mu_);
@@ -385,25 +489,7 @@ absl::Status SqliteStore::AddLogs(std::vector<v1::LogLine>* lines) {
 
 absl::StatusOr<std::vector<v1::LogLine>> SqliteStore::GetLogs(int64_t trial_id, int64_t after_id,
                                                               int limit, std::optional<int> rank) {
-  Stmt s(db_,
-         "SELECT id, allocation_id, agent_id, rank, stream, time_ms, message FROM logs "
-         "WHERE trial_id = ? AND id > ? AND (? OR rank = ?) ORDER BY id LIMIT ?");
-  s.Bind(1, trial_id).Bind(2, after_id).Bind(3, rank.has_value() ? 0 : 1);
-  s.Bind(4, rank.value_or(0)).Bind(5, limit > 0 ? limit : 1000);
-  std::vector<v1::LogLine> out;
-  while (s.Step()) {
-    v1::LogLine& l = out.emplace_back();
-    l.set_id(s.Int(0));
-    l.set_trial_id(trial_id);
-    l.set_allocation_id(s.Text(1));
-    l.set_agent_id(s.Text(2));
-    l.set_rank(static_cast<int32_t>(s.Int(3)));
-    l.set_stream(s.Text(4));
-    l.set_time_ms(s.Int(5));
-    l.set_message(s.Text(6));
-  }
-  RETURN_IF_ERROR(s.status());
-  return out;
+  return ReadLogs(db_, trial_id, after_id, limit, rank);
 }
 
 absl::Status SqliteStore::AddCheckpoint(const v1::Checkpoint& checkpoint, const v1::Trial& trial) {
@@ -490,12 +576,7 @@ absl::Status SqliteStore::UpdateCheckpointGcTask(const v1::CheckpointGcTask& tas
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> SqliteStore::GetCheckpoints(int64_t trial_id) {
-  Stmt s(db_, "SELECT data FROM checkpoints WHERE trial_id = ? ORDER BY total_batches, time_ms");
-  s.Bind(1, trial_id);
-  std::vector<v1::Checkpoint> out;
-  while (s.Step()) RETURN_IF_ERROR(ParseRow(s.Text(0), &out.emplace_back(), "checkpoints"));
-  RETURN_IF_ERROR(s.status());
-  return out;
+  return ReadCheckpoints(db_, trial_id);
 }
 
 }  // namespace det::master

@@ -56,20 +56,58 @@ struct SessionRow {
   int64_t expires_ms = 0;
 };
 
-// The reads that leave the master's loop: a trial's metric rows (GetTrialMetrics) and an
-// experiment's model context (GetModelContext).
+// The reads that leave the master's loop: a trial's metric rows (GetTrialMetrics), logs
+// (GetTrialLogs) and checkpoints (ListCheckpoints, GetCheckpoint), and an experiment's
+// model context (GetModelContext). One reader is one read connection (master/reads:
+// StoreReads keeps a pool of them).
 // Thread-safe: may be called from any thread while the loop writes through the Store. A
 // call sees committed writes only, and every write the Store had returned OK for before the
-// call began.
+// call began. The defaults fail with Unimplemented (a reader of metric rows only).
 class MetricsReader {
  public:
   virtual ~MetricsReader() = default;
   // As Store::GetMetrics.
   virtual absl::StatusOr<std::vector<v1::Metrics>> GetMetrics(int64_t trial_id,
                                                               const std::string& group) = 0;
+  // Rows of `trial_id` (of `group` unless empty), in report order, with at most
+  // `max_points` rows of each group when max_points > 0, chosen by the query itself
+  // (not every row loaded): the rows DownsampleMetrics (master/metrics/downsample.h)
+  // keeps, i.e. of a group of n > max_points rows, the one at index
+  // round(j * (n - 1) / (max_points - 1)) for each j < max_points (first and last
+  // included), or its last row alone for max_points 1. NotFound "trial N not found" when
+  // the trial is not stored (checked by the same read).
+  virtual absl::StatusOr<std::vector<v1::Metrics>> GetTrialMetrics(int64_t trial_id,
+                                                                   const std::string& group,
+                                                                   int max_points) {
+    return Unread("metric series");
+  }
+  // As Store::GetLogs.
+  virtual absl::StatusOr<std::vector<v1::LogLine>> GetLogs(int64_t trial_id, int64_t after_id,
+                                                           int limit, std::optional<int> rank) {
+    return Unread("logs");
+  }
+  // As Store::GetCheckpoints.
+  virtual absl::StatusOr<std::vector<v1::Checkpoint>> GetCheckpoints(int64_t trial_id) {
+    return Unread("checkpoints");
+  }
+  // The ids of experiment `experiment_id`'s trials, ascending; NotFound "experiment N not
+  // found" when it is not stored.
+  virtual absl::StatusOr<std::vector<int64_t>> GetTrialIds(int64_t experiment_id) {
+    return Unread("trials");
+  }
+  // Checkpoint `uuid` as stored, with experiment_id set (its trial's); NotFound
+  // "checkpoint UUID not found".
+  virtual absl::StatusOr<v1::Checkpoint> GetCheckpoint(const std::string& uuid) {
+    return Unread("checkpoints");
+  }
   // As Store::GetExperimentContext (the model context an agent fetches, up to 64 MiB).
   virtual absl::StatusOr<std::string> GetExperimentContext(int64_t experiment_id) {
-    return absl::UnimplementedError("this reader reads no model contexts");
+    return Unread("model contexts");
+  }
+
+ private:
+  static absl::Status Unread(const char* what) {
+    return absl::UnimplementedError(std::string("this reader reads no ") + what);
   }
 };
 

@@ -8,12 +8,16 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/context_sha256.h"
 #include "common/testing/status_matchers.h"
+#include "master/metrics/downsample.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -783,6 +787,133 @@ TEST_P(StoreConformanceTest, UserAgentUserGroupIsStoredAndCleared) {
   ASSERT_TRUE(users.ok()) << users.status();
   EXPECT_EQ((*users)[0].agent_user_group.agent_user(), "");
   EXPECT_EQ((*users)[0].agent_user_group.agent_uid(), 0);
+}
+
+// The rows DownsampleMetrics keeps (the API's documented choice), as (group, batches).
+std::vector<std::pair<std::string, int64_t>> Points(const std::vector<v1::Metrics>& rows) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const v1::Metrics& m : rows) out.emplace_back(m.group(), m.total_batches());
+  return out;
+}
+
+// A trial's metric series downsampled by the reader's query: the same rows as loading every
+// row and thinning them (DownsampleMetrics) for series shorter than, as long as and longer
+// than max_points, never more than max_points a group, NaN and infinities as stored.
+TEST_P(StoreConformanceTest, ReadersDownsampleMetricSeriesInTheQuery) {
+  std::vector<v1::Trial> trials;
+  AddExperiment(4, &trials);
+  const double kInf = std::numeric_limits<double>::infinity();
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  // Trial 0: 7 training rows; trial 1: 60 training and 60 validation rows (interleaved);
+  // trial 2: 2,000 training rows and 37 validation rows; trial 3: none.
+  std::vector<v1::Metrics> rows;
+  for (int b = 1; b <= 7; ++b) rows.push_back(Row(trials[0].id(), "training", b, b));
+  for (int b = 1; b <= 60; ++b) {
+    rows.push_back(Row(trials[1].id(), "training", b, 1.0 / b));
+    rows.push_back(Row(trials[1].id(), "validation", b, b == 1 ? kNaN : 2.0 / b));
+  }
+  for (int b = 1; b <= 2000; ++b) {
+    rows.push_back(Row(trials[2].id(), "training", b, b == 1 ? kInf : b == 2000 ? -kInf : b));
+    if (b % 54 == 0) rows.push_back(Row(trials[2].id(), "validation", b, b == 1998 ? kNaN : b));
+  }
+  ASSERT_TRUE(store_->AddMetrics({trials[0], trials[1], trials[2]}, rows).ok());
+  auto opened = store_->OpenReader();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  MetricsReader& reader = **opened;
+
+  for (int t = 0; t < 4; ++t) {
+    for (const std::string group : {"", "training", "validation"}) {
+      const std::vector<v1::Metrics> all = *store_->GetMetrics(trials[t].id(), group);
+      for (int max_points : {-1, 0, 1, 2, 3, 7, 10, 36, 37, 38, 60, 61, 200, 1999, 2000, 5000}) {
+        SCOPED_TRACE(absl::StrCat("trial ", t, " group '", group, "' max_points ", max_points));
+        auto got = reader.GetTrialMetrics(trials[t].id(), group, max_points);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(Points(*got), Points(DownsampleMetrics(all, max_points)));
+        if (max_points > 0) {
+          std::map<std::string, int> per_group;
+          for (const v1::Metrics& m : *got) ++per_group[m.group()];
+          for (const auto& [g, n] : per_group) EXPECT_LE(n, max_points) << g;
+        }
+      }
+    }
+  }
+  // 200 points of 2,000: both ends kept, with their infinities; rows whole.
+  auto long_series = reader.GetTrialMetrics(trials[2].id(), "training", 200);
+  ASSERT_TRUE(long_series.ok()) << long_series.status();
+  ASSERT_EQ(long_series->size(), 200u);
+  EXPECT_EQ(long_series->front().total_batches(), 1);
+  EXPECT_EQ(long_series->front().values().at("loss"), kInf);
+  EXPECT_EQ(long_series->back().total_batches(), 2000);
+  EXPECT_EQ(long_series->back().values().at("loss"), -kInf);
+  EXPECT_EQ(long_series->back().trial_id(), trials[2].id());
+  EXPECT_EQ(long_series->back().report_time_ms(), 3000);
+  auto nan_first = reader.GetTrialMetrics(trials[1].id(), "validation", 5);
+  ASSERT_TRUE(nan_first.ok()) << nan_first.status();
+  ASSERT_EQ(nan_first->size(), 5u);
+  EXPECT_TRUE(std::isnan(nan_first->front().values().at("loss")));
+  auto nan_kept = reader.GetTrialMetrics(trials[2].id(), "validation", 0);
+  ASSERT_TRUE(nan_kept.ok()) << nan_kept.status();
+  EXPECT_TRUE(std::isnan(nan_kept->back().values().at("loss")));
+
+  // A trial that is not stored is NotFound from the same read.
+  EXPECT_THAT(reader.GetTrialMetrics(trials[3].id() + 100, "", 10).status(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("trial ", trials[3].id() + 100, " not found")));
+}
+
+// The reads the API makes off the loop (logs, checkpoints, an experiment's trials) read
+// through a reader what the store holds.
+TEST_P(StoreConformanceTest, ReadersReadLogsCheckpointsAndTrials) {
+  std::vector<v1::Trial> trials;
+  const int64_t exp = AddExperiment(2, &trials);
+  const int64_t empty = AddExperiment(0);
+  std::vector<v1::LogLine> lines(3);
+  for (int i = 0; i < 3; ++i) {
+    lines[i].set_trial_id(trials[i % 2].id());
+    lines[i].set_rank(i);
+    lines[i].set_stream("stdout");
+    lines[i].set_message(absl::StrCat("line ", i));
+  }
+  ASSERT_TRUE(store_->AddLogs(&lines).ok());
+  v1::Checkpoint c;
+  c.set_uuid("c-1");
+  c.set_trial_id(trials[1].id());
+  c.set_total_batches(10);
+  c.set_storage_path("/ckpt/c-1");
+  v1::Trial reporting = trials[1];  // as the master writes it: the whole trial
+  reporting.set_latest_checkpoint(c.storage_path());
+  ASSERT_TRUE(store_->AddCheckpoint(c, reporting).ok());
+
+  auto opened = store_->OpenReader();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  MetricsReader& reader = **opened;
+  auto logs = reader.GetLogs(trials[0].id(), 0, 10, std::nullopt);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  ASSERT_EQ(logs->size(), 2u);
+  EXPECT_EQ((*logs)[1].message(), "line 2");
+  EXPECT_EQ((*logs)[1].id(), lines[2].id());
+  EXPECT_EQ(reader.GetLogs(trials[0].id(), lines[0].id(), 10, std::nullopt)->size(), 1u);
+  EXPECT_EQ(reader.GetLogs(trials[0].id(), 0, 10, 2)->size(), 1u);
+
+  auto ids = reader.GetTrialIds(exp);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<int64_t>{trials[0].id(), trials[1].id()}));
+  EXPECT_TRUE(reader.GetTrialIds(empty)->empty());
+  EXPECT_THAT(reader.GetTrialIds(empty + 1).status(),
+              StatusIs(absl::StatusCode::kNotFound, absl::StrCat("experiment ", empty + 1,
+                                                                 " not found")));
+
+  auto cs = reader.GetCheckpoints(trials[1].id());
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  ASSERT_EQ(cs->size(), 1u);
+  EXPECT_EQ((*cs)[0].storage_path(), "/ckpt/c-1");
+  auto one = reader.GetCheckpoint("c-1");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->trial_id(), trials[1].id());
+  EXPECT_EQ(one->experiment_id(), exp);
+  EXPECT_EQ(one->total_batches(), 10);
+  EXPECT_THAT(reader.GetCheckpoint("c-2").status(),
+              StatusIs(absl::StatusCode::kNotFound, "checkpoint c-2 not found"));
 }
 
 }  // namespace

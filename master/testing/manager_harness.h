@@ -84,6 +84,7 @@ class ManagerHarness {
   MetricsManager& metrics = managers.metrics;
   AgentLiveness& liveness = managers.liveness;
   ModelRegistry& models = managers.models;
+  StoreReads& reads = managers.reads;
 };
 
 }  // namespace det::master::testing
