@@ -8,6 +8,10 @@
 // whatever its Content-Type. Every error, unknown routes and unreadable requests
 // included, is {"code": "NOT_FOUND", "message": "..."} with the HTTP status of the code,
 // and never repeats the request body.
+//
+// Every 200 to a GET carries a strong ETag and "Cache-Control: no-cache" (browsers then
+// revalidate); a matching If-None-Match gets 304 with no body. Bodies of 1 KiB or more are
+// gzip-compressed when Accept-Encoding allows it ("Vary: Accept-Encoding").
 #ifndef DET_MASTER_HTTP_HTTP_SERVER_H_
 #define DET_MASTER_HTTP_HTTP_SERVER_H_
 

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include "common/config/daemon_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/http/response_encoding.h"
 #include "master/server/master.h"
 #include "master/testing/master_testing.h"
 #include "nlohmann/json.hpp"
@@ -980,6 +982,151 @@ std::string RawHttp(int port, const std::string& request) {
   }
   close(fd);
   return out;
+}
+
+// `gzip` (a whole gzip stream) inflated, or "<not gzip>".
+std::string Gunzip(const std::string& gzip) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return "<not gzip>";
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gzip.data()));
+  z.avail_in = static_cast<uInt>(gzip.size());
+  int rc = Z_OK;
+  char buf[16384];
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+  }
+  inflateEnd(&z);
+  return rc == Z_STREAM_END && z.avail_in == 0 ? out : "<not gzip>";
+}
+
+// A GET of `path` with `headers` (and the session's token) whose body is returned as sent.
+httplib::Result RawGet(const std::string& host, int port, const std::string& path,
+                       httplib::Headers headers) {
+  httplib::Client c(host, port);
+  c.set_decompress(false);
+  c.set_read_timeout(60, 0);
+  return c.Get(path.c_str(), headers);
+}
+
+// Answers of 1 KiB or more go gzip-compressed to a client whose Accept-Encoding takes
+// gzip (a browser's "gzip, deflate, br" gets gzip), the same bytes once inflated; never to
+// one that sends no Accept-Encoding or refuses gzip; small answers go as they are.
+TEST_F(RestTest, LargeAnswersAreGzippedWhenTheClientAcceptsIt) {
+  for (const char* name : {"one", "two", "three"}) CreateExperiment(name);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + token_}};
+  auto with = [&](const std::string& accept) {
+    httplib::Headers h = auth;
+    h.emplace("Accept-Encoding", accept);
+    return h;
+  };
+  // No Accept-Encoding at all (httplib's client would add one): raw HTTP.
+  std::string plain = RawHttp(port_, absl::StrCat("GET /api/v1/experiments HTTP/1.1\r\nHost: x\r\n"
+                                                  "Authorization: Bearer ", token_,
+                                                  "\r\nConnection: close\r\n\r\n"));
+  ASSERT_THAT(plain, ::testing::StartsWith("HTTP/1.1 200"));
+  const std::string head = plain.substr(0, plain.find("\r\n\r\n"));
+  const std::string list = plain.substr(head.size() + 4);
+  EXPECT_THAT(head, ::testing::Not(HasSubstr("Content-Encoding")));
+  EXPECT_THAT(head, HasSubstr("Vary: Accept-Encoding"));
+  ASSERT_GT(list.size(), rest::kMinGzipBytes);
+  EXPECT_EQ(json::parse(list, nullptr, false)["experiments"].size(), 3u) << list;
+
+  for (const char* accept : {"gzip", "gzip, deflate, br", "br;q=1.0, gzip;q=0.5", "*"}) {
+    auto gz = RawGet(host_, port_, "/api/v1/experiments", with(accept));
+    ASSERT_TRUE(gz) << accept;
+    EXPECT_EQ(gz->status, 200) << accept;
+    EXPECT_EQ(gz->get_header_value("Content-Encoding"), "gzip") << accept;
+    EXPECT_EQ(gz->get_header_value("Vary"), "Accept-Encoding") << accept;
+    EXPECT_EQ(gz->get_header_value("Content-Length"), std::to_string(gz->body.size()));
+    EXPECT_LT(gz->body.size(), list.size()) << accept;
+    EXPECT_EQ(Gunzip(gz->body), list) << accept;
+  }
+  for (const char* accept : {"identity", "gzip;q=0", "br", "deflate"}) {
+    auto as_is = RawGet(host_, port_, "/api/v1/experiments", with(accept));
+    ASSERT_TRUE(as_is) << accept;
+    EXPECT_FALSE(as_is->has_header("Content-Encoding")) << accept;
+    EXPECT_EQ(as_is->body, list) << accept;
+  }
+  // The web page's files too; a small answer goes as it is.
+  auto js = RawGet(host_, port_, "/app.js", with("gzip"));
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_THAT(Gunzip(js->body), HasSubstr("function"));
+  auto small = RawGet(host_, port_, "/api/v1/experiments/1/checkpoints", with("gzip"));
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
+  ASSERT_LT(small->body.size(), rest::kMinGzipBytes);
+  EXPECT_FALSE(small->has_header("Content-Encoding"));
+  EXPECT_EQ(json::parse(small->body, nullptr, false)["checkpoints"].size(), 0u) << small->body;
+}
+
+// Every 200 to a GET has a strong ETag and "Cache-Control: no-cache"; asked again with
+// If-None-Match naming it (or its gzip twin, or as a weak tag) it is 304 with no body, and
+// 200 with the body when the tag is another or the answer changed.
+TEST_F(RestTest, GetsCarryAnETagAndAMatchingIfNoneMatchGets304) {
+  CreateExperiment("tagged");
+  const httplib::Headers auth = {{"Authorization", "Bearer " + token_}};
+  auto get = [&](const std::string& path, const std::string& if_none_match,
+                 const std::string& accept = "identity") {
+    httplib::Headers h = auth;
+    h.emplace("Accept-Encoding", accept);
+    if (!if_none_match.empty()) h.emplace("If-None-Match", if_none_match);
+    return RawGet(host_, port_, path, h);
+  };
+  auto first = get("/api/v1/experiments", "");
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200);
+  const std::string etag = first->get_header_value("ETag");
+  EXPECT_THAT(etag, ::testing::MatchesRegex("\"[0-9a-f]{32}\""));
+  EXPECT_EQ(first->get_header_value("Cache-Control"), "no-cache");
+  auto gz = get("/api/v1/experiments", "", "gzip");
+  ASSERT_TRUE(gz);
+  const std::string gz_etag = gz->get_header_value("ETag");
+  EXPECT_EQ(gz_etag, etag.substr(0, etag.size() - 1) + "-gzip\"");
+
+  for (const std::string& tag : {etag, gz_etag, "W/" + etag, "\"other\", " + etag, std::string("*")}) {
+    auto again = get("/api/v1/experiments", tag);
+    ASSERT_TRUE(again) << tag;
+    EXPECT_EQ(again->status, 304) << tag;
+    EXPECT_TRUE(again->body.empty()) << tag;
+    EXPECT_EQ(again->get_header_value("ETag"), etag) << tag;
+  }
+  auto gz_again = get("/api/v1/experiments", etag, "gzip");
+  ASSERT_TRUE(gz_again);
+  EXPECT_EQ(gz_again->status, 304);
+  EXPECT_EQ(gz_again->get_header_value("ETag"), gz_etag);
+
+  auto other = get("/api/v1/experiments", "\"0123456789abcdef0123456789abcdef\"");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(other->body, first->body);
+  EXPECT_EQ(other->get_header_value("ETag"), etag);
+
+  // Another route's tag, and the same route after a change: 200 with the new answer.
+  auto one = get("/api/v1/experiments/1", etag);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_NE(one->get_header_value("ETag"), etag);
+  CreateExperiment("changed");
+  auto changed = get("/api/v1/experiments", etag);
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(changed->status, 200);
+  EXPECT_NE(changed->get_header_value("ETag"), etag);
+  EXPECT_EQ(json::parse(changed->body, nullptr, false)["experiments"].size(), 2u);
+
+  // The web page's files revalidate the same way; errors and POSTs have no tag.
+  auto js = get("/app.js", "");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(get("/app.js", js->get_header_value("ETag"))->status, 304);
+  auto missing = get("/api/v1/experiments/99", "");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_FALSE(missing->has_header("ETag"));
+  EXPECT_EQ(get("/api/v1/experiments/99", "*")->status, 404);
 }
 
 // Archive, unarchive and PATCH (name, description, labels) over REST; archived
