@@ -6,6 +6,7 @@ namespace det::master {
 
 void Turns::Post(std::function<void()> fn) {
   loop_.Post([this, fn = std::move(fn)] {
+    in_turn_ = true;
     fn();
     EndTurn();
   });
@@ -13,6 +14,7 @@ void Turns::Post(std::function<void()> fn) {
 
 EventLoop::TimerId Turns::PostAfter(absl::Duration delay, std::function<void()> fn) {
   return loop_.PostAfter(delay, [this, fn = std::move(fn)] {
+    in_turn_ = true;
     fn();
     EndTurn();
   });
@@ -20,6 +22,7 @@ EventLoop::TimerId Turns::PostAfter(absl::Duration delay, std::function<void()> 
 
 void Turns::OnLoop(Done done, std::function<absl::Status()> fn) {
   loop_.Post([this, done = std::move(done), fn = std::move(fn)] {
+    in_turn_ = true;
     absl::Status st = fn();
     EndTurn();
     done(st);
@@ -28,6 +31,7 @@ void Turns::OnLoop(Done done, std::function<absl::Status()> fn) {
 
 void Turns::OnLoopUrgent(Done done, std::function<absl::Status()> fn) {
   loop_.PostUrgent([this, done = std::move(done), fn = std::move(fn)] {
+    in_turn_ = true;
     absl::Status st = fn();
     EndTurn();
     done(st);
@@ -54,6 +58,21 @@ void Turns::EndTurn() {
     if (pass_) pass_();
   }
   if (end_) end_();
+  if (publish_) publish_();
+  in_turn_ = false;
+  std::vector<std::function<void()>> acks;
+  acks.swap(acks_);
+  for (auto& ack : acks) ack();
+}
+
+Turns::Done Turns::AckAfterTurn(Done done) {
+  return [this, done = std::move(done)](absl::Status st) mutable {
+    if (loop_.InLoop() && in_turn_) {
+      acks_.push_back([done = std::move(done), st = std::move(st)] { done(st); });
+      return;
+    }
+    done(st);
+  };
 }
 
 }  // namespace det::master

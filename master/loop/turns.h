@@ -4,12 +4,13 @@
 // recorded). So no reader, queued behind the turn, sees a change without the derived state
 // it implies (waiting reasons, placements, events).
 //
-// Thread: Post, PostAfter and OnLoop may be called from any thread; RequestSchedule and
-// EndTurn only on the loop.
+// Thread: Post, PostAfter, OnLoop and AckAfterTurn may be called from any thread;
+// RequestSchedule and EndTurn only on the loop.
 #ifndef DET_MASTER_LOOP_TURNS_H_
 #define DET_MASTER_LOOP_TURNS_H_
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -28,6 +29,9 @@ class Turns {
   // (runs when requested), then `end` (runs at the end of every turn).
   void SetSchedulePass(std::function<void()> pass) { pass_ = std::move(pass); }
   void SetTurnEnd(std::function<void()> end) { end_ = std::move(end); }
+  // Set once (the master service's read model, ReadModel::Publish): runs last in every
+  // turn's end, after `end`, before the turn's acknowledgements.
+  void SetPublish(std::function<void()> publish) { publish_ = std::move(publish); }
 
   EventLoop& loop() { return loop_; }
 
@@ -41,6 +45,12 @@ class Turns {
   // backlog). Never for reads: a read must not overtake the writes queued before it.
   void OnLoopUrgent(Done done, std::function<absl::Status()> fn);
 
+  // `done`, deferred to the end of the current turn (after its publication) when called
+  // on the loop inside a turn; else called at once. Every acknowledgement given inside a
+  // turn (a closure of Post that calls its caller's Done) goes through it, so that no
+  // reader acknowledged a write sees state from before it.
+  Done AckAfterTurn(Done done);
+
   // Asks for a scheduling pass at the end of the current turn (a turn is posted when
   // called outside one).
   void RequestSchedule();
@@ -51,6 +61,9 @@ class Turns {
   EventLoop& loop_;
   std::function<void()> pass_;
   std::function<void()> end_;
+  std::function<void()> publish_;
+  bool in_turn_ = false;              // a closure of Post/PostAfter/OnLoop is running
+  std::vector<std::function<void()>> acks_;  // AckAfterTurn's, for the end of this turn
   bool schedule_requested_ = false;  // a pass is due at the end of this turn
   bool schedule_posted_ = false;     // a turn is posted that will run it
 };
