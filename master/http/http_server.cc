@@ -1,6 +1,7 @@
 #include "master/http/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,13 @@
 #include "master/http/web_assets.h"
 
 namespace det::master {
+namespace {
+
+// Connections the kernel queues for HttpServer before it accepts them (capped by
+// net.core.somaxconn).
+constexpr int kListenBacklog = 1024;
+
+}  // namespace
 
 using rest::ErrorJson;
 using rest::HandlerRoute;
@@ -74,11 +82,25 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
     host = host.substr(1, host.size() - 2);
   }
   if (host.empty()) host = "0.0.0.0";
+  // httplib listens with a backlog of 5 (compiled into Debian's library): 20 readers
+  // connecting at once (one request per connection, above) overflow it, and each SYN the
+  // kernel drops costs its client a 1 s retransmission. The socket httplib binds is listened
+  // on again with kListenBacklog (Linux then only raises the backlog).
+  int listen_fd = -1;
+  s->server_->set_socket_options([&listen_fd](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   int bound = port == 0 ? s->server_->bind_to_any_port(host) : port;
   if (port != 0 && !s->server_->bind_to_port(host, port)) bound = -1;
+  s->server_->set_socket_options(httplib::default_socket_options);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on http_listen '", options.listen,
                                                "' (address in use or invalid?)"));
+  }
+  if (listen_fd < 0 || ::listen(listen_fd, kListenBacklog) != 0) {
+    Logger("http")->warn("cannot raise the HTTP listen backlog to {}: bursts of connections "
+                         "may wait 1 s each", kListenBacklog);
   }
   std::string shown = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host;
   if (shown.find(':') != std::string::npos) shown = absl::StrCat("[", shown, "]");
