@@ -12,6 +12,7 @@
 #include "master/api/permissions.h"
 #include "master/checkpoints/checkpoint_reads.h"
 #include "master/scheduling/pools.h"
+#include "master/views/pages.h"
 #include "master/views/views.h"
 
 namespace det::master {
@@ -19,53 +20,99 @@ namespace {
 
 constexpr absl::Duration kMaxPollWait = absl::Seconds(60);
 
+// The read model's keys: a route's name, then what selects the piece.
+constexpr char kExperimentsKey[] = "experiments";
+constexpr char kTemplatesPrefix[] = "template";
+
+// Answers `done` with answer(piece) where the piece of type Piece under `key` is filled by
+// build(Piece*) on the loop (ReadModel::Read; `build` must not refer to the request).
+template <typename Piece, typename BuildFn, typename AnswerFn>
+void ReadPiece(ReadModel& reads, const std::string& key, BuildFn build, AnswerFn answer,
+               Done done, bool stable = false) {
+  reads.Read(
+      key, Piece(),
+      [build = std::move(build)](ReadModel::Message* out) { return build(static_cast<Piece*>(out)); },
+      [answer = std::move(answer), done = std::move(done)](const ReadModel::Piece& p) {
+        if (!p.status.ok()) return done(p.status);
+        done(answer(static_cast<const Piece&>(*p.value)));
+      },
+      stable);
+}
+
+// ReadPiece whose answer is the piece itself, copied into `resp`.
+template <typename Resp, typename BuildFn>
+void ReadCopy(ReadModel& reads, const std::string& key, BuildFn build, Resp* resp, Done done,
+              bool stable = false) {
+  ReadPiece<Resp>(
+      reads, key, std::move(build),
+      [resp](const Resp& piece) {
+        *resp = piece;
+        return absl::OkStatus();
+      },
+      std::move(done), stable);
+}
+
 }  // namespace
 
 MasterService::MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns,
                              Managers managers)
-    : config_(config), clock_(clock), turns_(turns), m_(managers), start_time_ms_(clock.NowMs()) {}
+    : config_(config),
+      clock_(clock),
+      turns_(turns),
+      m_(managers),
+      start_time_ms_(clock.NowMs()),
+      reads_(turns.loop(), clock) {
+  turns_.SetPublish([this] { reads_.Publish(); });
+}
 
 // ---------------------------------------------------------------------------------------
 // User API.
 
+// Reads of what never changes once serving (the config, the cluster id) or is thread-safe
+// (the process's log ring) are answered on the caller's thread.
 void MasterService::GetMasterInfo(const Caller&, const v1::GetMasterInfoRequest&,
                                   v1::GetMasterInfoResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp] {
-    resp->set_version(kVersion);
-    resp->set_cluster_id(cluster_id_);
-    resp->set_cluster_name(config_.cluster_name);
-    resp->set_start_time_ms(start_time_ms_);
-    resp->set_database(config_.db_path);
-    resp->set_scheduler(config_.scheduler_fit);
-    return absl::OkStatus();
-  });
+  resp->set_version(kVersion);
+  resp->set_cluster_id(cluster_id_);
+  resp->set_cluster_name(config_.cluster_name);
+  resp->set_start_time_ms(start_time_ms_);
+  resp->set_database(config_.db_path);
+  resp->set_scheduler(config_.scheduler_fit);
+  done(absl::OkStatus());
 }
 
 void MasterService::GetMasterStats(const Caller&, const v1::GetMasterStatsRequest&,
                                    v1::GetMasterStatsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp] {
-    *resp = m_.registry.counters;
-    resp->set_log_lines_stored_total(m_.logs.lines_stored_total());
-    resp->set_api_calls_authenticated_total(m_.users.authenticated());
-    resp->set_api_calls_rejected_total(m_.users.rejected());
-    resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
-    views::CountCluster(m_.agents.List(), m_.registry.ExperimentRows(), resp);
-    return absl::OkStatus();
-  });
+  ReadPiece<v1::GetMasterStatsResponse>(
+      reads_, "stats",
+      [this](v1::GetMasterStatsResponse* stats) {
+        *stats = m_.registry.counters;
+        stats->set_log_lines_stored_total(m_.logs.lines_stored_total());
+        stats->set_api_calls_authenticated_total(m_.users.authenticated());
+        stats->set_api_calls_rejected_total(m_.users.rejected());
+        views::CountCluster(m_.agents.List(), m_.registry.ExperimentRows(), stats);
+        return absl::OkStatus();
+      },
+      [this, resp](const v1::GetMasterStatsResponse& stats) {
+        *resp = stats;
+        resp->set_uptime_ms(clock_.NowMs() - start_time_ms_);
+        return absl::OkStatus();
+      },
+      std::move(done));
 }
 
 void MasterService::GetMasterConfig(const Caller& caller, const v1::GetMasterConfigRequest&,
                                     v1::GetMasterConfigResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &caller, resp]() -> absl::Status {
+  done([&]() -> absl::Status {
     RETURN_IF_ERROR(MustBeAdmin(caller, "read the master's config"));
     resp->set_config_yaml(MasterConfigYaml(config_));
     return absl::OkStatus();
-  });
+  }());
 }
 
 void MasterService::GetMasterLogs(const Caller& caller, const v1::GetMasterLogsRequest& req,
                                   v1::GetMasterLogsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [&caller, &req, resp]() -> absl::Status {
+  done([&]() -> absl::Status {
     RETURN_IF_ERROR(MustBeAdmin(caller, "read the master's logs"));
     if (req.tail() < 0) {
       return absl::InvalidArgumentError(absl::StrCat("tail: expected >= 0, got ", req.tail()));
@@ -82,7 +129,7 @@ void MasterService::GetMasterLogs(const Caller& caller, const v1::GetMasterLogsR
     resp->set_dropped(page.dropped);
     resp->set_capacity(static_cast<int64_t>(page.capacity));
     return absl::OkStatus();
-  });
+  }());
 }
 
 void MasterService::CreateExperiment(const Caller& caller, const v1::CreateExperimentRequest& req,
@@ -92,14 +139,42 @@ void MasterService::CreateExperiment(const Caller& caller, const v1::CreateExper
   });
 }
 
+void MasterService::ReadExperiments(
+    std::function<absl::Status(const v1::ListExperimentsResponse&)> answer, Done done) {
+  // Every experiment, archived too, by id; filtered, sorted and paged by the reader.
+  ReadPiece<v1::ListExperimentsResponse>(
+      reads_, kExperimentsKey,
+      [this](v1::ListExperimentsResponse* all) {
+        v1::ListExperimentsRequest every;
+        every.set_include_archived(true);
+        return m_.experiments.List(every, all);
+      },
+      std::move(answer), std::move(done));
+}
+
 void MasterService::ListExperiments(const Caller&, const v1::ListExperimentsRequest& req,
                                     v1::ListExperimentsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.List(req, resp); });
+  // Bad values are refused before anything is read (PageExperiments checks them again).
+  v1::ListExperimentsResponse none;
+  absl::Status checked = views::PageExperiments({}, req, &none);
+  if (!checked.ok()) return done(checked);
+  ReadExperiments(
+      [&req, resp](const v1::ListExperimentsResponse& all) {
+        return views::PageExperiments(all.experiments(), req, resp);
+      },
+      std::move(done));
 }
 
 void MasterService::GetExperiment(const Caller&, const v1::GetExperimentRequest& req,
                                   v1::GetExperimentResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.Get(req, resp); });
+  ReadCopy(
+      reads_, absl::StrCat("experiment/", req.id()),
+      [this, id = req.id()](v1::GetExperimentResponse* out) {
+        v1::GetExperimentRequest get;
+        get.set_id(id);
+        return m_.experiments.Get(get, out);
+      },
+      resp, std::move(done));
 }
 
 absl::Status MasterService::MayChange(const Caller& caller, int64_t experiment_id,
@@ -206,7 +281,14 @@ void MasterService::DeleteCheckpoints(const Caller& caller,
 
 void MasterService::GetTrial(const Caller&, const v1::GetTrialRequest& req,
                              v1::GetTrialResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] { return m_.experiments.GetTrial(req, resp); });
+  ReadCopy(
+      reads_, absl::StrCat("trial/", req.id()),
+      [this, id = req.id()](v1::GetTrialResponse* out) {
+        v1::GetTrialRequest get;
+        get.set_id(id);
+        return m_.experiments.GetTrial(get, out);
+      },
+      resp, std::move(done));
 }
 
 void MasterService::GetTrialMetrics(const Caller&, const v1::GetTrialMetricsRequest& req,
@@ -239,10 +321,13 @@ void MasterService::GetTrialLogs(const Caller&, const v1::GetTrialLogsRequest& r
 
 void MasterService::ListAgents(const Caller&, const v1::ListAgentsRequest&,
                                v1::ListAgentsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp] {
-    for (auto& a : m_.agents.Listed()) *resp->add_agents() = std::move(a);
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, "agents",
+      [this](v1::ListAgentsResponse* out) {
+        for (auto& a : m_.agents.Listed()) *out->add_agents() = std::move(a);
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::EnableAgent(const Caller& caller, const v1::EnableAgentRequest& req,
@@ -301,15 +386,23 @@ void MasterService::ResetAgentCredential(const Caller& caller,
 
 void MasterService::ListJobs(const Caller&, const v1::ListJobsRequest& req,
                              v1::ListJobsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    if (!req.resource_pool().empty() && !FindPool(config_, req.resource_pool())) {
-      return absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found"));
-    }
-    for (auto& j : views::Jobs(m_.registry.ExperimentRows(), req.resource_pool())) {
-      *resp->add_jobs() = std::move(j);
-    }
-    return absl::OkStatus();
-  });
+  if (!req.resource_pool().empty() && !FindPool(config_, req.resource_pool())) {
+    return done(
+        absl::NotFoundError(absl::StrCat("resource pool '", req.resource_pool(), "' not found")));
+  }
+  v1::ListJobsResponse none;
+  absl::Status checked = views::PageJobs({}, req, &none);
+  if (!checked.ok()) return done(checked);
+  ReadPiece<v1::ListJobsResponse>(
+      reads_, absl::StrCat("jobs/", req.resource_pool()),
+      [this, pool = req.resource_pool()](v1::ListJobsResponse* out) {
+        for (auto& j : views::Jobs(m_.registry.ExperimentRows(), pool)) {
+          *out->add_jobs() = std::move(j);
+        }
+        return absl::OkStatus();
+      },
+      [&req, resp](const v1::ListJobsResponse& all) { return views::PageJobs(all.jobs(), req, resp); },
+      std::move(done));
 }
 
 void MasterService::UpdateJobPriority(const Caller& caller,
@@ -323,30 +416,36 @@ void MasterService::UpdateJobPriority(const Caller& caller,
 
 void MasterService::ListTasks(const Caller&, const v1::ListTasksRequest&,
                               v1::ListTasksResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp] {
-    for (const views::ExperimentRow& row : m_.registry.ExperimentRows()) {
-      for (const views::TrialRow& t : row.trials) {
-        if (t.trial->allocation().id().empty()) continue;
-        *resp->add_tasks() = views::TrialTask(t, row.experiment->resource_pool());
-      }
-    }
-    // Tasks in trial-id order, as before the views were split out.
-    std::stable_sort(resp->mutable_tasks()->begin(), resp->mutable_tasks()->end(),
-                     [](const v1::Task& a, const v1::Task& b) { return a.trial_id() < b.trial_id(); });
-    m_.checkpoints.AddTaskViews(resp);
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, "tasks",
+      [this](v1::ListTasksResponse* out) {
+        for (const views::ExperimentRow& row : m_.registry.ExperimentRows()) {
+          for (const views::TrialRow& t : row.trials) {
+            if (t.trial->allocation().id().empty()) continue;
+            *out->add_tasks() = views::TrialTask(t, row.experiment->resource_pool());
+          }
+        }
+        // Tasks in trial-id order, as before the views were split out.
+        std::stable_sort(out->mutable_tasks()->begin(), out->mutable_tasks()->end(),
+                         [](const v1::Task& a, const v1::Task& b) { return a.trial_id() < b.trial_id(); });
+        m_.checkpoints.AddTaskViews(out);
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::ListResourcePools(const Caller&, const v1::ListResourcePoolsRequest&,
                                       v1::ListResourcePoolsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp] {
-    for (auto& p : views::ResourcePools(config_.resource_pools, m_.agents.List(),
-                                        m_.registry.ExperimentRows())) {
-      *resp->add_pools() = std::move(p);
-    }
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, "pools",
+      [this](v1::ListResourcePoolsResponse* out) {
+        for (auto& p : views::ResourcePools(config_.resource_pools, m_.agents.List(),
+                                            m_.registry.ExperimentRows())) {
+          *out->add_pools() = std::move(p);
+        }
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::SetTemplate(const Caller& caller, const v1::SetTemplateRequest& req,
@@ -367,6 +466,7 @@ void MasterService::SetTemplate(const Caller& caller, const v1::SetTemplateReque
                                               req.name(), " FILE makes it"));
     }
     bool created = false;
+    reads_.Invalidate(kTemplatesPrefix);
     ASSIGN_OR_RETURN(*resp->mutable_template_(),
                      m_.templates.Set(req.name(), req.config_yaml(), req.config_path(),
                                       caller.user.username(), &created));
@@ -376,21 +476,29 @@ void MasterService::SetTemplate(const Caller& caller, const v1::SetTemplateReque
   });
 }
 
+// Templates are read from the store: their pieces are rebuilt only after a change
+// (Invalidate in SetTemplate and RemoveTemplate).
 void MasterService::ListTemplates(const Caller&, const v1::ListTemplatesRequest&,
                                   v1::ListTemplatesResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<v1::Template> all, m_.templates.List());
-    for (auto& t : all) *resp->add_templates() = std::move(t);
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat(kTemplatesPrefix, "s"),
+      [this](v1::ListTemplatesResponse* out) -> absl::Status {
+        ASSIGN_OR_RETURN(std::vector<v1::Template> all, m_.templates.List());
+        for (auto& t : all) *out->add_templates() = std::move(t);
+        return absl::OkStatus();
+      },
+      resp, std::move(done), /*stable=*/true);
 }
 
 void MasterService::GetTemplate(const Caller&, const v1::GetTemplateRequest& req,
                                 v1::GetTemplateResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(*resp->mutable_template_(), m_.templates.Get(req.name()));
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat(kTemplatesPrefix, "/", req.name()),
+      [this, name = req.name()](v1::GetTemplateResponse* out) -> absl::Status {
+        ASSIGN_OR_RETURN(*out->mutable_template_(), m_.templates.Get(name));
+        return absl::OkStatus();
+      },
+      resp, std::move(done), /*stable=*/true);
 }
 
 void MasterService::RemoveTemplate(const Caller& caller, const v1::RemoveTemplateRequest& req,
@@ -398,6 +506,7 @@ void MasterService::RemoveTemplate(const Caller& caller, const v1::RemoveTemplat
   turns_.OnLoop(std::move(done), [this, &caller, &req]() -> absl::Status {
     ASSIGN_OR_RETURN(v1::Template old, m_.templates.Get(req.name()));  // NotFound as before.
     RETURN_IF_ERROR(MayChangeTemplate(caller, old, "remove"));
+    reads_.Invalidate(kTemplatesPrefix);
     RETURN_IF_ERROR(m_.templates.Remove(req.name()));
     Logger("master")->info("template {} removed", req.name());
     return absl::OkStatus();
@@ -417,18 +526,24 @@ void MasterService::CreateModel(const Caller& caller, const v1::CreateModelReque
 
 void MasterService::ListModels(const Caller&, const v1::ListModelsRequest& req,
                                v1::ListModelsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    for (auto& m : m_.models.List(req)) *resp->add_models() = std::move(m);
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat("models/", req.SerializeAsString()),
+      [this, req](v1::ListModelsResponse* out) {
+        for (auto& m : m_.models.List(req)) *out->add_models() = std::move(m);
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::GetModel(const Caller&, const v1::GetModelRequest& req,
                              v1::GetModelResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Get(req.name()));
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat("model/", req.name()),
+      [this, name = req.name()](v1::GetModelResponse* out) -> absl::Status {
+        ASSIGN_OR_RETURN(*out->mutable_model(), m_.models.Get(name));
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::PatchModel(const Caller& caller, const v1::PatchModelRequest& req,
@@ -464,21 +579,27 @@ void MasterService::RegisterModelVersion(const Caller& caller,
 
 void MasterService::ListModelVersions(const Caller&, const v1::ListModelVersionsRequest& req,
                                       v1::ListModelVersionsResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(*resp->mutable_model(), m_.models.Get(req.model_name()));
-    ASSIGN_OR_RETURN(std::vector<v1::ModelVersion> versions, m_.models.Versions(req.model_name()));
-    for (auto& v : versions) *resp->add_model_versions() = std::move(v);
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat("model_versions/", req.model_name()),
+      [this, name = req.model_name()](v1::ListModelVersionsResponse* out) -> absl::Status {
+        ASSIGN_OR_RETURN(*out->mutable_model(), m_.models.Get(name));
+        ASSIGN_OR_RETURN(std::vector<v1::ModelVersion> versions, m_.models.Versions(name));
+        for (auto& v : versions) *out->add_model_versions() = std::move(v);
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::GetModelVersion(const Caller&, const v1::GetModelVersionRequest& req,
                                     v1::GetModelVersionResponse* resp, Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(*resp->mutable_model_version(),
-                     m_.models.Version(req.model_name(), req.version()));
-    return absl::OkStatus();
-  });
+  ReadCopy(
+      reads_, absl::StrCat("model_version/", req.version(), "/", req.model_name()),
+      [this, name = req.model_name(), version = req.version()](
+          v1::GetModelVersionResponse* out) -> absl::Status {
+        ASSIGN_OR_RETURN(*out->mutable_model_version(), m_.models.Version(name, version));
+        return absl::OkStatus();
+      },
+      resp, std::move(done));
 }
 
 void MasterService::DeleteModelVersion(const Caller& caller,
@@ -549,12 +670,9 @@ void MasterService::ReportExit(const v1::ReportExitRequest& req, v1::ReportExitR
 
 void MasterService::GetModelDef(const Caller&, const v1::GetModelDefRequest& req,
                                 v1::GetModelDefResponse* resp, Done done) {
-  // Checked on the loop; the context is read off it (`done` from the reader).
-  turns_.Post([this, &req, resp, done = std::move(done)]() mutable {
-    if (m_.registry.experiments.count(req.experiment_id()) == 0) {
-      return done(absl::NotFoundError(
-          absl::StrCat("experiment ", req.experiment_id(), " not found")));
-    }
+  // Checked in the read model (the experiment list); the context is read off the loop
+  // (`done` from the reader).
+  auto context = [this, &req, resp](Done done) {
     auto read = std::make_shared<v1::GetModelContextResponse>();
     m_.contexts.Read(req.experiment_id(), read.get(),
                      [read, resp, done = std::move(done)](absl::Status st) {
@@ -564,7 +682,18 @@ void MasterService::GetModelDef(const Caller&, const v1::GetModelDefRequest& req
                        }
                        done(st);
                      });
-  });
+  };
+  auto found = std::make_shared<bool>(false);
+  ReadExperiments(
+      [found, id = req.experiment_id()](const v1::ListExperimentsResponse& all) {
+        for (const v1::Experiment& e : all.experiments()) *found = *found || e.id() == id;
+        if (*found) return absl::OkStatus();
+        return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
+      },
+      [found, context, done = std::move(done)](absl::Status st) mutable {
+        if (!st.ok()) return done(st);
+        context(std::move(done));
+      });
 }
 
 void MasterService::GetModelContext(const v1::GetModelContextRequest& req,
@@ -618,8 +747,9 @@ void MasterService::ShipLogs(const v1::ShipLogsRequest& req, v1::ShipLogsRespons
 
 void MasterService::ReportMetrics(const v1::ReportMetricsRequest& req,
                                   v1::ReportMetricsResponse*, Done done) {
-  // Checked and copied on this (gRPC's) thread; the loop only authorises and stores.
-  m_.metrics.Report(req, std::move(done));
+  // Checked and copied on this (gRPC's) thread; the loop only authorises and stores. The
+  // acknowledgement, given inside the storing turn, waits for that turn's publication.
+  m_.metrics.Report(req, turns_.AckAfterTurn(std::move(done)));
 }
 
 void MasterService::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
@@ -649,9 +779,13 @@ void MasterService::ReportEarlyExit(const v1::ReportEarlyExitRequest& req,
 void MasterService::GetExperimentBestValidation(const v1::GetExperimentBestValidationRequest& req,
                                                 v1::GetExperimentBestValidationResponse* resp,
                                                 Done done) {
-  turns_.OnLoop(std::move(done), [this, &req, resp] {
-    return m_.allocations.GetExperimentBestValidation(req, resp);
-  });
+  // Keyed by the whole request: the worker's credentials are checked in the piece.
+  ReadCopy(
+      reads_, absl::StrCat("best_validation/", req.SerializeAsString()),
+      [this, req](v1::GetExperimentBestValidationResponse* out) {
+        return m_.allocations.GetExperimentBestValidation(req, out);
+      },
+      resp, std::move(done));
 }
 
 }  // namespace det::master

@@ -1,14 +1,18 @@
 // MasterService: the master's three services (ApiHandler, AgentHandler, WorkerHandler) on
-// its managers. Each method posts one turn to the loop (Turns) that calls the manager
-// owning the concern and answers once the turn has ended; no state of its own beyond what
-// GetMasterInfo reports. The gRPC adapters (grpc_services.h) and the REST adapter
-// (master/http) call it.
+// its managers. Each write posts one turn to the loop (Turns) that calls the manager
+// owning the concern and answers once the turn has ended. Each read of the master's state
+// is answered from its read model (master/loop/read_model.h), a snapshot the loop
+// publishes at the end of every turn, on the caller's thread and without waiting for the
+// loop's queued turns; lists are filtered and paged there (master/views/pages.h). No state
+// of its own beyond what GetMasterInfo reports. The gRPC adapters (grpc_services.h) and
+// the REST adapter (master/http) call it.
 //
 // Thread: its methods may be called from any thread (handlers.h).
 #ifndef DET_MASTER_API_MASTER_SERVICE_H_
 #define DET_MASTER_API_MASTER_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -25,6 +29,7 @@
 #include "master/experiments/experiment_manager.h"
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
+#include "master/loop/read_model.h"
 #include "master/loop/turns.h"
 #include "master/metrics/metrics_manager.h"
 #include "master/models/model_registry.h"
@@ -54,6 +59,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
     // Metric, log and checkpoint reads of the store, off the loop.
     StoreReads& reads;
   };
+  // Sets turns' publication (SetPublish) to its read model's.
   MasterService(const config::MasterConfig& config, Clock& clock, Turns& turns, Managers managers);
 
   // Set by the composition root once the store is loaded (before serving).
@@ -169,6 +175,9 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   // OK when `caller` may change experiment `experiment_id` (permissions.h) or the
   // experiment does not exist (the manager then answers NotFound). On the loop.
   absl::Status MayChange(const Caller& caller, int64_t experiment_id, absl::string_view action);
+  // Answers `done` with answer(every experiment, archived too, by id) from the read model.
+  void ReadExperiments(std::function<absl::Status(const v1::ListExperimentsResponse&)> answer,
+                       Done done);
 
   const config::MasterConfig& config_;
   Clock& clock_;
@@ -176,6 +185,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   Managers m_;
   std::string cluster_id_;
   const int64_t start_time_ms_;
+  ReadModel reads_;
 };
 
 }  // namespace det::master

@@ -440,12 +440,13 @@ TEST_F(MasterTest, ATrialThatReportedMetricsGetsNoSuchWarning) {
 }
 
 // The requeue race (issue 14): an agent is lost while it runs a checkpoint GC task; the
-// timer that requeues the task and a read queued at the same moment run in one loop
-// iteration. The read must see the requeued task with its waiting reason, never the
-// half-done state (requeued, reason still empty) that the scheduling pass completes.
-// Deterministic: the loop is held while the clock moves past agent_reconnect_wait and the
-// read is queued, then released.
-TEST_F(MasterTest, AReadQueuedWithTheRequeueSeesItsWaitingReason) {
+// timer that requeues the task and a read issued at the same moment meet. The read must
+// never see the half-done state (requeued, reason still empty) that the scheduling pass
+// completes: reads are answered from the snapshot published at the end of a turn, after
+// its scheduling pass. The loop is held (in a write's reply) while the clock moves past
+// agent_reconnect_wait and the read is issued; every read after shows either the task
+// before its requeue or the requeued task with its reason.
+TEST_F(MasterTest, AReadIssuedWithTheRequeueNeverSeesItWithoutItsWaitingReason) {
   config_.agent_timeout = absl::Seconds(1);
   config_.agent_reconnect_wait = absl::Seconds(1);
   RestartMaster();
@@ -468,32 +469,49 @@ TEST_F(MasterTest, AReadQueuedWithTheRequeueSeesItsWaitingReason) {
   clock_.Advance(absl::Seconds(2));
   ASSERT_TRUE(LogsEventually(1, "stopped answering during checkpoint garbage collection gc-1.0"));
 
-  // Hold the loop (a reply's Done runs on it), move past the wait, queue a read, release.
+  // The GC tasks as a read shows them; fails the test on a requeued one without its reason.
+  auto gc_tasks = [&]() {
+    v1::ListTasksResponse tasks;
+    EXPECT_TRUE(Api(&master_->service(), &ApiHandler::ListTasks, v1::ListTasksRequest(), &tasks).ok());
+    std::vector<v1::Task> gc;
+    for (const auto& t : tasks.tasks()) {
+      if (t.type() != "CHECKPOINT_GC") continue;
+      if (t.allocation_id() == "gc-1.1") {
+        EXPECT_EQ(t.state(), v1::STATE_QUEUED);
+        EXPECT_THAT(t.pending_reason(), HasSubstr("no agents in resource pool 'default'"));
+      }
+      gc.push_back(t);
+    }
+    return gc;
+  };
+  gc_tasks();  // read lately: published at every turn's end from now on
+
+  // Hold the loop (a write's reply runs on it), move past the wait, read, release.
   absl::Notification held, release;
-  Pending info;
-  v1::GetMasterInfoResponse info_resp;
-  master_->service().GetMasterInfo(Caller(), v1::GetMasterInfoRequest(), &info_resp,
-                         [&](absl::Status st) {
-                           held.Notify();
-                           release.WaitForNotification();
-                           info.Callback()(st);
-                         });
+  Pending write;
+  v1::SetTemplateRequest set;
+  set.set_name("hold");
+  set.set_config_yaml("description: hold\n");
+  v1::SetTemplateResponse set_resp;
+  master_->service().SetTemplate(Caller(), set, &set_resp, [&](absl::Status st) {
+    held.Notify();
+    release.WaitForNotification();
+    write.Callback()(st);
+  });
   ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(20)));
   clock_.Advance(absl::Seconds(2));
-  Pending read;
-  v1::ListTasksResponse tasks;
-  master_->service().ListTasks(Caller(), v1::ListTasksRequest(), &tasks, read.Callback());
+  std::vector<v1::Task> during = gc_tasks();  // answered while the loop is held
   release.Notify();
-  ASSERT_TRUE(read.Wait());
-  ASSERT_TRUE(read.status.ok()) << read.status;
-  std::vector<v1::Task> gc;
-  for (const auto& t : tasks.tasks()) {
-    if (t.type() == "CHECKPOINT_GC") gc.push_back(t);
-  }
-  ASSERT_EQ(gc.size(), 1u);
-  EXPECT_EQ(gc[0].allocation_id(), "gc-1.1");
-  EXPECT_EQ(gc[0].state(), v1::STATE_QUEUED);
-  EXPECT_THAT(gc[0].pending_reason(), HasSubstr("no agents in resource pool 'default'"));
+  ASSERT_TRUE(write.Wait());
+  ASSERT_EQ(during.size(), 1u);
+  EXPECT_EQ(during[0].allocation_id(), "gc-1.0");
+  ASSERT_TRUE(::det::testing::WaitUntil(
+      "the GC task requeued as gc-1.1",
+      [&] {
+        std::vector<v1::Task> gc = gc_tasks();
+        return gc.size() == 1 && gc[0].allocation_id() == "gc-1.1";
+      },
+      absl::Seconds(20)));
 }
 
 // Persist before acknowledge, with a store that refuses chosen writes: a refused write is
