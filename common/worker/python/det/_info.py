@@ -72,34 +72,85 @@ def _json_object(name: str, text: str) -> Dict[str, Any]:
 
 
 class TrialInfo:
-    """The trial this process trains (Determined's det.TrialInfo), as its TrialSpec says."""
+    """The trial this process trains (Determined's det.TrialInfo): its TrialSpec, held as
+    sent (as the C++ harness's TrialContext holds it), with Determined's names for its
+    fields. The spec's JSON sections are parsed once, here."""
 
     def __init__(self, spec: Any, world_size: int) -> None:
         # The det._proto.worker_pb2.TrialSpec it reads.
         self.spec = spec
-        self.trial_id: int = spec.trial_id
-        self.experiment_id: int = spec.experiment_id
-        self.trial_run_id: int = spec.run_id
-        self.trial_seed: int = spec.trial_seed
+        self._world_size = max(1, world_size)
         self.hparams: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".hparams_json",
                                                     spec.hparams_json)
         # The config's free-form `data` section (Determined's ClusterInfo.user_data).
         self.user_data: Dict[str, Any] = _json_object(TRIAL_SPEC_ENV + ".data_json",
                                                       spec.data_json)
-        # Batches (global steps) to train in all, from the searcher.
-        self.target_batches: int = spec.target_batches
-        self.global_batch_size: int = spec.global_batch_size
-        # global_batch_size // WORLD_SIZE (remainder dropped, as the C++ harness does).
-        self.per_slot_batch_size: int = self.global_batch_size // max(1, world_size)
-        self.records_per_epoch: int = spec.records_per_epoch
-        self.batches_per_epoch: int = spec.batches_per_epoch
-        self.searcher_metric: str = spec.searcher.metric
-        self.smaller_is_better: bool = spec.searcher.smaller_is_better
-        self.validation_period: int = spec.validation_period
-        self.checkpoint_period: int = spec.checkpoint_period
-        self.checkpoint_dir: str = spec.checkpoint_dir
-        self.checkpoint_policy: str = spec.checkpoint_policy
-        self.deterministic: bool = spec.deterministic
+
+    @property
+    def trial_id(self) -> int:
+        return int(self.spec.trial_id)
+
+    @property
+    def experiment_id(self) -> int:
+        return int(self.spec.experiment_id)
+
+    @property
+    def trial_run_id(self) -> int:
+        return int(self.spec.run_id)
+
+    @property
+    def trial_seed(self) -> int:
+        return int(self.spec.trial_seed)
+
+    @property
+    def target_batches(self) -> int:
+        """Batches (global steps) to train in all, from the searcher."""
+        return int(self.spec.target_batches)
+
+    @property
+    def global_batch_size(self) -> int:
+        return int(self.spec.global_batch_size)
+
+    @property
+    def per_slot_batch_size(self) -> int:
+        """global_batch_size // WORLD_SIZE (remainder dropped, as the C++ harness does)."""
+        return self.global_batch_size // self._world_size
+
+    @property
+    def records_per_epoch(self) -> int:
+        return int(self.spec.records_per_epoch)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return int(self.spec.batches_per_epoch)
+
+    @property
+    def searcher_metric(self) -> str:
+        return str(self.spec.searcher.metric)
+
+    @property
+    def smaller_is_better(self) -> bool:
+        return bool(self.spec.searcher.smaller_is_better)
+
+    @property
+    def validation_period(self) -> int:
+        return int(self.spec.validation_period)
+
+    @property
+    def checkpoint_period(self) -> int:
+        return int(self.spec.checkpoint_period)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return str(self.spec.checkpoint_dir)
+
+    @property
+    def checkpoint_policy(self) -> str:
+        return str(self.spec.checkpoint_policy)
+
+    @property
+    def deterministic(self) -> bool:
+        return bool(self.spec.deterministic)
 
     def length_unit(self) -> str:
         """The unit of searcher.max_length: "batches", "epochs" or "records" ("batches" also
@@ -117,7 +168,7 @@ class TrialInfo:
         if unit == "epochs":
             return int(round(length * self.batches_per_epoch))
         if unit == "records":
-            gbs = self.spec.global_batch_size
+            gbs = self.global_batch_size
             return -(-int(length) // gbs) if gbs else 0
         return int(length)
 
@@ -127,7 +178,7 @@ class TrialInfo:
         if unit == "epochs":
             return batches // self.batches_per_epoch if self.batches_per_epoch else 0
         if unit == "records":
-            return batches * self.spec.global_batch_size
+            return batches * self.global_batch_size
         return batches
 
 
