@@ -434,6 +434,11 @@ nlohmann::json TestCluster::DetJson(const std::vector<std::string>& args) {
   return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
 }
 
+std::string TestCluster::ExperimentState(int64_t id) {
+  nlohmann::json d = DetJson({"experiment", "describe", absl::StrCat(id)});
+  return d.is_object() && d.contains("experiment") ? d["experiment"].value("state", "") : "";
+}
+
 std::string GridYaml(const std::string& name, int64_t batches, const std::string& storage,
                      const std::string& save) {
   std::string yaml = absl::StrCat("name: ", name, R"(

@@ -160,6 +160,9 @@ class TestCluster {
                     absl::Duration timeout = absl::Seconds(120));
   // Runs det with --json appended and parses stdout (null on failure).
   nlohmann::json DetJson(const std::vector<std::string>& args);
+  // The state of experiment `id` in `det experiment describe` ("STATE_COMPLETED", ...; ""
+  // when it cannot be described).
+  std::string ExperimentState(int64_t id);
   // Creates user `name` with `password` (as admin) and logs it in with the real `det user
   // login` in a HOME of its own (dir()/home-NAME); returns a runner of the det CLI as that
   // user (its stored session), or an error naming the step that failed.
