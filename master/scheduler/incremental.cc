@@ -639,6 +639,9 @@ void IncrementalScheduler::ChangedReasons(
   if (!fresh_) Impossible("ChangedReasons() about a pass the state has changed since");
   ++report_;
   const bool all = report_all_;
+  // "waiting behind B (priority P)", formatted once per blocker: a new blocker changes the
+  // reason of every request of its pool it holds back.
+  absl::flat_hash_map<uint64_t, std::string> behind;
   auto check = [&](Req* q) {
     if (q->removed || q->checked == report_) return;
     q->checked = report_;
@@ -648,6 +651,12 @@ void IncrementalScheduler::ChangedReasons(
       return;
     }
     q->reported = out;
+    if (out.kind == Outcome::kBehind) {
+      auto [it, added] = behind.try_emplace(out.x);
+      if (added) it->second = Format(*q, out);
+      changed(q->r.id, it->second);
+      return;
+    }
     changed(q->r.id, Format(*q, out));
   };
   if (all) {

@@ -8,11 +8,17 @@
 // 12-slot trials (which never fit 8-slot agents and so block all below them), and without
 // them at one priority (42), the case where a pass must try every pending trial.
 //
-// Each row runs 20 turns. A turn does what the master does between passes: the previous
-// pass's placements start (their slots become used, the trials leave the queue), 10 trials
-// are queued, 5 queued trials are removed, one queued trial changes priority and one busy
-// agent's slots are freed. Then both algorithms run a pass on the same state; the first
-// turn and every fifth compare the whole decisions (placements, every reason, capped).
+// Each "turns" row runs 20 turns. A turn does what the master does between passes: the
+// previous pass's placements start (their slots become used, the trials leave the queue),
+// 10 trials are queued, 5 queued trials are removed, one queued trial changes priority and
+// one busy agent's slots are freed. Then both algorithms run a pass on the same state; the
+// first turn and every fifth compare the whole decisions (placements, every reason, capped).
+//
+// Each "typical change" row runs 200 passes, each after the smallest change a busy site
+// sees between passes: one trial finished (its slots on one agent freed), one trial queued,
+// one agent lost; the pass's placements start before the next change. The incremental
+// pass is timed with and without working out the reasons that changed (ChangedReasons, what
+// the master writes), the full recomputation on every 10th pass (20 samples).
 #include <malloc.h>
 
 #include <algorithm>
@@ -40,6 +46,12 @@ struct Stats {
     return ms[ms.size() / 2];
   }
   double Max() { return *std::max_element(ms.begin(), ms.end()); }
+  // The 99th percentile (nearest rank).
+  double P99() {
+    std::sort(ms.begin(), ms.end());
+    size_t rank = (ms.size() * 99 + 99) / 100;
+    return ms[std::min(ms.size(), std::max<size_t>(rank, 1)) - 1];
+  }
 };
 
 bool SamePlacements(const std::vector<Placement>& a, const std::vector<Placement>& b) {
@@ -68,8 +80,8 @@ enum class Mix {
   kOnePriority,  // The same without 12, every trial at priority 42 (no priority changes).
 };
 
-void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix mix) {
-  std::mt19937_64 rng(42);
+// `num_agents` 8-slot agents, a third of them partly busy.
+std::map<std::string, AgentView> Cluster(std::mt19937_64& rng, int num_agents) {
   std::map<std::string, AgentView> agents;
   for (int i = 0; i < num_agents; ++i) {
     AgentView a;
@@ -80,21 +92,62 @@ void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix m
     for (int s = used; s < 8; ++s) a.free_slots.push_back(absl::StrCat(s));
     agents[a.id] = std::move(a);
   }
-  const int sizes[] = {1, 1, 1, 2, 2, 4, 8, 16, 12};
+  return agents;
+}
+
+// The pending trials, in queue (arrival) order.
+struct Queue {
   std::map<std::string, Request> requests;
-  std::vector<std::string> order;  // Queue order (arrival).
+  std::vector<std::string> order;
   int next = 0;
-  auto queue_one = [&] {
+
+  // Queues one more trial of `mix`, labelled as the master labels them.
+  Request Add(std::mt19937_64& rng, Mix mix) {
+    static const int kSizes[] = {1, 1, 1, 2, 2, 4, 8, 16, 12};
     Request r;
     r.id = absl::StrCat(next);
-    r.slots = sizes[rng() % (mix == Mix::kAll ? 9 : 8)];
+    r.slots = kSizes[rng() % (mix == Mix::kAll ? 9 : 8)];
     r.priority = mix == Mix::kOnePriority ? 42 : 1 + static_cast<int>(rng() % 99);
     r.seq = next++;
+    r.label = absl::StrCat("trial ", r.id, " of experiment ", r.seq / 100);
     requests[r.id] = r;
     order.push_back(r.id);
     return r;
-  };
-  for (int i = 0; i < num_pending; ++i) queue_one();
+  }
+};
+
+// A site: its agents and pending trials, and Schedule()'s inputs over them.
+struct Site {
+  Site(uint64_t seed, int num_agents, int num_pending, Mix m)
+      : rng(seed), mix(m), agents(Cluster(rng, num_agents)) {
+    for (int i = 0; i < num_pending; ++i) pending.Add(rng, mix);
+  }
+  std::vector<AgentView> View() const {
+    std::vector<AgentView> view;
+    view.reserve(agents.size());
+    for (const auto& [id, a] : agents) view.push_back(a);
+    return view;
+  }
+  std::vector<Request> Requests() const {
+    std::vector<Request> queue;
+    queue.reserve(pending.order.size());
+    for (const auto& id : pending.order) queue.push_back(pending.requests.at(id));
+    return queue;
+  }
+
+  std::mt19937_64 rng;
+  Mix mix;
+  std::map<std::string, AgentView> agents;
+  Queue pending;
+};
+
+void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix mix) {
+  Site site(42, num_agents, num_pending, mix);
+  std::mt19937_64& rng = site.rng;
+  std::map<std::string, AgentView>& agents = site.agents;
+  std::map<std::string, Request>& requests = site.pending.requests;
+  std::vector<std::string>& order = site.pending.order;
+  auto queue_one = [&] { return site.pending.Add(rng, mix); };
 
   IncrementalScheduler inc(fit);
   absl::Time start = absl::Now();
@@ -151,12 +204,8 @@ void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix m
     // Before: the full recomputation over the same state.
     Decision d;
     {
-      std::vector<AgentView> view;
-      view.reserve(agents.size());
-      for (const auto& [id, a] : agents) view.push_back(a);
-      std::vector<Request> queue;
-      queue.reserve(order.size());
-      for (const auto& id : order) queue.push_back(requests.at(id));
+      std::vector<AgentView> view = site.View();
+      std::vector<Request> queue = site.Requests();
       start = absl::Now();
       d = Schedule(view, queue, fit);
       before.Add(Ms(start));
@@ -189,7 +238,7 @@ void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix m
     malloc_trim(0);
   }
   std::printf(
-      "| scheduling pass, %s%s | %d agents x 8 slots, %zu pending | before (full recomputation): "
+      "| scheduling pass (turns), %s%s | %d agents x 8 slots, %zu pending | before (full recomputation): "
       "%.2f ms median, %.2f ms max; after (incremental): %.3f ms median, %.3f ms max | "
       "same decisions: %s (%d whole decisions compared); last pass: %zu placed, %zu requests "
       "visited; incremental: first pass %.2f ms (%zu placed), loading the state %.0f ms, a "
@@ -201,6 +250,85 @@ void Bench(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix m
       changes.Median(), materialize_ms);
 }
 
+// The cluster and queue of Bench (kAll or kPlaceable), then passes after typical small
+// changes.
+void Typical(Fit fit, const char* fit_name, int num_agents, int num_pending, Mix mix) {
+  Site site(7, num_agents, num_pending, mix);
+  std::mt19937_64& rng = site.rng;
+  std::map<std::string, AgentView>& agents = site.agents;
+  std::map<std::string, Request>& requests = site.pending.requests;
+  std::vector<std::string>& order = site.pending.order;
+  IncrementalScheduler inc(fit);
+  for (const auto& [id, a] : agents) inc.SetAgent(a);
+  for (const auto& id : order) inc.SetRequest(requests.at(id));
+  // The master's first pass: every reason written once.
+  size_t first_reasons = 0;
+  inc.Schedule();
+  inc.ChangedReasons([&](const std::string&, const std::string&) { ++first_reasons; });
+
+  Stats full, pass, with_reasons;
+  size_t reasons = 0, placed = 0;
+  bool same = true;
+  std::vector<Placement> last = inc.Schedule();
+  for (int rep = 0; rep < 200; ++rep) {
+    // The last pass's placements start.
+    for (const auto& p : last) {
+      for (const auto& share : p.agents) {
+        AgentView& a = agents[share.agent_id];
+        a.free_slots.erase(a.free_slots.begin(), a.free_slots.begin() + share.slots.size());
+        inc.SetAgent(a);
+      }
+      requests.erase(p.request_id);
+      order.erase(std::find(order.begin(), order.end(), p.request_id));
+      inc.RemoveRequest(p.request_id);
+    }
+    // One trial finished: a busy agent's slots are freed.
+    for (int tries = 0; tries < 1000; ++tries) {
+      auto pick = std::next(agents.begin(), static_cast<long>(rng() % agents.size()));
+      if (static_cast<int>(pick->second.free_slots.size()) < pick->second.num_slots) {
+        AgentView& a = pick->second;
+        a.free_slots.clear();
+        for (int s = 0; s < a.num_slots; ++s) a.free_slots.push_back(absl::StrCat(s));
+        inc.SetAgent(a);
+        break;
+      }
+    }
+    // One trial queued, one agent lost.
+    inc.SetRequest(site.pending.Add(rng, mix));
+    auto lost = std::next(agents.begin(), static_cast<long>(rng() % agents.size()));
+    inc.RemoveAgent(lost->first);
+    agents.erase(lost);
+
+    absl::Time start = absl::Now();
+    last = inc.Schedule();
+    pass.Add(Ms(start));
+    size_t changed = 0;
+    inc.ChangedReasons([&](const std::string&, const std::string&) { ++changed; });
+    with_reasons.Add(Ms(start));
+    reasons += changed;
+    placed += last.size();
+    if (rep % 10 == 0) {
+      std::vector<AgentView> view = site.View();
+      std::vector<Request> queue = site.Requests();
+      start = absl::Now();
+      Decision d = Schedule(view, queue, fit);
+      full.Add(Ms(start));
+      same = same && SamePlacements(last, d.placements);
+      d = Decision();
+      malloc_trim(0);
+    }
+  }
+  std::printf(
+      "| scheduling pass (typical change), %s%s | %d agents x 8 slots, %zu pending | full "
+      "recomputation (Schedule): %.2f ms median, %.2f ms p99 (%zu passes); incremental pass: "
+      "%.3f ms median, %.3f ms p99; incremental pass + changed reasons: %.3f ms median, %.3f "
+      "ms p99 (%zu passes) | same placements: %s; per pass %.1f placed, %.1f reasons changed "
+      "(the first pass wrote %zu) |\n",
+      fit_name, mix == Mix::kAll ? "" : ", no 12-slot trials", num_agents, order.size(), full.Median(), full.P99(), full.ms.size(),
+      pass.Median(), pass.P99(), with_reasons.Median(), with_reasons.P99(), pass.ms.size(),
+      same ? "yes" : "NO", placed / 200.0, reasons / 200.0, first_reasons);
+}
+
 }  // namespace
 }  // namespace det::master::scheduler
 
@@ -208,6 +336,13 @@ int main() {
   using det::master::scheduler::Bench;
   using det::master::scheduler::Fit;
   using det::master::scheduler::Mix;
+  using det::master::scheduler::Typical;
+  Typical(Fit::kBestFit, "best fit", 1000, 10000, Mix::kAll);
+  Typical(Fit::kWorstFit, "worst fit", 1000, 10000, Mix::kAll);
+  Typical(Fit::kBestFit, "best fit", 10000, 100000, Mix::kAll);
+  Typical(Fit::kWorstFit, "worst fit", 10000, 100000, Mix::kAll);
+  Typical(Fit::kBestFit, "best fit", 10000, 100000, Mix::kPlaceable);
+  Typical(Fit::kWorstFit, "worst fit", 10000, 100000, Mix::kPlaceable);
   Bench(Fit::kBestFit, "best fit", 1000, 10000, Mix::kAll);
   Bench(Fit::kWorstFit, "worst fit", 1000, 10000, Mix::kAll);
   Bench(Fit::kBestFit, "best fit", 10000, 100000, Mix::kAll);
