@@ -1,6 +1,8 @@
-// Internal to the SQL stores (sqlite_store.cc, postgres_store.cc): the one query that reads
-// a trial's metric series downsampled (MetricsReader::GetTrialMetrics), in the SQL both
-// SQLite (3.25+) and PostgreSQL understand.
+// Internal to the PostgreSQL store (postgres_store.cc): the one query that reads a trial's
+// metric series downsampled (MetricsReader::GetTrialMetrics) with window functions.
+// (SQLite's reader steps through the index instead: its window functions cost ten times
+// as much per row, sqlite_store.cc.) The rows chosen are DownsamplePositions'
+// (master/metrics/downsample.h), which the conformance suite checks.
 #ifndef DET_MASTER_STORE_DOWNSAMPLE_SQL_H_
 #define DET_MASTER_STORE_DOWNSAMPLE_SQL_H_
 
