@@ -242,7 +242,7 @@ TEST_F(Distributed, RanksAskedToStopCheckpointFirst) {
   int64_t batch = std::stoll(stopped[1].str());
   EXPECT_EQ(batch % 10, 0);
   EXPECT_THAT(logs, HasSubstr(absl::StrCat("stopped at batch ", batch, " on request")));
-  EXPECT_THAT(logs, HasSubstr("exit code 143"));
+  EXPECT_THAT(logs, HasSubstr("exit code 0"));
   nlohmann::json list = cluster_.DetJson({"experiment", "list-checkpoints", "1"});
   ASSERT_TRUE(list.is_object());
   ASSERT_EQ(list["checkpoints"].size(), 1u) << list.dump(2);

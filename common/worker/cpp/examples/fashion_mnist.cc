@@ -488,8 +488,11 @@ int main() {
   det::Trainer trainer(std::move(*ctx), clock);
   absl::Status st = trainer.Run();
   if (absl::IsCancelled(st)) {
+    // A cooperative stop (pause, preemption, resize, early stop, kill), after the
+    // checkpoint: a clean exit, as det's Python runtime makes.
     std::cout << "det-fashion-mnist: rank " << rank << ": " << st.message() << std::endl;
-    _exit(det::harness::kStopExitCode);
+    std::cout.flush();
+    _exit(0);
   }
   if (!st.ok()) {
     std::cerr << "det-fashion-mnist: rank " << rank << ": " << st.message() << std::endl;

@@ -59,8 +59,7 @@ absl::StatusOr<std::vector<std::string>> AllGatherBytes(collective::Collective& 
 // Stop requests. The agent sends SIGTERM to a trial's workers when the master preempts,
 // pauses or kills the trial, and SIGKILL after a grace period. With the handler
 // installed, SIGTERM and SIGINT only record the request, so that training can agree on a
-// batch to stop at, checkpoint there and exit (with kStopExitCode) within the grace.
-inline constexpr int kStopExitCode = 128 + 15;  // as if killed by SIGTERM
+// batch to stop at, checkpoint there and exit (with 0) within the grace.
 void InstallStopHandler();
 // Whether this process received SIGTERM or SIGINT since InstallStopHandler().
 bool StopRequested();
