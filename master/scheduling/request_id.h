@@ -6,11 +6,10 @@
 #define DET_MASTER_SCHEDULING_REQUEST_ID_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <tuple>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
 namespace det::master {
@@ -32,13 +31,9 @@ struct RequestId {
     return std::tie(kind, id) < std::tie(o.kind, o.id);
   }
   bool operator==(const RequestId& o) const { return kind == o.kind && id == o.id; }
-  template <typename H>
-  friend H AbslHashValue(H h, const RequestId& r) {
-    return H::combine(std::move(h), r.kind, r.id);
-  }
 };
 
-// The typed ids of the keys handed to the scheduler (the requests it holds).
+// The typed ids of the keys handed to the scheduler in one pass.
 class RequestIds {
  public:
   // The key of `id`, remembered for At().
@@ -47,13 +42,11 @@ class RequestIds {
     by_key_[key] = id;
     return key;
   }
-  // Forgets `id`'s key.
-  void Remove(const RequestId& id) { by_key_.erase(id.Key()); }
-  // REQUIRES: `key` came from Add() on this object (and was not removed since).
+  // REQUIRES: `key` came from Add() on this object.
   const RequestId& At(const std::string& key) const { return by_key_.at(key); }
 
  private:
-  absl::flat_hash_map<std::string, RequestId> by_key_;
+  std::map<std::string, RequestId> by_key_;
 };
 
 }  // namespace det::master
