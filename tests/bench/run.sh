@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 BENCHES=(scheduler_bench cluster_bench rest_read_bench allreduce_bench nccl_allreduce_bench scaling_bench resume_bench)
 if (($# > 0)); then BENCHES=("$@"); fi
 
-TARGETS=(//deploy:bin //tests/load:det-load)
+TARGETS=(//deploy:bin //deploy:python //tests/load:det-load)
 for b in "${BENCHES[@]}"; do
   case "$b" in
     cluster_bench*) ;;
@@ -44,3 +44,4 @@ for b in "${BENCHES[@]}"; do
   fi
 done
 (($# > 0)) || { printf '\n## torch_ddp_bench\n\n'; "${DET_TEST_PYTHON:-/usr/bin/python3}" tests/bench/torch_ddp_bench.py; }
+(($# > 0)) || { printf '\n## trial_runner_bench\n\n'; "${DET_TEST_PYTHON:-/usr/bin/python3}" tests/bench/trial_runner_bench.py; }
