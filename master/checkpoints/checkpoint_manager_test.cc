@@ -120,7 +120,7 @@ TEST_F(CheckpointManagerTest, ACheckpointGcWhoseAgentIsLostIsRequeued) {
   ASSERT_EQ(gc.allocation_id(), "gc-1.0");
 
   // No heartbeats: silent after agent_timeout, lost after agent_reconnect_wait.
-  const config::MasterConfig& config = h_->config;
+  const config::MasterConfig config = h_->config;  // A copy: RestartMaster replaces h_.
   h_->Advance(config.agent_timeout + absl::Seconds(1));
   EXPECT_EQ(h_->GcTasks().at(0).state(), v1::STATE_RUNNING);
   EXPECT_THAT(h_->Logs(trial_), HasSubstr("agent a1 stopped answering during checkpoint garbage "
