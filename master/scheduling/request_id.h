@@ -6,10 +6,11 @@
 #define DET_MASTER_SCHEDULING_REQUEST_ID_H_
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
 namespace det::master {
@@ -31,9 +32,13 @@ struct RequestId {
     return std::tie(kind, id) < std::tie(o.kind, o.id);
   }
   bool operator==(const RequestId& o) const { return kind == o.kind && id == o.id; }
+  template <typename H>
+  friend H AbslHashValue(H h, const RequestId& r) {
+    return H::combine(std::move(h), r.kind, r.id);
+  }
 };
 
-// The typed ids of the keys handed to the scheduler in one pass.
+// The typed ids of the keys handed to the scheduler (the requests it holds).
 class RequestIds {
  public:
   // The key of `id`, remembered for At().
@@ -42,11 +47,13 @@ class RequestIds {
     by_key_[key] = id;
     return key;
   }
-  // REQUIRES: `key` came from Add() on this object.
+  // Forgets `id`'s key.
+  void Remove(const RequestId& id) { by_key_.erase(id.Key()); }
+  // REQUIRES: `key` came from Add() on this object (and was not removed since).
   const RequestId& At(const std::string& key) const { return by_key_.at(key); }
 
  private:
-  std::map<std::string, RequestId> by_key_;
+  absl::flat_hash_map<std::string, RequestId> by_key_;
 };
 
 }  // namespace det::master

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,88 +28,170 @@ SchedulingService::SchedulingService(const config::MasterConfig& config, Turns& 
       trials_(registry.trials),
       trial_manager_(trials) {}
 
-void SchedulingService::SchedulePass() {
-  DET_CHECK_ON_LOOP(loop_);
-  RequestIds ids;
-  std::vector<scheduler::Request> queue;
-  std::vector<scheduler::Running> running;
-  // Experiment job -> slots its open allocations hold (resources.max_slots).
-  std::map<std::string, int> group_used;
-  if (slurm_ != nullptr) slurm_->SchedulePass();
-  // Under Slurm, the trials are its to place (above): the queue holds GC tasks only.
+namespace {
+std::string Group(int64_t experiment_id) { return absl::StrCat("exp-", experiment_id); }
+}  // namespace
+
+bool SchedulingService::SeenUnchanged(const RequestId& id, Fed fed) {
+  fed.pass = pass_;
+  auto [it, added] = fed_.try_emplace(id, fed);
+  if (added) return false;
+  const bool same = it->second == fed;
+  it->second = std::move(fed);
+  return same;
+}
+
+void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
+  // Experiment -> slots its open allocations hold (resources.max_slots).
+  absl::flat_hash_map<int64_t, int> used;
+  // Under Slurm, the trials are its to place (SlurmResourceManager::SchedulePass): the
+  // queue holds GC tasks only.
   if (slurm_ == nullptr) {
+    const ExperimentState* es = nullptr;
     for (const auto& [id, t] : trials_) {
-      const ExperimentState& es = experiments_.at(t.trial.experiment_id());
-      const v1::Experiment& e = es.experiment;
-      const std::string group = absl::StrCat("exp-", e.id());
-      if (!t.trial.allocation().id().empty()) group_used[group] += t.trial.allocation().slots();
+      const int64_t experiment_id = t.trial.experiment_id();
+      if (es == nullptr || es->experiment.id() != experiment_id) es = &experiments_.at(experiment_id);
+      const v1::Experiment& e = es->experiment;
+      if (!t.trial.allocation().id().empty()) used[experiment_id] += t.trial.allocation().slots();
       if (t.trial.state() == v1::STATE_QUEUED) {
-        scheduler::Request r{ids.Add(RequestId::Trial(id)), e.slots_per_trial(), e.priority(), id,
-                             e.resource_pool()};
-        r.group = group;
-        r.group_max_slots = es.config.resources.max_slots;
-        r.label = absl::StrCat("trial ", id, " of experiment ", e.id());
-        queue.push_back(std::move(r));
-      } else if (!t.trial.allocation().id().empty() && !t.killing) {
-        scheduler::Running r{ids.Add(RequestId::Trial(id)), e.priority(), id, e.resource_pool(), {}};
+        const RequestId rid = RequestId::Trial(id);
+        auto request = [&] {
+          scheduler::Request r{ids_.Add(rid), e.slots_per_trial(), e.priority(), id,
+                               e.resource_pool()};
+          r.group = Group(e.id());
+          r.group_max_slots = es->config.resources.max_slots;
+          r.label = absl::StrCat("trial ", id, " of experiment ", e.id());
+          return r;
+        };
+        if (!SeenUnchanged(rid, {e.slots_per_trial(), e.priority(),
+                                 es->config.resources.max_slots, e.resource_pool()})) {
+          scheduler_->SetRequest(request());
+        } else if (t.waiting_reason().empty()) {
+          fresh->lost.push_back(id);
+        }
+        if (preemption) fresh->queue.push_back(request());
+      } else if (preemption && !t.trial.allocation().id().empty() && !t.killing) {
+        scheduler::Running r{fresh->running_ids.Add(RequestId::Trial(id)), e.priority(), id,
+                             e.resource_pool(), {}};
         std::map<std::string, std::vector<std::string>> shares;
         for (const auto& rank : t.trial.allocation().ranks()) {
           auto& slots = shares[rank.agent_id()];
           slots.insert(slots.end(), rank.slot_ids().begin(), rank.slot_ids().end());
         }
         for (auto& [agent, slots] : shares) r.agents.push_back({agent, std::move(slots)});
-        running.push_back(std::move(r));
+        fresh->running.push_back(std::move(r));
       }
     }
   }
+  for (const auto& [experiment_id, slots] : used) {
+    auto it = group_used_.find(experiment_id);
+    if (it == group_used_.end() || it->second != slots) {
+      scheduler_->SetGroupUsed(Group(experiment_id), slots);
+    }
+  }
+  for (const auto& [experiment_id, slots] : group_used_) {
+    if (!used.contains(experiment_id)) scheduler_->SetGroupUsed(Group(experiment_id), 0);
+  }
+  group_used_ = std::move(used);
   // Checkpoint GC tasks: zero-slot requests in their experiment's pool.
   for (const auto& [id, g] : checkpoints_.tasks()) {
     if (g.task.state() != v1::STATE_QUEUED) continue;
     auto es = experiments_.find(g.task.experiment_id());
-    int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
-    queue.push_back({ids.Add(RequestId::Gc(id)), 0, priority, id, g.task.resource_pool()});
+    const int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
+    const RequestId rid = RequestId::Gc(id);
+    scheduler::Request r{ids_.Add(rid), 0, priority, id, g.task.resource_pool()};
+    if (!SeenUnchanged(rid, {0, priority, 0, g.task.resource_pool()})) scheduler_->SetRequest(r);
+    fresh->gc.push_back(id);
+    if (preemption) fresh->queue.push_back(std::move(r));
   }
-  if (queue.empty()) return;
-  auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
-                                                  : scheduler::Fit::kBestFit;
+  // What left the queue.
+  for (auto it = fed_.begin(); it != fed_.end();) {
+    if (it->second.pass == pass_) {
+      ++it;
+      continue;
+    }
+    scheduler_->RemoveRequest(it->first.Key());
+    ids_.Remove(it->first);
+    fed_.erase(it++);
+  }
+}
+
+void SchedulingService::FeedAgents(bool preemption, Fresh* fresh) {
   std::vector<scheduler::AgentView> view = agents_.SchedulerView();
-  if (slurm_ != nullptr) {
-    view.erase(std::remove_if(view.begin(), view.end(),
-                              [](const scheduler::AgentView& a) {
-                                return SlurmResourceManager::IsSlurmAgent(a.id);
-                              }),
-               view.end());
+  for (const auto& a : view) {
+    // Under Slurm, its per-trial agents are its own.
+    if (slurm_ != nullptr && SlurmResourceManager::IsSlurmAgent(a.id)) continue;
+    agents_fed_[a.id] = pass_;
+    scheduler_->SetAgent(a);  // Nothing when unchanged.
+    if (preemption) fresh->agents.push_back(a);
   }
-  scheduler::Decision d = scheduler::Schedule(view, queue, fit, group_used);
+  for (auto it = agents_fed_.begin(); it != agents_fed_.end();) {
+    if (it->second == pass_) {
+      ++it;
+      continue;
+    }
+    scheduler_->RemoveAgent(it->first);
+    agents_fed_.erase(it++);
+  }
+}
+
+void SchedulingService::SchedulePass() {
+  DET_CHECK_ON_LOOP(loop_);
+  if (slurm_ != nullptr) slurm_->SchedulePass();
+  const auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
+                                                        : scheduler::Fit::kBestFit;
+  if (scheduler_ == nullptr) scheduler_ = std::make_unique<scheduler::IncrementalScheduler>(fit);
+  ++pass_;
   std::vector<std::string> preemptible;
   for (const auto& p : config_.resource_pools) {
     if (p.preemption) preemptible.push_back(p.name);
   }
+  const bool preemption = !preemptible.empty();
+  Fresh fresh;
+  FeedQueue(preemption, &fresh);
+  if (scheduler_->num_requests() == 0) return;
+  FeedAgents(preemption, &fresh);
+  const std::vector<scheduler::Placement>& placements = scheduler_->Schedule();
   std::map<std::string, int> stopping_for;  // waiting request -> trials being preempted
-  if (!preemptible.empty()) {
-    for (const auto& [victim, beneficiary] :
-         scheduler::SelectPreemptions(view, queue, running, d, fit, preemptible)) {
-      TrialState& t = trials_.at(ids.At(victim).id);
+  // Records why request `key` waits.
+  auto record = [&](const std::string& key, std::string why) {
+    const RequestId& rid = ids_.At(key);
+    if (rid.kind == RequestId::Kind::kGc) {
+      checkpoints_.SetPendingReason(rid.id, why);
+      return;
+    }
+    if (auto s = stopping_for.find(key); s != stopping_for.end()) {
+      why = absl::StrCat("waiting for ", s->second, " less important trial(s) to stop (preempted)");
+    }
+    SetWaitingReason(rid.id, why, /*verbose=*/true);
+  };
+  if (preemption) {
+    // The whole decision: every reason is written, a preempting request's replaced.
+    scheduler::Decision d = scheduler_->ToDecision();
+    for (const auto& [victim, beneficiary] : scheduler::SelectPreemptions(
+             fresh.agents, fresh.queue, fresh.running, d, fit, preemptible)) {
+      TrialState& t = trials_.at(fresh.running_ids.At(victim).id);
       ++stopping_for[beneficiary];
       const auto* pool = FindPool(config_, experiments_.at(t.trial.experiment_id()).experiment.resource_pool());
       allocations_.Preempt(t, absl::StrCat("preempted by trial ", beneficiary),
                      pool ? pool->preemption_timeout : absl::ZeroDuration());
     }
-  }
-  for (auto [request, why] : d.waiting) {
-    const RequestId& rid = ids.At(request);
-    if (rid.kind == RequestId::Kind::kGc) {
-      checkpoints_.SetPendingReason(rid.id, why);
-      continue;
+    for (const auto& [request, why] : d.waiting) record(request, why);
+    scheduler_->ChangedReasons([](const std::string&, const std::string&) {});
+  } else {
+    scheduler_->ChangedReasons(record);
+    // Those whose record was lost, and the GC tasks (few): their reason again.
+    for (int64_t id : fresh.lost) {
+      const std::string key = RequestId::Trial(id).Key();
+      if (std::string why = scheduler_->WaitingReason(key); !why.empty()) record(key, why);
     }
-    if (stopping_for.count(request)) {
-      why = absl::StrCat("waiting for ", stopping_for[request],
-                         " less important trial(s) to stop (preempted)");
+    for (int64_t id : fresh.gc) {
+      const std::string key = RequestId::Gc(id).Key();
+      if (std::string why = scheduler_->WaitingReason(key); !why.empty()) record(key, why);
     }
-    SetWaitingReason(rid.id, why, /*verbose=*/true);
   }
-  for (const auto& p : d.placements) {
-    const RequestId& rid = ids.At(p.request_id);
+  for (const auto& p : placements) {
+    const RequestId& rid = ids_.At(p.request_id);
     if (rid.kind == RequestId::Kind::kGc) {
       checkpoints_.Start(rid.id, p.agents.at(0).agent_id);
       continue;

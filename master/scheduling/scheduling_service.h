@@ -1,8 +1,11 @@
-// SchedulingService: the glue between the master's state and the pure scheduler
-// (master/scheduler): one pass builds the queue (queued trials, queued checkpoint GC
-// tasks; typed RequestIds) and the running trials, asks scheduler::Schedule and
-// SelectPreemptions, then starts placements (allocation manager, checkpoint manager),
-// stops preempted runs and records why each request waits.
+// SchedulingService: the glue between the master's state and the scheduler
+// (master/scheduler). It keeps an IncrementalScheduler fed between passes: a pass compares
+// each queued trial, queued checkpoint GC task, agent and experiment's slots in use with
+// what it fed the last pass (cheap per-pass keys) and hands over only the differences;
+// asks for the placements, then starts them (allocation manager, checkpoint manager) and
+// records why each request waits, writing only the reasons that changed
+// (IncrementalScheduler::ChangedReasons). With preemption on in any pool it also builds the
+// queue and the running trials for SelectPreemptions and writes every reason (as before).
 //
 // Called by: Turns at the end of a turn that requested a pass (Turns::RequestSchedule).
 // Loop thread only: every public method checks it.
@@ -11,7 +14,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "common/config/daemon_config.h"
 #include "master/allocations/allocation_manager.h"
@@ -20,6 +27,8 @@
 #include "master/experiments/registry.h"
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
+#include "master/scheduler/incremental.h"
+#include "master/scheduling/request_id.h"
 #include "master/slurm/slurm_resource_manager.h"
 
 namespace det::master {
@@ -55,6 +64,44 @@ class SchedulingService {
   // Writes the waiting reasons.
   TrialManager& trial_manager_;
   SlurmResourceManager* slurm_ = nullptr;
+
+  // What the last pass fed the scheduler about a queued request: a change of any of it
+  // is a SetRequest.
+  struct Fed {
+    int slots = 0;
+    int priority = 0;
+    int max_slots = 0;
+    std::string pool;
+    uint64_t pass = 0;  // The last pass that saw it queued.
+    bool operator==(const Fed& o) const {
+      return slots == o.slots && priority == o.priority && max_slots == o.max_slots &&
+             pool == o.pool;
+    }
+  };
+  // What a pass learns while feeding the scheduler.
+  struct Fresh {
+    // Queued trials fed unchanged whose recorded waiting reason is gone (they left the
+    // queue and came back between two passes), and the queued GC tasks.
+    std::vector<int64_t> lost, gc;
+    // With preemption on: SelectPreemptions' inputs.
+    std::vector<scheduler::Request> queue;
+    std::vector<scheduler::Running> running;
+    RequestIds running_ids;  // The keys of `running`.
+    std::vector<scheduler::AgentView> agents;
+  };
+  // Feeds the scheduler what changed since the last pass.
+  void FeedQueue(bool preemption, Fresh* fresh);
+  void FeedAgents(bool preemption, Fresh* fresh);
+  // Marks `id` seen by this pass. Returns whether it was fed as `fed` already; else keeps
+  // `fed` (the caller sets the request).
+  bool SeenUnchanged(const RequestId& id, Fed fed);
+
+  std::unique_ptr<scheduler::IncrementalScheduler> scheduler_;
+  uint64_t pass_ = 0;
+  RequestIds ids_;  // Every request the scheduler holds.
+  absl::flat_hash_map<RequestId, Fed> fed_;
+  absl::flat_hash_map<std::string, uint64_t> agents_fed_;  // agent id -> last pass that saw it
+  absl::flat_hash_map<int64_t, int> group_used_;           // experiment id -> slots (fed)
 };
 
 }  // namespace det::master
