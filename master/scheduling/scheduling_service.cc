@@ -55,12 +55,13 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
       if (!t.trial.allocation().id().empty()) used[experiment_id] += t.trial.allocation().slots();
       if (t.trial.state() == v1::STATE_QUEUED) {
         const RequestId rid = RequestId::Trial(id);
+        const int64_t trial_id = id;  // A structured binding cannot be captured in C++17.
         auto request = [&] {
-          scheduler::Request r{ids_.Add(rid), e.slots_per_trial(), e.priority(), id,
+          scheduler::Request r{ids_.Add(rid), e.slots_per_trial(), e.priority(), trial_id,
                                e.resource_pool()};
           r.group = Group(e.id());
           r.group_max_slots = es->config.resources.max_slots;
-          r.label = absl::StrCat("trial ", id, " of experiment ", e.id());
+          r.label = absl::StrCat("trial ", trial_id, " of experiment ", e.id());
           return r;
         };
         if (!SeenUnchanged(rid, {e.slots_per_trial(), e.priority(),
