@@ -82,6 +82,20 @@ std::string MakeWorkRoot() {
   return work_root;
 }
 
+// Removes `work_root`. The agent may still be removing a finished trial's work dir under it
+// (remove_all then fails on an entry that vanished mid-walk), so it retries until the tree
+// is gone; the agent never creates anything there once its trials are over.
+void RemoveWorkRoot(const std::string& work_root) {
+  std::error_code error;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        std::filesystem::remove_all(work_root, error);
+        return !std::filesystem::exists(work_root);
+      },
+      absl::Seconds(30)))
+      << work_root << ": " << error.message();
+}
+
 // agent-a's yaml with `slots` slots, its work_dir at `work_root`/agent and det's Python
 // package copied to `work_root`/python (the runfiles are under /root). "" on failure.
 std::string AgentYamlUnder(TestCluster& cluster, const std::string& work_root, int slots) {
@@ -191,7 +205,7 @@ TEST(WorkerIsolation, AWorkerCannotReadTheClustersSecrets) {
     checkpoints += std::filesystem::exists(entry.path() / "weights");
   }
   EXPECT_EQ(checkpoints, 1);
-  std::filesystem::remove_all(work_root);
+  RemoveWorkRoot(work_root);
 }
 
 // det user link-with-agent-user: bob's trials run as the OS user linked to him (nobody,
@@ -291,7 +305,18 @@ TEST(WorkerIsolation, ALinkedUsersTrialRunsAsItsLinkedUser) {
   EXPECT_THAT(logs, HasSubstr("work dir 65534 700"));  // Its own, closed to others.
   ExpectEveryReadDenied(logs, secrets);
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("admin-private")));
-  std::filesystem::remove_all(work_root);
+  // Both trials end (the admin's once released) before their work dirs go.
+  for (int64_t experiment : {1, 2}) {
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          std::string state = cluster.ExperimentState(experiment);
+          return state == "STATE_COMPLETED" || state == "STATE_ERROR" ||
+                 state == "STATE_CANCELED";
+        },
+        absl::Seconds(60)))
+        << "experiment " << experiment << ": " << cluster.ExperimentState(experiment);
+  }
+  RemoveWorkRoot(work_root);
 }
 
 // Issue 25 item 2: `det deploy local cluster-up` run as root runs trials as nobody and
@@ -329,7 +354,7 @@ TEST(WorkerIsolation, AClusterUpClusterStartedAsRootKeepsItsSecretsFromTrials) {
     ~Down() { fn(); }
   } down{[&] {
     as_admin({"deploy", "local", "cluster-down", "--data-dir", data});
-    std::filesystem::remove_all(work_root);
+    RemoveWorkRoot(work_root);
   }};
   ASSERT_TRUE(up.exit.ok()) << up.out << up.err << Slurp(data + "/logs/agent-0.log");
   EXPECT_THAT(up.out, HasSubstr("Trials run as the OS user nobody (uid 65534)"));
