@@ -8,7 +8,7 @@ config's defaults and bounds live in common/config alone."""
 
 import json
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 # The spec's name in error messages (as the C++ harness names it) and the variable naming
 # its file.
@@ -210,7 +210,13 @@ class ClusterInfo:
         self.local_size: int = _int(env, "LOCAL_WORLD_SIZE", False, 1)
         self.cross_rank: int = _int(env, "CROSS_RANK", False, 0)
         self.cross_size: int = _int(env, "CROSS_SIZE", False, 1)
-        self.container_rank: int = self.cross_rank
+        # Determined runs one container per node and its entrypoint once per container; det's
+        # agent runs the entrypoint once per slot, so each rank's process is a container:
+        # container_rank is the rank and container_addrs has one address per rank (the
+        # chief's first). A script that launches len(slot_ids) workers per container, as
+        # Determined's Core API tutorial does, so starts one worker per rank.
+        self.container_rank: int = self.rank
+        self.container_addrs: List[str] = _container_addrs(env, self)
         self.trial = TrialInfo(trial_spec_from(env), self.world_size)
         # The config's `data` section.
         self.user_data: Dict[str, Any] = self.trial.user_data
@@ -219,6 +225,21 @@ class ClusterInfo:
         # latest_checkpoint: the id restore_path() takes); None on a first run.
         self.latest_checkpoint_path: Optional[str] = path or None
         self.latest_checkpoint: Optional[str] = os.path.basename(path.rstrip("/")) if path else None
+
+
+def _container_addrs(env: Mapping[str, str], info: "ClusterInfo") -> List[str]:
+    """One address per rank, by rank: the chief's agent (MASTER_ADDR) for the ranks on it,
+    this agent's for this rank's neighbours (DET_COLLECTIVE_HOST where the agent set it),
+    and "" for ranks on other agents, whose addresses a worker is not told (ranks are
+    contiguous per agent and a multi-agent trial uses agents of equal size)."""
+    chief = env.get("MASTER_ADDR", "") or ("127.0.0.1" if info.cross_size == 1 else "")
+    own = chief if info.cross_rank == 0 else env.get("DET_COLLECTIVE_HOST", "")
+    per_agent = max(info.local_size, 1)
+    addrs = []
+    for r in range(info.world_size):
+        agent = r // per_agent if info.cross_size > 1 else 0
+        addrs.append(chief if agent == 0 else own if agent == info.cross_rank else "")
+    return addrs
 
 
 def cluster_info_from(env: Mapping[str, str]) -> Optional[ClusterInfo]:

@@ -381,6 +381,31 @@ class CoreTest(unittest.TestCase):
         self.assertEqual((info.rank, info.world_size, info.allocation_id), (1, 2, "7.1"))
         self.assertEqual(info.task_type, "TRIAL")
 
+    def test_each_rank_is_a_container_as_the_core_api_tutorial_counts_them(self):
+        # Determined's 4_distributed.py launches len(slot_ids) workers per container, ranks
+        # container_rank * len(slot_ids) + local_rank of len(container_addrs) * len(slot_ids);
+        # det runs the entrypoint once per slot, so that is one worker per rank.
+        env = fake_master.allocation_env(self.address, self.storage, rank=1, world_size=2)
+        env["MASTER_ADDR"] = "10.0.0.1"
+        with fake_master.environment(env):
+            info = det.get_cluster_info()
+        self.assertEqual(info.slot_ids, ["1"])
+        self.assertEqual((info.container_rank, info.container_addrs), (1, ["10.0.0.1"] * 2))
+        # Four ranks on two agents, seen from rank 3 (agent 1, local rank 1): the chief's
+        # agent's address for ranks 0-1, this agent's for 2-3.
+        env.update({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                    "CROSS_RANK": "1", "CROSS_SIZE": "2", "DET_COLLECTIVE_HOST": "10.0.0.2",
+                    "DET_SLOT_IDS": "1"})
+        with fake_master.environment(env):
+            info = det.get_cluster_info()
+        self.assertEqual((info.container_rank, info.container_addrs),
+                         (3, ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]))
+        # A third agent's ranks: not told, so empty.
+        env.update({"WORLD_SIZE": "6", "CROSS_SIZE": "3"})
+        with fake_master.environment(env):
+            info = det.get_cluster_info()
+        self.assertEqual(info.container_addrs[4:], ["", ""])
+
     def test_missing_variables_inside_an_allocation_are_named(self):
         env = fake_master.allocation_env(self.address, self.storage)
         del env["DET_TRIAL_SPEC_FILE"]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import unittest
 
-from det.launch import torch_distributed
+from det.launch import torch_distributed, wrap_rank
 
 PRINT_ENV = ("import os, sys; print(sys.executable, *[os.environ.get(k, '-') for k in "
              "['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR']], sys.argv[1:])")
@@ -74,3 +74,38 @@ class LaunchTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WrapRankTest(unittest.TestCase):
+    def wrap(self, argv, rank_env):
+        env = dict(os.environ)
+        env.pop("RANK", None)
+        if rank_env is not None:
+            env["RANK"] = rank_env
+        return subprocess.run([sys.executable, "-m", "det.launch.wrap_rank"] + argv, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_the_process_own_rank_runs_in_place(self):
+        r = self.wrap(["2", "--", sys.executable, "-c",
+                       "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+                      "2")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (3, "out\n", "err\n"))
+
+    def test_another_rank_lines_are_prefixed(self):
+        r = self.wrap(["1", sys.executable, "-c",
+                       "import sys; print('a'); print('b'); print('e', file=sys.stderr)"], "0")
+        self.assertEqual((r.returncode, r.stdout, r.stderr),
+                         (0, "[rank=1] a\n[rank=1] b\n", "[rank=1] e\n"))
+
+    def test_bad_arguments_are_named(self):
+        for argv, why in [([], "usage"), (["x", "true"], "RANK: expected an integer >= 0, got 'x'"),
+                          (["-1", "true"], "RANK: expected an integer >= 0, got -1"),
+                          (["0", "--"], "no COMMAND after RANK")]:
+            with self.assertRaisesRegex(wrap_rank.WrapRankError, why):
+                wrap_rank.parse(argv)
+            r = self.wrap(argv, None)
+            self.assertEqual(r.returncode, 2, argv)
+            self.assertIn("usage: python3 -m det.launch.wrap_rank", r.stderr)
+        r = self.wrap(["0", "/no/such/program"], "0")
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("cannot run /no/such/program", r.stderr)
