@@ -7,7 +7,7 @@ import enum
 import signal
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from det import _client
 from det.core import _distributed
@@ -140,6 +140,22 @@ class PreemptContext:
         AllocationEndedError when the master says the allocation has ended; MasterError when
         the master cannot be asked. auto_ack: accepted for Determined's signature; det's
         master needs no acknowledgement (it knows it asked the trial to stop)."""
+        vote = self._vote()
+        if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1:
+            return vote
+        # The chief's answer, or any rank's SIGTERM.
+        answers = self._dist.allgather((vote, self.reason))
+        preempt = any(a for a, _ in answers)
+        if preempt:
+            self._agree(answers)
+        return preempt
+
+    def _vote(self) -> bool:
+        """This rank's part of should_preempt(), without its collective: in WorkersAskChief
+        mode the chief's answer or another rank's SIGTERM, else this rank's answer. For a
+        caller that combines the votes of every rank with flags of its own in one collective
+        (det.pytorch's Trainer, once a batch); REQUIRES: when any rank voted True, every
+        rank then calls _agree with every rank's (vote, reason)."""
         if not self._started:
             raise RuntimeError("PreemptContext.should_preempt() before PreemptContext.start()")
         self._asked = True
@@ -149,18 +165,18 @@ class PreemptContext:
         if self._thread is None and self._polls():
             self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
             self._thread.start()
-        if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1:
+        if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1 or \
+                self._dist.rank == 0:
             return self._local()
-        # The chief's answer, or any rank's SIGTERM.
-        answers = self._dist.allgather((self._local() if self._dist.rank == 0 else
-                                        self._sigterm, self.reason))
-        preempt = any(a for a, _ in answers)
-        if preempt:
-            with self._lock:
-                if not self._preempt:
-                    self._preempt = True
-                    self._reason = next(r for a, r in answers if a)
-        return preempt
+        return self._sigterm
+
+    def _agree(self, answers: List[Tuple[bool, str]]) -> None:
+        """Every rank's (vote, reason) of a round in which one voted True: should_preempt()
+        says True from now on, with the first such rank's reason."""
+        with self._lock:
+            if not self._preempt:
+                self._preempt = True
+                self._reason = next(r for a, r in answers if a)
 
     def acknowledge_preemption_signal(self) -> None:
         """Nothing to send: det's master asked the trial to stop, so a clean exit after

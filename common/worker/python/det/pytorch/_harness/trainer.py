@@ -16,6 +16,9 @@ from typing import Any, ContextManager, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 import torch
+import torch.distributed
+
+from det import core
 
 from . import data as _data, reducer as _reducer, tensorboard as _tensorboard
 from .callback import PyTorchCallback
@@ -161,6 +164,19 @@ def _torch_load(path: pathlib.Path) -> Any:
     if "weights_only" in inspect.signature(torch.load).parameters:
         return torch.load(str(path), map_location="cpu", weights_only=False)
     return torch.load(str(path), map_location="cpu")
+
+
+def _any_rank(dist: Any, device: torch.device, flags: List[bool]) -> List[bool]:
+    """Each of `flags` or-ed over every rank of `dist`, in one collective: a tensor
+    all-reduce (MAX) over the torch process group when dist's collectives go over it (on
+    `device` when the group is NCCL's), else one allgather of the list."""
+    if dist._torch_ready():
+        backend = torch.distributed.get_backend()
+        on = device if backend == "nccl" else torch.device("cpu")
+        votes = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=on)
+        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX)
+        return [bool(v) for v in votes.tolist()]
+    return [any(column) for column in zip(*dist.allgather(list(flags)))]
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
@@ -403,13 +419,22 @@ class _Controller:
             self._checkpoint()
 
     def _stop_requested(self) -> bool:
-        """Whether to checkpoint and exit: preemption (every rank asks, a collective) or
-        context.set_stop_requested(True) on any rank."""
-        preempt = self.core.preempt.should_preempt()
+        """Whether to checkpoint and exit: preemption (should_preempt(): the chief's answer or
+        any rank's SIGTERM) or context.set_stop_requested(True) on any rank. Every rank asks
+        after every batch; with several ranks both questions go in one collective of two
+        flags (a tensor all-reduce over the torch process group), which costs a fraction of
+        should_preempt()'s and an allgather's object collectives (four allgathers a batch:
+        docs/performance.md, the Trial runner's cost), and only a stop sends the reasons."""
+        preempt = self.core.preempt
         stop = self.context.get_stop_requested()
-        if self.dist.size > 1:
-            stop = any(self.dist.allgather(stop))
-        return preempt or stop
+        if self.dist.size == 1 or preempt._mode != core.PreemptMode.WorkersAskChief:
+            preempted = preempt.should_preempt()
+            return preempted or (any(self.dist.allgather(stop)) if self.dist.size > 1 else stop)
+        vote = preempt._vote()
+        any_vote, any_stop = _any_rank(self.dist, self.context.device, [vote, stop])
+        if any_vote:
+            preempt._agree(self.dist.allgather((vote, preempt.reason)))
+        return any_vote or any_stop
 
     def _train_window(self, boundaries: List[Tuple[str, TrainUnit]],
                       length: TrainUnit) -> Tuple[List[str], List[Any], bool]:
