@@ -192,7 +192,10 @@ bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
 }
 
 TestCluster::TestCluster(const std::string& name, TestClusterHosts hosts)
-    : hosts_(std::move(hosts)) {
+    : TestCluster(name, TestClusterDb::kSqlite, std::move(hosts)) {}
+
+TestCluster::TestCluster(const std::string& name, TestClusterDb db, TestClusterHosts hosts)
+    : hosts_(std::move(hosts)), db_(db) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
   std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
@@ -231,7 +234,34 @@ std::vector<std::string> TestCluster::AgentIds() const {
   return ids;
 }
 
+absl::Status TestCluster::StartPostgres() {
+  if (postgres_) return absl::OkStatus();
+  auto server = master::testing::PostgresServer::Start();
+  if (!server.ok()) return server.status();
+  auto url = (*server)->CreateDatabase("det");
+  if (!url.ok()) return url.status();
+  postgres_ = std::move(*server);
+  postgres_url_ = *url;
+  return absl::OkStatus();
+}
+
+std::string TestCluster::DbQuery(const std::string& query) {
+  CommandResult r = db_ == TestClusterDb::kPostgres
+                        ? RunCommand({"psql", "-X", "--no-align", "--tuples-only", "-d",
+                                      postgres_url_, "-c", query})
+                        : RunCommand({"sqlite3", db_path(), query});
+  return std::string(absl::StripAsciiWhitespace(r.exit.ok() && r.err.empty() ? r.out : r.err));
+}
+
 absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
+  std::string db_yaml;
+  if (db_ == TestClusterDb::kPostgres) {
+    if (absl::Status st = StartPostgres(); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("the cluster's PostgreSQL: ", st.message()));
+    }
+    // The server trusts its socket's connections: no password.
+    db_yaml = absl::StrCat("db:\n  type: postgres\n  url: \"", postgres_url_, "\"\n");
+  }
   const std::string any_port = hosts_.master_address + ":0";
   std::string listen = address_.empty() ? any_port : address_;
   std::string addr_file = dir_ + "/master.addr";
@@ -249,7 +279,7 @@ absl::Status TestCluster::StartMaster(const std::string& extra_yaml) {
                                   extra_yaml.find("agent_reconnect_wait:") == std::string::npos
                                       ? "agent_reconnect_wait: 30s\n"
                                       : "",
-                                  extra_yaml));
+                                  db_yaml, extra_yaml));
   SpawnOptions opts;
   opts.argv = InHost(TestClusterHosts::kMaster, {BinDir() + "/det-master", "--config", config});
   opts.env = CurrentEnvironment();

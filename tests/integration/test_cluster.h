@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
 #include "common/testing/wait_until.h"  // IWYU pragma: export
+#include "master/store/testing/postgres_server.h"
 #include "nlohmann/json.hpp"
 
 namespace det::testing {
@@ -120,11 +121,23 @@ struct TestClusterHosts {
   std::function<std::vector<std::string>(const std::string& host)> launch_prefix;
 };
 
+// Where a TestCluster's master keeps its state (master.yaml's `db`).
+enum class TestClusterDb {
+  // The default: one SQLite file, db_path().
+  kSqlite,
+  // A private PostgreSQL 15 (master/store/testing's PostgresServer: initdb under /tmp, a
+  // unix socket only), started by the first StartMaster, database "det"; stopped and
+  // removed with the cluster, after the master.
+  kPostgres,
+};
+
 class TestCluster {
  public:
-  // A fresh directory under TEST_TMPDIR named `name`.
+  // A fresh directory under TEST_TMPDIR named `name`; the master on SQLite.
   explicit TestCluster(const std::string& name, TestClusterHosts hosts = {});
-  // Kills every daemon still running.
+  // The same with the master's state in `db`.
+  TestCluster(const std::string& name, TestClusterDb db, TestClusterHosts hosts = {});
+  // Kills every daemon still running (then stops the PostgreSQL server, if any).
   ~TestCluster();
 
   // Starts the master (again, on the same port after the first start). `extra_yaml` is
@@ -181,7 +194,17 @@ class TestCluster {
   // The session token of the admin account, logged in after the first StartMaster; every
   // Det() call sends it (DET_USER_TOKEN).
   const std::string& token() const { return token_; }
+  // The SQLite file of a kSqlite cluster's master.
   std::string db_path() const { return dir_ + "/master/det.db"; }
+  TestClusterDb db() const { return db_; }
+  // A kPostgres cluster's server, for tests that stop and restart it (Stop(), Restart());
+  // null on SQLite and before the first StartMaster.
+  master::testing::PostgresServer* postgres() { return postgres_.get(); }
+  // Runs `query` on the master's database, whichever it is (sqlite3 on db_path(), psql on
+  // the PostgreSQL database): its output trimmed, one line per row, columns separated by
+  // '|'. Errors (the tool's stderr) are returned in place of rows, so that a comparison
+  // fails showing them.
+  std::string DbQuery(const std::string& query);
   // Writes `text` to dir()/name and returns the path.
   std::string WriteFile(const std::string& name, const std::string& text);
   // The tail of a daemon's log, for failure messages.
@@ -193,7 +216,14 @@ class TestCluster {
   // `argv` prefixed with host `host`'s launch prefix.
   std::vector<std::string> InHost(const std::string& host, std::vector<std::string> argv) const;
 
+  // Starts the PostgreSQL server of a kPostgres cluster (once); its URL in postgres_url_.
+  absl::Status StartPostgres();
+
   const TestClusterHosts hosts_;
+  const TestClusterDb db_ = TestClusterDb::kSqlite;
+  // Declared before master_: destroyed after the master is gone.
+  std::unique_ptr<master::testing::PostgresServer> postgres_;
+  std::string postgres_url_;
   std::string dir_;
   std::string address_;
   std::string http_address_;
