@@ -11,7 +11,8 @@ import unittest
 import unittest.mock
 
 from det.pytorch import ElasticSampler, elastic_epoch_order, sample_key
-from det.pytorch.elastic_order import mix64
+from det.pytorch import elastic_order
+from det.pytorch.elastic_order import Mt19937_64, mix64
 
 TOOL = None
 
@@ -55,6 +56,25 @@ class OrderTest(unittest.TestCase):
                 self.assertEqual((e, first), (epoch, 0))
                 self.assertEqual(elastic_epoch_order(n, seed, epoch, nodes), ids,
                                  f"n {n} seed {seed} nodes {nodes} epoch {epoch}")
+
+    def test_numpy_draws_equal_the_stdlib_engine(self):
+        # The numpy path (the twist vectorized in three slices, split 64x32-bit products)
+        # against the pure-Python engine, across twist boundaries (312 outputs each), for
+        # seeds with high bits set and for the orders themselves; without numpy the order is
+        # the stdlib loop's (which test_epoch_order_equals_cpp also checks against C++).
+        for seed in (0, 1, 2**63 + 5, 2**64 - 1, 0xD6E8FEB86659FD93):
+            for size in (2, 3, 312, 313, 624, 625, 2000):
+                rng = Mt19937_64(seed)
+                want = [(rng() * (i + 1)) >> 64 for i in range(size - 1, 0, -1)]
+                self.assertEqual(elastic_order._fisher_yates_draws(seed, size), want,
+                                 (seed, size))
+        self.assertIsNone(elastic_order._fisher_yates_draws(1, 1))
+        with unittest.mock.patch.dict(sys.modules, {"numpy": None}):
+            self.assertIsNone(elastic_order._fisher_yates_draws(1, 100))
+            for n, seed, nodes in [(7, 3, 2), (1001, 42, 3), (4096, 2**64 - 1, 1)]:
+                stdlib = elastic_epoch_order(n, seed, 2, nodes)
+                windows, _ = cpp_windows(n, seed, nodes, n, 1, 0, 3)
+                self.assertEqual(stdlib, windows[2][2], (n, seed, nodes))
 
     def test_interleaves_partitions(self):
         order = elastic_epoch_order(100, 7, 0, 4)
