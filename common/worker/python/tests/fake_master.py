@@ -153,9 +153,16 @@ def trial_spec(checkpoint_dir: str, target_batches: int = 100,
     return spec
 
 
+_launch_files: Optional["tempfile.TemporaryDirectory[str]"] = None  # Removed when the tests exit.
+
+
 def launch_file(name: str, text: str) -> str:
-    """A file holding `text`, as the agent writes the launch's variable `name`; its path."""
-    fd, path = tempfile.mkstemp(prefix=name + "-", suffix=".json")
+    """A file holding `text`, as the agent writes the launch's variable `name`; its path. The
+    files live in one temporary directory of this process, removed when it exits."""
+    global _launch_files
+    if _launch_files is None:
+        _launch_files = tempfile.TemporaryDirectory(prefix="det-launch-files-")
+    fd, path = tempfile.mkstemp(prefix=name + "-", suffix=".json", dir=_launch_files.name)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     return path
