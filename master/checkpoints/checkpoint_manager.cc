@@ -27,14 +27,15 @@ using views::Terminal;
 
 CheckpointManager::CheckpointManager(Clock& clock, Turns& turns, Store& store,
                                      AgentManager& agents, LogManager& logs,
-                                     ExperimentRegistry& registry)
+                                     ExperimentRegistry& registry, TrialManager& trials)
     : clock_(clock),
       turns_(turns),
       loop_(turns.loop()),
       store_(store),
       agents_(agents),
       logs_(logs),
-      registry_(registry) {}
+      registry_(registry),
+      trials_(trials) {}
 
 void CheckpointManager::SetStorageRoots(std::vector<std::string> roots) {
   DET_CHECK_ON_LOOP(loop_);
@@ -94,9 +95,7 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   if (retry) return absl::OkStatus();
   // The checkpoint row and the trial's latest_checkpoint in one transaction: both or
   // neither, and acknowledged only once committed.
-  v1::Trial updated = t->trial;
-  updated.set_latest_checkpoint(c.storage_path());
-  if (absl::Status st = store_.AddCheckpoint(c, updated); absl::IsAlreadyExists(st)) {
+  if (absl::Status st = trials_.AddCheckpoint(*t, c); absl::IsAlreadyExists(st)) {
     // The worker's mistake (a uuid used twice), not the store's: said plainly, not counted
     // as a refused report.
     return absl::AlreadyExistsError(absl::StrCat(
@@ -105,10 +104,9 @@ absl::Status CheckpointManager::ReportCheckpoint(const v1::ReportCheckpointReque
   } else if (!st.ok()) {
     Logger("master")->error("trial {}: cannot store checkpoint {}: {}", t->trial.id(), c.uuid(),
                             st.ToString());
-    NoteRefusedReports(store_, *t, "checkpoint reports", 1, st);
+    trials_.NoteRefusedReports(*t, "checkpoint reports", 1, st);
     return st;
   }
-  t->trial = std::move(updated);
   auto& counters = registry_.counters;
   counters.set_checkpoints_stored_total(counters.checkpoints_stored_total() + 1);
   logs_.Event(t->trial.id(), absl::StrCat("checkpoint ", c.uuid(), " at batch ", c.total_batches()));

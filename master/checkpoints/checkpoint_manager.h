@@ -2,6 +2,8 @@
 // their garbage collection: after a trial ends, a CHECKPOINT_GC task (zero slots) deletes on
 // an agent what the experiment's checkpoint_storage policy no longer keeps
 // (master/checkpoints/checkpoint_gc.h). Owns the GC tasks and their runtime bookkeeping.
+// A reported checkpoint becomes its trial's latest through the trial manager
+// (TrialManager::AddCheckpoint), the one writer of a trial's record.
 //
 // Called by: the master service (ReportCheckpoint, ListTasks, ReportExit,
 // ShipLogs), the experiment manager (Collect when a trial ends), the scheduling service
@@ -26,6 +28,7 @@
 #include "master/logs/log_manager.h"
 #include "master/loop/turns.h"
 #include "master/store/store.h"
+#include "master/trials/trial_manager.h"
 #include "proto/api.pb.h"
 
 namespace det::master {
@@ -47,7 +50,7 @@ class CheckpointManager {
 
   // Everything must outlive this.
   CheckpointManager(Clock& clock, Turns& turns, Store& store, AgentManager& agents,
-                    LogManager& logs, ExperimentRegistry& registry);
+                    LogManager& logs, ExperimentRegistry& registry, TrialManager& trials);
 
   // The checkpoint storage roots experiments may use (config::CheckpointStorageRoots of
   // master.yaml); empty (the default): any absolute path. Set once, before Restore.
@@ -172,6 +175,7 @@ class CheckpointManager {
   AgentManager& agents_;
   LogManager& logs_;
   ExperimentRegistry& registry_;
+  TrialManager& trials_;
   std::map<int64_t, GcTaskState> gc_tasks_;        // every checkpoint GC task, by id
   std::map<std::string, int64_t> gc_allocations_;  // running GC allocation id -> task id
   std::function<void(int64_t)> deletion_done_;

@@ -13,7 +13,6 @@
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "master/loop/on_loop.h"
-#include "master/metrics/downsample.h"
 #include "master/store/metric_summary.h"
 
 namespace det::master {
@@ -93,23 +92,16 @@ void MergeSummaries(const v1::Trial& part, v1::Trial* into) {
 
 }  // namespace
 
-MetricsManager::MetricsManager(Clock& clock, Turns& turns, Store& store,
-                               ExperimentRegistry& registry, ExperimentManager& experiments)
+MetricsManager::MetricsManager(Clock& clock, Turns& turns, ExperimentRegistry& registry,
+                               TrialManager& trials, ExperimentManager& experiments)
     : clock_(clock),
       turns_(turns),
       loop_(turns.loop()),
-      store_(store),
       registry_(registry),
+      trials_(trials),
       experiments_manager_(experiments),
       experiments_(registry.experiments),
-      trials_(registry.trials),
-      counters_(registry.counters),
-      reads_(clock) {}
-
-MetricsManager::~MetricsManager() {
-  // Whatever reads are queued run before this returns (their callers wait on `done`).
-  if (reader_ != nullptr) reads_.RunSync([] {});
-}
+      counters_(registry.counters) {}
 
 void MetricsManager::Report(const v1::ReportMetricsRequest& req, Done done) {
   // Everything per row happens here, on the caller's thread; the loop sees the report whole.
@@ -222,22 +214,17 @@ void MetricsManager::Flush() {
     }
     acks.push_back(std::move(r.done));
   }
-  std::vector<v1::Trial> trials;
-  trials.reserve(updated.size());
-  for (const auto& [id, t] : updated) trials.push_back(t);
-  absl::Status st = store_.AddMetrics(trials, rows);
+  std::vector<v1::Trial> progress;
+  progress.reserve(updated.size());
+  std::set<int64_t> experiments;
+  for (auto& [id, u] : updated) {
+    experiments.insert(u.experiment_id());
+    progress.push_back(std::move(u));
+  }
+  absl::Status st = trials_.AddProgress(std::move(progress), rows);
   if (st.ok()) {
     counters_.set_metric_rows_stored_total(counters_.metric_rows_stored_total() +
                                            static_cast<int64_t>(rows.size()));
-    std::set<int64_t> experiments;
-    for (auto& [id, u] : updated) {
-      v1::Trial& live = trials_.at(id).trial;
-      live.mutable_training_summary()->swap(*u.mutable_training_summary());
-      live.mutable_validation_summary()->swap(*u.mutable_validation_summary());
-      live.mutable_timings_summary()->swap(*u.mutable_timings_summary());
-      live.set_total_batches(u.total_batches());
-      experiments.insert(live.experiment_id());
-    }
     for (size_t i : validation_rows) experiments_manager_.SearcherValidation(rows[i]);
     for (int64_t e : experiments) experiments_manager_.UpdateExperiment(experiments_.at(e));
   } else {
@@ -246,8 +233,8 @@ void MetricsManager::Flush() {
     std::map<int64_t, int64_t> refused;
     for (const v1::Metrics& m : rows) ++refused[m.trial_id()];
     for (const auto& [id, n] : refused) {
-      auto t = trials_.find(id);
-      if (t != trials_.end()) NoteRefusedReports(store_, t->second, "metric rows", n, st);
+      auto t = registry_.trials.find(id);
+      if (t != registry_.trials.end()) trials_.NoteRefusedReports(t->second, "metric rows", n, st);
     }
   }
   // Acknowledged only now that the rows are stored (or refused with the reason).
@@ -255,39 +242,6 @@ void MetricsManager::Flush() {
   // The rows are freed by the next report's thread (or here, when none came since the last).
   absl::MutexLock l(&queue_mu_);
   if (stored_rows_.empty()) stored_rows_.swap(rows);
-}
-
-void MetricsManager::GetTrialMetrics(const v1::GetTrialMetricsRequest& req,
-                                     v1::GetTrialMetricsResponse* resp, Done done) {
-  DET_CHECK_ON_LOOP(loop_);
-  // Only the cheap part on the loop: the trial exists, the reader is open.
-  absl::Status st = registry_.FindTrial(req.trial_id()).status();
-  if (st.ok() && reader_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<MetricsReader>> opened = store_.OpenReader();
-    if (opened.ok()) {
-      reader_ = *std::move(opened);
-      reads_.Start();
-    } else {
-      st = opened.status();
-    }
-  }
-  if (!st.ok()) {
-    done(st);
-    return;
-  }
-  // The rows of every report acknowledged so far are committed: the read sees them.
-  reads_.Post([reader = reader_.get(), trial = req.trial_id(), group = req.group(),
-               max_points = req.max_points(), resp, done = std::move(done)] {
-    absl::StatusOr<std::vector<v1::Metrics>> rows = reader->GetMetrics(trial, group);
-    if (!rows.ok()) {
-      done(rows.status());
-      return;
-    }
-    for (auto& m : DownsampleMetrics(*std::move(rows), max_points)) {
-      *resp->add_metrics() = std::move(m);
-    }
-    done(absl::OkStatus());
-  });
 }
 
 }  // namespace det::master

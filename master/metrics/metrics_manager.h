@@ -3,17 +3,16 @@
 // loop authorises each queued report against its allocation, orders the rows and stores
 // them by one transaction (group commit) together with the trials' summaries, and only
 // then acknowledges them; validation rows go to the searcher (experiment manager) and
-// progress is recomputed. Reads a trial's rows back, downsampled (downsample.h), off the
-// loop: the row query and the thinning run on a reader thread of its own, through the
-// store's MetricsReader, so a large read never holds up the loop.
+// progress is recomputed. The trials' summaries are written by the trial manager
+// (TrialManager::AddProgress), the one writer of a trial's record. Reads of the rows are
+// master/reads' (StoreReads), not this.
 //
-// Called by: the master service (ReportMetrics, GetTrialMetrics). Report may be called
-// from any thread; every other public method on the loop thread only (each checks it).
+// Called by: the master service (ReportMetrics). Report may be called from any thread;
+// its flush runs on the loop thread (and checks it does).
 #ifndef DET_MASTER_METRICS_METRICS_MANAGER_H_
 #define DET_MASTER_METRICS_METRICS_MANAGER_H_
 
 #include <cstddef>
-#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,14 +25,14 @@
 #include "master/experiments/experiment_manager.h"
 #include "master/experiments/registry.h"
 #include "master/loop/turns.h"
-#include "master/store/store.h"
+#include "master/trials/trial_manager.h"
 
 namespace det::master {
 
 class MetricsManager {
  public:
   // Everything must outlive this.
-  MetricsManager(Clock& clock, Turns& turns, Store& store, ExperimentRegistry& registry,
+  MetricsManager(Clock& clock, Turns& turns, ExperimentRegistry& registry, TrialManager& trials,
                  ExperimentManager& experiments);
 
   // Accepts the rows of `req` (checked against the run's token and trial); `done` is
@@ -46,16 +45,6 @@ class MetricsManager {
   // before anything wrong in its rows. Any thread (the loop included); the rows are
   // checked and copied here, `req` is not used after this returns.
   void Report(const v1::ReportMetricsRequest& req, Done done);
-  // Reads finish before this returns (their `done`s called).
-  ~MetricsManager();
-
-  // Checks on the loop that the trial exists (NotFound otherwise), then reads its rows (of
-  // req.group() unless empty) on the reader thread, thins them to req.max_points(), fills
-  // `resp` and calls `done` from that thread. The answer holds every row acknowledged
-  // before this call. The reader is opened (Store::OpenReader) by the first call; its
-  // failure is the answer. REQUIRES: `resp` lives until `done` is called.
-  void GetTrialMetrics(const v1::GetTrialMetricsRequest& req, v1::GetTrialMetricsResponse* resp,
-                       Done done);
 
  private:
   // A report checked and copied on its caller's thread, queued for the next flush: its
@@ -81,11 +70,10 @@ class MetricsManager {
   Clock& clock_;
   Turns& turns_;
   EventLoop& loop_;
-  Store& store_;
   ExperimentRegistry& registry_;
+  TrialManager& trials_;
   ExperimentManager& experiments_manager_;
   std::map<int64_t, ExperimentState>& experiments_;
-  std::map<int64_t, TrialState>& trials_;
   v1::GetMasterStatsResponse& counters_;
   // The reports queued by Report (any thread) for the next flush (the loop).
   absl::Mutex queue_mu_;
@@ -95,10 +83,6 @@ class MetricsManager {
   // The rows of the last flush, freed by the next Report on its caller's thread rather than
   // on the loop.
   std::vector<v1::Metrics> stored_rows_ ABSL_GUARDED_BY(queue_mu_);
-  // Set by the first GetTrialMetrics (on the loop), then only used on reads_'s thread.
-  std::unique_ptr<MetricsReader> reader_;
-  // The reader thread (started with reader_); declared after reader_ so it stops first.
-  EventLoop reads_;
 };
 
 }  // namespace det::master

@@ -22,7 +22,7 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
              ASSIGN_OR_RETURN(TrialState * t, registry.FindTrial(id));
              return views::Terminal(t->trial.state());
            }),
-      checkpoints(clock, turns, store, agents, logs, registry),
+      checkpoints(clock, turns, store, agents, logs, registry, trials),
       experiments(config, clock, turns, store, agents, templates, logs, checkpoints, registry,
                   trials, [this](TrialState& t, const std::string& reason, bool cooperative) {
                     if (cooperative) {
@@ -33,7 +33,7 @@ Managers::Managers(const config::MasterConfig& config, Clock& clock, Store& stor
                   }),
       allocations(clock, turns, store, agents, logs, registry, trials, experiments),
       scheduling(config, turns, agents, logs, registry, trials, allocations, checkpoints),
-      metrics(clock, turns, store, registry, experiments),
+      metrics(clock, turns, registry, trials, experiments),
       liveness(config, clock, turns, store, agents, registry, allocations, checkpoints),
       models(clock, loop, store, checkpoints),
       config_(config),

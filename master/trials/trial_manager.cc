@@ -106,10 +106,43 @@ absl::Status TrialManager::Finish(TrialState& t, v1::State state, const std::str
   return absl::OkStatus();
 }
 
+absl::Status TrialManager::AddProgress(std::vector<v1::Trial> progress,
+                                       const std::vector<v1::Metrics>& rows) {
+  RETURN_IF_ERROR(store_.AddMetrics(progress, rows));
+  for (v1::Trial& p : progress) {
+    v1::Trial& live = registry_.trials.at(p.id()).trial;
+    live.mutable_training_summary()->swap(*p.mutable_training_summary());
+    live.mutable_validation_summary()->swap(*p.mutable_validation_summary());
+    live.mutable_timings_summary()->swap(*p.mutable_timings_summary());
+    live.set_total_batches(p.total_batches());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrialManager::AddCheckpoint(TrialState& t, const v1::Checkpoint& c) {
+  v1::Trial next = t.trial;
+  next.set_latest_checkpoint(c.storage_path());
+  RETURN_IF_ERROR(store_.AddCheckpoint(c, next));
+  t.trial = std::move(next);
+  return absl::OkStatus();
+}
+
+std::string TrialManager::NoteRefusedReports(TrialState& t, absl::string_view what, int64_t n,
+                                             const absl::Status& error) {
+  return ::det::master::NoteRefusedReports(store_, t, what, n, error);
+}
+
 bool TrialManager::SetWaitingReason(int64_t trial_id, const std::string& why) {
   auto it = registry_.trials.find(trial_id);
   if (it == registry_.trials.end() || it->second.waiting_reason_ == why) return false;
   it->second.waiting_reason_ = why;
+  return true;
+}
+
+bool TrialManager::SetWaitingReason(int64_t trial_id, std::shared_ptr<const std::string> why) {
+  auto it = registry_.trials.find(trial_id);
+  if (it == registry_.trials.end() || it->second.waiting_reason_.Shares(why)) return false;
+  it->second.waiting_reason_.Share(std::move(why));
   return true;
 }
 

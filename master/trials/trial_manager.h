@@ -1,21 +1,27 @@
 // TrialManager: the one writer of a trial's life. Its state (moves checked against the
 // table of transitions.h), its restarts and run number, its open and last run, its end
-// (time, error) and why it waits in the queue: every change of those is a method here,
-// persisted as the registry's Persist* helpers do (stored first, then kept in memory; a
-// change that already happened outside the master is kept in memory and recorded).
+// (time, error), why it waits in the queue, its progress (metric summaries, batches), its
+// latest checkpoint and the warnings of reports the store refused: every change of those
+// is a method here, persisted as the registry's Persist* helpers do (stored first, then
+// kept in memory; a change that already happened outside the master is kept in memory and
+// recorded).
 //
 // The trials stay in the registry (master/experiments/registry.h) for lookup; others read
 // them there (TrialView, ExperimentRows, const TrialState&) and ask this for changes:
 // the experiment manager (create, pause, activate, end), the allocation manager (a run
 // starts, runs, ends; recovery), the scheduling service and the Slurm resource manager
-// (why a trial waits). Loop thread only.
+// (why a trial waits), the metrics manager (progress) and the checkpoint manager (latest
+// checkpoint). Loop thread only.
 #ifndef DET_MASTER_TRIALS_TRIAL_MANAGER_H_
 #define DET_MASTER_TRIALS_TRIAL_MANAGER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/clock/clock.h"
 #include "master/experiments/registry.h"
 #include "master/store/store.h"
@@ -54,9 +60,27 @@ class TrialManager {
   // `error`, its end time now; recorded. FailedPrecondition when the table refuses it.
   absl::Status Finish(TrialState& t, v1::State state, const std::string& error);
 
+  // Progress: stores metric rows `rows` and `progress` (each a known trial as it is with
+  // its summaries and total_batches updated for those rows) in one transaction, and only
+  // then keeps each trial's summaries and total_batches in memory. The store's refusal is
+  // returned, memory unchanged (the caller notes it: NoteRefusedReports).
+  absl::Status AddProgress(std::vector<v1::Trial> progress, const std::vector<v1::Metrics>& rows);
+  // Stores checkpoint `c` of t together with t's latest_checkpoint (c's storage path) in
+  // one transaction, then keeps it in memory. The store's refusal is returned, memory
+  // unchanged (AlreadyExists for a uuid registered before).
+  absl::Status AddCheckpoint(TrialState& t, const v1::Checkpoint& c);
+  // `n` reports of a kind (`what`: "metric rows", "checkpoint reports") the store refused
+  // with `error`, counted in t's warning of that kind (registry.h's NoteRefusedReports).
+  // Returns the warning.
+  std::string NoteRefusedReports(TrialState& t, absl::string_view what, int64_t n,
+                                 const absl::Status& error);
+
   // Why queued trial `trial_id` waits; returns whether it changed (false for an unknown
   // trial). The caller says so in the trial's log.
   bool SetWaitingReason(int64_t trial_id, const std::string& why);
+  // The same with a text shared by many trials (WaitingReason::Share): true when it did not
+  // share `why` already.
+  bool SetWaitingReason(int64_t trial_id, std::shared_ptr<const std::string> why);
 
  private:
   // Whether the table lets `trial` go to `to`; a refusal is logged (a bug of the caller).

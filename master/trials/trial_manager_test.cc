@@ -1,6 +1,8 @@
 // TrialManager over an InMemoryStore (behind a FaultInjectingStore) and a FakeClock: a
 // trial's life through its transitions as stored, moves the table refuses (memory and the
-// store unchanged), a refused write, the user's kill, recovery's requeue, waiting reasons.
+// store unchanged), a refused write, the user's kill, recovery's requeue, waiting reasons,
+// progress (metric summaries) and the latest checkpoint stored first, refused reports
+// counted in one warning per kind.
 #include "master/trials/trial_manager.h"
 
 #include <string>
@@ -204,6 +206,108 @@ TEST_F(TrialManagerTest, WaitingReasonsOfUnknownTrialsAreIgnoredAndForgottenTria
   EXPECT_EQ(t_->waiting_reason(), "");
   manager_.Forget(id_);
   EXPECT_EQ(registry_.trials.count(id_), 0u);
+}
+
+// A trial's progress: the rows and its summaries in one transaction, then in memory; only
+// the summaries and total_batches are taken from what the caller passes.
+TEST_F(TrialManagerTest, ProgressIsStoredWithItsRowsThenKept) {
+  v1::Trial progress = t_->trial;
+  progress.set_total_batches(20);
+  v1::MetricSummary& loss = (*progress.mutable_training_summary())["loss"];
+  loss.set_count(2);
+  loss.set_last(0.5);
+  loss.set_min(0.5);
+  loss.set_max(1.0);
+  (*progress.mutable_validation_summary())["validation_loss"].set_last(0.7);
+  (*progress.mutable_timings_summary())["train_batch_ms"].set_last(3.0);
+  progress.set_error("not the trial manager's to take from here");
+  std::vector<v1::Metrics> rows(2);
+  for (int i = 0; i < 2; ++i) {
+    rows[i].set_trial_id(id_);
+    rows[i].set_group("training");
+    rows[i].set_total_batches(10 * (i + 1));
+    (*rows[i].mutable_values())["loss"] = i == 0 ? 1.0 : 0.5;
+  }
+
+  store_.FailWrites(true, "AddMetrics");
+  EXPECT_THAT(manager_.AddProgress({progress}, rows),
+              StatusIs(absl::StatusCode::kUnavailable, "injected fault: AddMetrics"));
+  EXPECT_EQ(t_->trial.total_batches(), 0);
+  EXPECT_TRUE(t_->trial.training_summary().empty());
+  EXPECT_EQ(Stored().total_batches(), 0);
+  auto stored_rows = memory_.GetMetrics(id_, "");
+  ASSERT_TRUE(stored_rows.ok()) << stored_rows.status();
+  EXPECT_TRUE(stored_rows->empty());
+
+  store_.FailWrites(false);
+  ASSERT_TRUE(manager_.AddProgress({progress}, rows).ok());
+  EXPECT_EQ(t_->trial.total_batches(), 20);
+  EXPECT_EQ(t_->trial.training_summary().at("loss").SerializeAsString(), loss.SerializeAsString());
+  EXPECT_EQ(t_->trial.validation_summary().at("validation_loss").last(), 0.7);
+  EXPECT_EQ(t_->trial.timings_summary().at("train_batch_ms").last(), 3.0);
+  EXPECT_EQ(t_->trial.error(), "");
+  EXPECT_EQ(Stored().total_batches(), 20);
+  EXPECT_EQ(Stored().training_summary().at("loss").count(), 2);
+  stored_rows = memory_.GetMetrics(id_, "training");
+  ASSERT_TRUE(stored_rows.ok()) << stored_rows.status();
+  EXPECT_EQ(stored_rows->size(), 2u);
+}
+
+// The latest checkpoint: stored with the checkpoint's row (both or neither), then kept.
+TEST_F(TrialManagerTest, TheLatestCheckpointIsStoredWithItsRowThenKept) {
+  v1::Checkpoint c;
+  c.set_uuid("c1");
+  c.set_trial_id(id_);
+  c.set_experiment_id(t_->trial.experiment_id());
+  c.set_storage_path("/ckpt/c1");
+  c.set_total_batches(10);
+  store_.FailWrites(true, "AddCheckpoint");
+  EXPECT_THAT(manager_.AddCheckpoint(*t_, c),
+              StatusIs(absl::StatusCode::kUnavailable, "injected fault: AddCheckpoint"));
+  EXPECT_EQ(t_->trial.latest_checkpoint(), "");
+  EXPECT_EQ(Stored().latest_checkpoint(), "");
+  auto stored = memory_.GetCheckpoints(id_);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->empty());
+
+  store_.FailWrites(false);
+  ASSERT_TRUE(manager_.AddCheckpoint(*t_, c).ok());
+  EXPECT_EQ(t_->trial.latest_checkpoint(), "/ckpt/c1");
+  EXPECT_EQ(Stored().latest_checkpoint(), "/ckpt/c1");
+  stored = memory_.GetCheckpoints(id_);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].uuid(), "c1");
+
+  // A uuid registered before is the store's refusal; the latest stays the first's.
+  v1::Checkpoint again = c;
+  again.set_storage_path("/ckpt/c1-again");
+  EXPECT_FALSE(manager_.AddCheckpoint(*t_, again).ok());
+  EXPECT_EQ(t_->trial.latest_checkpoint(), "/ckpt/c1");
+  EXPECT_EQ(Stored().latest_checkpoint(), "/ckpt/c1");
+}
+
+// Reports the store refused are counted in one warning per kind, in memory at once and
+// stored with the trial's next write that succeeds.
+TEST_F(TrialManagerTest, RefusedReportsAreCountedInOneWarningPerKind) {
+  const absl::Status full = absl::ResourceExhaustedError("disk full");
+  store_.FailWrites(true);
+  EXPECT_EQ(manager_.NoteRefusedReports(*t_, "metric rows", 3, full),
+            "metric rows refused: 3 (the master could not store them: disk full)");
+  EXPECT_EQ(manager_.NoteRefusedReports(*t_, "metric rows", 2, full),
+            "metric rows refused: 5 (the master could not store them: disk full)");
+  EXPECT_EQ(manager_.NoteRefusedReports(*t_, "checkpoint reports", 1, full),
+            "checkpoint reports refused: 1 (the master could not store them: disk full)");
+  ASSERT_EQ(t_->trial.warnings_size(), 2);
+  EXPECT_EQ(t_->trial.warnings(0),
+            "metric rows refused: 5 (the master could not store them: disk full)");
+  EXPECT_EQ(Stored().warnings_size(), 0);
+  store_.FailWrites(false);
+  EXPECT_EQ(manager_.NoteRefusedReports(*t_, "checkpoint reports", 1, full),
+            "checkpoint reports refused: 2 (the master could not store them: disk full)");
+  ASSERT_EQ(Stored().warnings_size(), 2);
+  EXPECT_EQ(Stored().warnings(1),
+            "checkpoint reports refused: 2 (the master could not store them: disk full)");
 }
 
 }  // namespace
