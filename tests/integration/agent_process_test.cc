@@ -12,20 +12,23 @@
 #include <functional>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/testing/fake_master_client.h"
 #include "common/rpc/context_sha256.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/agent_test_util.h"
 
 namespace det::agent {
 namespace {
 
+using ::det::testing::FailingRankScript;
+using ::det::testing::ProcessAlive;
 using ::det::testing::WaitUntil;
+using ::det::testing::WorkerPids;
+using ::det::testing::WritePidLine;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -41,6 +44,14 @@ std::string Slurp(const std::string& path) {
 }
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// Waits until `master` has `n` exits reported (kWait unless `timeout`).
+::testing::AssertionResult WaitForExits(FakeMasterClient& master, size_t n,
+                                        absl::Duration timeout = kWait) {
+  return WaitUntil(
+      absl::StrCat("exits().size() == ", n), [&] { return master.exits().size() == n; },
+      timeout);
+}
 
 // An agent running on its own thread.
 class RunningAgent {
@@ -130,40 +141,23 @@ class AgentTest : public ::testing::Test {
     return cmd;
   }
 
-  // The pid a worker wrote to `name` in the test dir; 0 (and a failure) when none came
-  // within 15 s.
+  // The pid a worker wrote to `name` in the test dir (WritePidLine); 0 (and a failure)
+  // when none came within 15 s. The worker is killed at the end of the test if still alive.
   pid_t WaitForPidFile(const std::string& name) {
-    pid_t pid = 0;
-    EXPECT_TRUE(WaitUntil(
-        absl::StrCat("a pid in ", name),
-        [&] {
-          std::string text(absl::StripAsciiWhitespace(Slurp(dir_ + "/" + name)));
-          return absl::SimpleAtoi(text, &pid) && pid > 0;
-        },
-        absl::Seconds(15)));
-    return pid;
+    return workers_.WaitForPidFile(dir_ + "/" + name, absl::Seconds(15));
   }
 
   std::string dir_;
   config::AgentConfig config_;
   AgentOptions options_;
+  WorkerPids workers_;
 };
 
 TEST_F(AgentTest, FailedRankStopsTheOthersAndEveryExitIsReported) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch(master, "1.0", 2, R"sh(
-echo "rank $RANK of $WORLD_SIZE in $(pwd)"
-if [ "$RANK" = 1 ]; then
-  while [ ! -s "$TEST_DIR/rank0.pid" ]; do sleep 0.02; done
-  echo "rank 1 fails" >&2
-  exit 3
-fi
-echo $$ > "$TEST_DIR/rank0.tmp" && mv "$TEST_DIR/rank0.tmp" "$TEST_DIR/rank0.pid"
-exec sleep 1000
-)sh"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  master.Send(Launch(master, "1.0", 2, FailingRankScript()));
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   std::map<int, v1::ReportExitRequest> by_rank;
   for (const auto& e : master.exits()) by_rank[e.rank()] = e;
@@ -174,10 +168,10 @@ exec sleep 1000
   ASSERT_EQ(master.launched().size(), 1u);
   EXPECT_THAT(master.launched()[0].ranks(), ElementsAre(0, 1));
   // rank 0's sleep is gone.
-  pid_t rank0 = WaitForPidFile("rank0.pid");
+  pid_t rank0 = WaitForPidFile("rank0");
   ASSERT_GT(rank0, 0);
   EXPECT_TRUE(WaitUntil(
-      "kill(rank0, 0) != 0", [&] { return kill(rank0, 0) != 0; }, absl::Seconds(5)));
+      "!ProcessAlive(rank0)", [&] { return !ProcessAlive(rank0); }, absl::Seconds(5)));
   // Output, line by line, per rank and stream, in the per-allocation directory.
   EXPECT_THAT(master.Lines(1, "stdout"),
               ElementsAre(absl::StrCat("rank 1 of 2 in ", dir_, "/work/1.0")));
@@ -197,7 +191,7 @@ TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, 
-      "2.0", 1, "trap '' TERM\necho $$ > \"$TEST_DIR/pid\"\nwhile true; do sleep 0.05; done\n"));
+      "2.0", 1, absl::StrCat("trap '' TERM\n", WritePidLine("pid"), "\nwhile true; do sleep 0.05; done\n")));
   ASSERT_GT(WaitForPidFile("pid"), 0);
   v1::AgentCommand kill;
   kill.mutable_kill()->set_allocation_id("2.0");
@@ -205,8 +199,7 @@ TEST_F(AgentTest, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   kill.mutable_kill()->set_grace_ms(300);
   absl::Time sent = absl::Now();
   master.Send(kill);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 1))
       << master.AllLines();
   EXPECT_EQ(master.exits()[0].signal(), SIGKILL);
   EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));
@@ -219,13 +212,11 @@ TEST_F(AgentTest, TheModelContextIsFetchedOnceAndCachedByItsHashAcrossRestarts) 
     FakeMasterClient master;
     RunningAgent agent(config_, master, options_);
     master.Send(Launch(master, "8.0", 1, "echo first\n"));
-    ASSERT_TRUE(WaitUntil(
-        "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+    ASSERT_TRUE(WaitForExits(master, 1))
         << master.AllLines();
     EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
     master.Send(Launch(master, "8.1", 1, "echo first\n"));
-    ASSERT_TRUE(WaitUntil(
-        "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+    ASSERT_TRUE(WaitForExits(master, 2))
         << master.AllLines();
     EXPECT_EQ(master.exits()[1].exit_code(), 0) << master.AllLines();
     EXPECT_EQ(master.context_fetches(), 1);
@@ -237,16 +228,14 @@ TEST_F(AgentTest, TheModelContextIsFetchedOnceAndCachedByItsHashAcrossRestarts) 
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "8.2", 1, "echo first\n"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 1))
       << master.AllLines();
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("first"));
   EXPECT_EQ(master.context_fetches(), 0);
   // Another context (another hash) is fetched.
   master.Send(Launch(master, "9.0", 1, "echo second\n"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   EXPECT_EQ(master.context_fetches(), 1);
 }
@@ -257,8 +246,7 @@ TEST_F(AgentTest, AContextThatCannotBeFetchedFailsTheLaunchNamingWhy) {
   master.FailContexts(absl::PermissionDeniedError("allocation 4.0 has no rank on it"));
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "4.0", 2, "echo never\n"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   for (const auto& e : master.exits()) {
     EXPECT_EQ(e.exit_code(), 127);
@@ -275,8 +263,7 @@ TEST_F(AgentTest, MissingEntrypointExits127WithTheReason) {
   v1::AgentCommand cmd = Launch(master, "3.0", 1, "");
   cmd.mutable_launch()->set_argv(0, "no-such-entrypoint");
   master.Send(cmd);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait));
+  ASSERT_TRUE(WaitForExits(master, 1));
   EXPECT_EQ(master.exits()[0].exit_code(), 127);
   EXPECT_THAT(master.AllLines(), HasSubstr("cannot execute \"no-such-entrypoint\""));
 }
@@ -311,8 +298,7 @@ TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(gc("gc-1.0", {{"u-1", storage + "/u-1"}, {"u-2", storage + "/u-2"}}));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 1))
       << master.AllLines();
   EXPECT_EQ(master.exits()[0].allocation_id(), "gc-1.0");
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
@@ -328,8 +314,7 @@ TEST_F(AgentTest, CheckpointGcLaunchRunsTheAgentsOwnDeletionProcess) {
 
   // A path that is not the checkpoint's own directory is refused: exit 1, naming it.
   master.Send(gc("gc-2.0", {{"u-3", storage}}));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   EXPECT_EQ(master.exits()[1].allocation_id(), "gc-2.0");
   EXPECT_EQ(master.exits()[1].exit_code(), 1);
@@ -353,27 +338,25 @@ TEST_F(AgentTest, RefusedAgentWithoutWorkersStops) {
 TEST_F(AgentTest, StopKillsWorkersAndReportsThemAsStoppedByTheAgent) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
-  master.Send(Launch(master, "4.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+  master.Send(Launch(master, "4.0", 1, absl::StrCat(WritePidLine("pid"), "\nexec sleep 1000\n")));
   pid_t pid = WaitForPidFile("pid");
   ASSERT_GT(pid, 0);
   EXPECT_TRUE(agent.Stop().ok());
   ASSERT_EQ(master.exits().size(), 1u);
   EXPECT_EQ(master.exits()[0].signal(), SIGTERM);
   EXPECT_TRUE(master.exits()[0].agent_stopping());
-  EXPECT_NE(kill(pid, 0), 0);
+  EXPECT_FALSE(ProcessAlive(pid));
 }
 
 // The agent process goes away (Detach, as on SIGUSR1, or a crash) while its worker runs; a
 // new agent on the same work_dir adopts the worker, reports the allocation as running,
 // ships only the output not yet shipped, and reports the exit.
 TEST_F(AgentTest, NewAgentAdoptsTheWorkersOfThePreviousOne) {
-  std::string script = R"sh(
-echo "before $$"
-echo $$ > "$TEST_DIR/pid"
+  std::string script = absl::StrCat("echo \"before $$\"\n", WritePidLine("pid"), R"sh(
 while [ ! -e "$TEST_DIR/go" ]; do sleep 0.05; done
 echo "after"
 exit 4
-)sh";
+)sh");
   pid_t pid = 0;
   {
     FakeMasterClient first;
@@ -389,7 +372,7 @@ exit 4
     EXPECT_TRUE(agent.Detach().ok());
     EXPECT_TRUE(first.exits().empty());
   }
-  EXPECT_EQ(kill(pid, 0), 0) << "the worker died with its agent";
+  EXPECT_TRUE(ProcessAlive(pid)) << "the worker died with its agent";
   std::ofstream(dir_ + "/go") << "";
 
   FakeMasterClient second;
@@ -397,8 +380,7 @@ exit 4
   ASSERT_TRUE(WaitUntil(
       "!second.registers().empty()", [&] { return !second.registers().empty(); }, kWait));
   EXPECT_THAT(second.registers()[0].running_allocations(), ElementsAre("5.0"));
-  ASSERT_TRUE(WaitUntil(
-      "second.exits().size() == 1", [&] { return second.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(second, 1))
       << second.AllLines();
   EXPECT_EQ(second.exits()[0].exit_code(), 4);
   EXPECT_EQ(second.exits()[0].message(), "");
@@ -414,7 +396,7 @@ TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
   {
     FakeMasterClient first;
     RunningAgent agent(config_, first, options_);
-    first.Send(Launch(first, "6.0", 1, "echo $$ > \"$TEST_DIR/pid\"\nexec sleep 1000\n"));
+    first.Send(Launch(first, "6.0", 1, absl::StrCat(WritePidLine("pid"), "\nexec sleep 1000\n")));
     pid = WaitForPidFile("pid");
     ASSERT_GT(pid, 0);
     EXPECT_TRUE(agent.Detach().ok());
@@ -422,11 +404,10 @@ TEST_F(AgentTest, AdoptedAllocationTheMasterNoLongerRunsIsKilled) {
   FakeMasterClient second;
   second.KillOnRegister("6.0");
   RunningAgent agent(config_, second, options_);
-  ASSERT_TRUE(WaitUntil(
-      "second.exits().size() == 1", [&] { return second.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(second, 1))
       << second.AllLines();
   EXPECT_EQ(second.exits()[0].signal(), SIGTERM);
-  EXPECT_NE(kill(pid, 0), 0);
+  EXPECT_FALSE(ProcessAlive(pid));
   EXPECT_TRUE(WaitUntil(
       "!Exists(dir_ + \"/work/run/6.0\")", [&] { return !Exists(dir_ + "/work/run/6.0"); },
       absl::Seconds(5)));
@@ -440,8 +421,7 @@ TEST_F(AgentTest, LongLinesAreShippedInBatchesOfAtMostAboutOneMebibyte) {
   master.Send(Launch(master, "7.1", 1,
                      "i=0; while [ $i -lt 40 ]; do head -c 60000 /dev/zero | tr '\\0' x; "
                      "echo; i=$((i+1)); done\n"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 1))
       << master.AllLines();
   ASSERT_TRUE(WaitUntil(
       "master.Lines(0, \"stdout\").size() == 40",
@@ -464,8 +444,7 @@ TEST_F(AgentTest, LinesAreBufferedWhileTheMasterIsUnreachable) {
       "master.refused_reports() > 0", [&] { return master.refused_reports() > 0; }, kWait));
   EXPECT_TRUE(master.exits().empty());
   master.FailReports(absl::OkStatus());
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait));
+  ASSERT_TRUE(WaitForExits(master, 1));
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("line 1", "line 2", "line 3"));
 }
 
@@ -475,8 +454,7 @@ TEST_F(AgentTest, ChattyWorkerLosesNoLine) {
   FakeMasterClient master;
   RunningAgent agent(config_, master, options_);
   master.Send(Launch(master, "8.0", 1, "seq 1 250000\n"));
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, absl::Seconds(60)));
+  ASSERT_TRUE(WaitForExits(master, 1, absl::Seconds(60)));
   std::vector<std::string> lines = master.Lines(0, "stdout");
   ASSERT_EQ(lines.size(), 250000u);
   for (size_t i = 0; i < lines.size(); i += 9973) EXPECT_EQ(lines[i], absl::StrCat(i + 1));
@@ -575,8 +553,7 @@ echo "python=$DET_PYTHON pythonpath=$PYTHONPATH pwd=$PWD"
   l->set_max_restarts(3);
   (*l->mutable_env())["OMP_NUM_THREADS"] = "7";
   master.Send(cmd);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   for (const auto& e : master.exits()) EXPECT_EQ(e.exit_code(), 0) << master.AllLines();
   std::string work = dir_ + "/work/5.0";
@@ -611,8 +588,7 @@ TEST_F(AgentTest, RegistersItsPythonAndTheExperimentsInterpreterWins) {
   cmd.mutable_launch()->add_argv("train.sh");
   cmd.mutable_launch()->set_python("/bin/sh");  // the experiment's environment.python
   master.Send(cmd);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 1", [&] { return master.exits().size() == 1; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 1))
       << master.AllLines();
   EXPECT_EQ(master.exits()[0].exit_code(), 0) << master.AllLines();
   EXPECT_THAT(master.Lines(0, "stdout"), ElementsAre("python=/bin/sh"));
@@ -634,8 +610,7 @@ TEST_F(AgentTest, ATorchEntrypointIsRefusedWhenTheAgentFoundNoTorch) {
     cmd.mutable_launch()->add_argv(a);
   }
   master.Send(cmd);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 2", [&] { return master.exits().size() == 2; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 2))
       << master.AllLines();
   for (const auto& e : master.exits()) {
     EXPECT_EQ(e.exit_code(), 127);
@@ -649,8 +624,7 @@ TEST_F(AgentTest, ATorchEntrypointIsRefusedWhenTheAgentFoundNoTorch) {
   plain.mutable_launch()->set_argv(0, "python3");
   plain.mutable_launch()->add_argv("train.sh");
   master.Send(plain);
-  ASSERT_TRUE(WaitUntil(
-      "master.exits().size() == 3", [&] { return master.exits().size() == 3; }, kWait))
+  ASSERT_TRUE(WaitForExits(master, 3))
       << master.AllLines();
   EXPECT_EQ(master.exits()[2].exit_code(), 0) << master.AllLines();
 }

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/api.grpc.pb.h"
+#include "tests/integration/agent_test_util.h"
 #include "tests/integration/test_cluster.h"
 
 namespace det::testing {
@@ -26,17 +27,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
-
 class AgentDaemon : public ::testing::Test {
  protected:
-  void TearDown() override {
-    // No worker may outlive a test, whatever happened to its agent.
-    for (pid_t pid : pids_) {
-      if (Alive(pid)) kill(pid, SIGKILL);
-    }
-  }
-
   // A model context directory holding train.sh (executable) with `script`, and an
   // experiment config running it with `slots` slots; returns the config path and sets
   // `context` to the directory.
@@ -61,17 +53,10 @@ class AgentDaemon : public ::testing::Test {
     ASSERT_TRUE(r.exit.ok()) << r.out << r.err;
   }
 
-  // Waits for a pid the worker writes to TEST_DIR/name (written as name.tmp, then renamed).
+  // Waits for a pid the worker writes to TEST_DIR/name (WritePidLine); 0 (and a failure)
+  // when none came within 60 s. The worker is killed at the end of the test if still alive.
   pid_t WaitForPid(const std::string& name) {
-    pid_t pid = 0;
-    WaitUntil(
-        [&] {
-          std::string text(absl::StripAsciiWhitespace(Slurp(cluster_.dir() + "/" + name)));
-          return absl::SimpleAtoi(text, &pid) && pid > 0;
-        },
-        absl::Seconds(60));
-    if (pid > 0) pids_.push_back(pid);
-    return pid;
+    return workers_.WaitForPidFile(cluster_.dir() + "/" + name, absl::Seconds(60));
   }
 
   nlohmann::json Trial(int64_t id = 1) {
@@ -110,7 +95,8 @@ class AgentDaemon : public ::testing::Test {
 
   TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
   std::string context_;
-  std::vector<pid_t> pids_;
+  // Declared after cluster_: no worker outlives a test, whatever happened to its agent.
+  WorkerPids workers_;
 };
 
 TEST_F(AgentDaemon, AgentWithoutTheSecretIsRefusedAndSaysWhy) {
@@ -138,10 +124,8 @@ TEST_F(AgentDaemon, AgentWithoutTheSecretIsRefusedAndSaysWhy) {
 TEST_F(AgentDaemon, WorkerKilledBySigkillIsReportedWithItsSignal) {
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  Create(
-      Experiment("sigkill",
-                 "echo $$ > \"$TEST_DIR/pid.tmp\" && mv \"$TEST_DIR/pid.tmp\" \"$TEST_DIR/pid\"\n"
-                 "echo running\nexec sleep 1000\n"));
+  Create(Experiment("sigkill",
+                    absl::StrCat(WritePidLine("pid"), "\necho running\nexec sleep 1000\n")));
   pid_t pid = WaitForPid("pid");
   ASSERT_GT(pid, 0) << Diagnostics();
   ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -156,17 +140,7 @@ TEST_F(AgentDaemon, WorkerKilledBySigkillIsReportedWithItsSignal) {
 TEST_F(AgentDaemon, FailingRankStopsTheOtherAndTheMasterKnowsWhichFailed) {
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a", 2).ok()) << cluster_.LogTail("agent-a");
-  Create(Experiment("ranks", R"sh(
-echo "rank $RANK of $WORLD_SIZE starting"
-if [ "$RANK" = 1 ]; then
-  while [ ! -s "$TEST_DIR/rank0" ]; do sleep 0.05; done
-  echo "rank 1 gives up" >&2
-  exit 3
-fi
-echo $$ > "$TEST_DIR/rank0.tmp" && mv "$TEST_DIR/rank0.tmp" "$TEST_DIR/rank0"
-exec sleep 1000
-)sh",
-                    /*slots=*/2));
+  Create(Experiment("ranks", FailingRankScript(), /*slots=*/2));
   pid_t rank0 = WaitForPid("rank0");
   ASSERT_GT(rank0, 0) << Diagnostics();
   ASSERT_TRUE(WaitForTrialState("STATE_ERROR")) << Diagnostics();
@@ -175,8 +149,8 @@ exec sleep 1000
   std::string logs = Logs();
   EXPECT_THAT(logs, HasSubstr("rank 1 exited: exit code 3"));
   EXPECT_THAT(logs, HasSubstr("rank 0 exited: killed by signal 15"));
-  EXPECT_THAT(logs, HasSubstr("[rank 1] [stderr] rank 1 gives up"));
-  EXPECT_TRUE(WaitUntil([&] { return !Alive(rank0); }, absl::Seconds(10)));
+  EXPECT_THAT(logs, HasSubstr("[rank 1] [stderr] rank 1 fails"));
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(rank0); }, absl::Seconds(10)));
 }
 
 // The agent is killed (SIGKILL) and started again within agent_reconnect_wait: the worker
@@ -185,12 +159,11 @@ exec sleep 1000
 TEST_F(AgentDaemon, AgentRestartedWithinTheWaitKeepsItsWorker) {
   ASSERT_TRUE(cluster_.StartMaster("agent_timeout: 2s\n").ok()) << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  Create(Experiment("restart", R"sh(
-echo "worker started"
-echo $$ > "$TEST_DIR/pid.tmp" && mv "$TEST_DIR/pid.tmp" "$TEST_DIR/pid"
+  Create(Experiment("restart", absl::StrCat("echo \"worker started\"\n", WritePidLine("pid"),
+                                            R"sh(
 while [ ! -e "$TEST_DIR/go" ]; do sleep 0.05; done
 echo "worker finishing"
-)sh"));
+)sh")));
   pid_t pid = WaitForPid("pid");
   ASSERT_GT(pid, 0) << Diagnostics();
   ASSERT_TRUE(WaitForTrialState("STATE_RUNNING")) << Diagnostics();
@@ -201,13 +174,13 @@ echo "worker finishing"
   // The master notices the silence, and the worker runs on without its agent.
   ASSERT_TRUE(WaitUntil([&] { return !AgentConnected("agent-a"); }, absl::Seconds(30)))
       << Diagnostics();
-  EXPECT_TRUE(Alive(pid));
+  EXPECT_TRUE(ProcessAlive(pid));
   EXPECT_TRUE(WaitForLog("waiting up to 30s (agent_reconnect_wait)")) << Diagnostics();
   EXPECT_EQ(TrialState(), "STATE_RUNNING");
 
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
   ASSERT_TRUE(WaitForLog("agent agent-a reattached")) << Diagnostics();
-  EXPECT_TRUE(Alive(pid));
+  EXPECT_TRUE(ProcessAlive(pid));
   std::ofstream(cluster_.dir() + "/go") << "";
   ASSERT_TRUE(WaitForTrialState("STATE_COMPLETED")) << Diagnostics();
   nlohmann::json t = Trial()["trial"];
@@ -221,7 +194,7 @@ echo "worker finishing"
   size_t first = logs.find("[rank 0] worker started");
   ASSERT_NE(first, std::string::npos);
   EXPECT_EQ(logs.find("[rank 0] worker started", first + 1), std::string::npos);
-  EXPECT_FALSE(Alive(pid));
+  EXPECT_FALSE(ProcessAlive(pid));
 }
 
 // The agent stays away longer than agent_reconnect_wait: the master gives the run up and
@@ -231,13 +204,12 @@ TEST_F(AgentDaemon, AgentGoneLongerThanTheWaitRequeuesTheTrial) {
   ASSERT_TRUE(cluster_.StartMaster("agent_timeout: 2s\nagent_reconnect_wait: 2s\n").ok())
       << cluster_.LogTail("master");
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
-  Create(Experiment("lost", R"sh(
-if [ "$DET_TRIAL_RUN_ID" = 0 ]; then
-  echo $$ > "$TEST_DIR/pid.tmp" && mv "$TEST_DIR/pid.tmp" "$TEST_DIR/pid"
+  Create(Experiment("lost", absl::StrCat("if [ \"$DET_TRIAL_RUN_ID\" = 0 ]; then\n",
+                                         WritePidLine("pid"), R"sh(
   exec sleep 1000
 fi
 echo "run $DET_TRIAL_RUN_ID done"
-)sh"));
+)sh")));
   pid_t stale = WaitForPid("pid");
   ASSERT_GT(stale, 0) << Diagnostics();
   ASSERT_TRUE(WaitForTrialState("STATE_RUNNING")) << Diagnostics();
@@ -250,14 +222,14 @@ echo "run $DET_TRIAL_RUN_ID done"
   std::string logs = Logs();
   EXPECT_THAT(logs, HasSubstr("did not return within 2s (agent_reconnect_wait)"));
   EXPECT_THAT(logs, HasSubstr("lost; rescheduling (not counted as a restart)"));
-  EXPECT_TRUE(Alive(stale));  // Nobody could stop it: its agent is gone.
+  EXPECT_TRUE(ProcessAlive(stale));  // Nobody could stop it: its agent is gone.
 
   ASSERT_TRUE(cluster_.StartAgent("agent-a").ok()) << cluster_.LogTail("agent-a");
   ASSERT_TRUE(WaitForTrialState("STATE_COMPLETED")) << Diagnostics();
   t = Trial()["trial"];
   EXPECT_EQ(Int(t["restarts"]), 0);
   EXPECT_THAT(Logs(), HasSubstr("[rank 0] run 1 done"));
-  EXPECT_TRUE(WaitUntil([&] { return !Alive(stale); }, absl::Seconds(10)));
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(stale); }, absl::Seconds(10)));
 }
 
 // `det trial logs -f` follows a running 2-rank trial: every line of both ranks, in order
