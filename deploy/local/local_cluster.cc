@@ -132,6 +132,8 @@ std::streamoff FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<std::streamoff>(st.st_size) : 0;
 }
 
+}  // namespace
+
 absl::StatusOr<std::string> ReadOrCreateSecret(const std::string& path) {
   if (::access(path.c_str(), F_OK) == 0) {
     ASSIGN_OR_RETURN(std::string secret, ReadFile(path));
@@ -156,6 +158,8 @@ absl::StatusOr<std::string> ReadOrCreateSecret(const std::string& path) {
   RETURN_IF_ERROR(WriteFile(path, secret + "\n", 0600));
   return secret;
 }
+
+namespace {
 
 std::string SelfDir() {
   std::error_code ec;
@@ -783,7 +787,7 @@ absl::Status ClusterUp(CliContext& ctx, const ClusterUpOptions& options) {
   layout.worker_path = {
       fs::path(binaries.worker.empty() ? binaries.agent : binaries.worker).parent_path().string()};
   Daemon master = DaemonNamed(dir, "master");
-  RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout), 0600));
+  RETURN_IF_ERROR(WriteFile(master.config, MasterYaml(layout) + options.master_yaml_extra, 0600));
   std::vector<Daemon> agents;
   for (int i = 0; i < options.agents; ++i) {
     Daemon agent = DaemonNamed(dir, absl::StrCat("agent-", i));

@@ -75,6 +75,9 @@ struct ClusterUpOptions {
   // Not a flag: how the task user's reach is checked. The CLI passes the agent's own check
   // (agent::CheckUserCanReach), so cluster-up and its agents agree. REQUIRED with a task user.
   ReachCheck can_reach;
+  // Not a flag: YAML appended to D/master.yaml (the CLI's `--db postgres` puts its `db:`
+  // section there). Default: nothing.
+  std::string master_yaml_extra;
 };
 
 // The task user the agents get for `options` when cluster-up runs as `euid`; "" for none.
@@ -129,6 +132,10 @@ absl::StatusOr<StagedBinaries> StageBinariesForTaskUser(const std::string& dir,
                                                         const StagedBinaries& found,
                                                         const std::optional<RunAs>& task_user,
                                                         const ReachCheck& can_reach);
+
+// The secret in `path` (trimmed; FailedPrecondition when empty), made when missing: 32
+// random bytes in hex, mode 0600.
+absl::StatusOr<std::string> ReadOrCreateSecret(const std::string& path);
 
 // "~"-expanded, absolute, normalized.
 absl::StatusOr<std::string> ResolveDataDir(const std::string& data_dir);
