@@ -81,7 +81,10 @@ std::string MetricValuesJson(const v1::Metrics& m) {
 
 absl::Status ParseMetricValuesJson(const std::string& json, int64_t trial_id, v1::Metrics* m) {
   auto j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::DataLossError("database: corrupt metrics row");
+  if (!j.is_object()) {
+    return absl::DataLossError(
+        absl::StrCat("database: metrics row of trial ", trial_id, ": values are not an object"));
+  }
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::optional<double> value = ValueFromJson(*it);
     if (!value) {

@@ -148,6 +148,11 @@ CREATE TABLE model_versions (
   UNIQUE (model_id, version));
 CREATE INDEX model_versions_by_checkpoint ON model_versions(checkpoint_uuid);
 )sql",
+    // 11: SQLite keeps metric rows as records (sqlite_schema.cc); PostgreSQL keeps its
+    // metrics table of one row each (its AddMetrics sends one statement per flush).
+    R"sql(
+SELECT 1;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kStoreSchemaVersion,
               "a migration is added to every backend (sqlite_schema.cc too)");

@@ -7,7 +7,7 @@
 
 namespace det::master {
 
-inline constexpr int kStoreSchemaVersion = 10;
+inline constexpr int kStoreSchemaVersion = 11;
 
 }  // namespace det::master
 

@@ -156,6 +156,34 @@ CREATE TABLE model_versions (
   UNIQUE (model_id, version));
 CREATE INDEX model_versions_by_checkpoint ON model_versions(checkpoint_uuid);
 )sql",
+    // 11: metric rows as records (metric_records.h): the rows of one trial and group that
+    // one AddMetrics stored one after another are one SQL row, `rows` a JSON array of
+    // [run_id, total_batches, time_ms, values]; n counts them, min_run_id and max_batches
+    // bound them (for SupersedeMetrics). Each row of the old table becomes a record of its
+    // own, in the old table's order. The view `metrics` shows the records as the old
+    // table's rows (ids record_id * 4096 + index: kMetricRecordRowsMax), for people and
+    // tools reading the database with sqlite3.
+    R"sql(
+CREATE TABLE metric_records (
+  id INTEGER PRIMARY KEY,
+  trial_id INTEGER NOT NULL,
+  grp TEXT NOT NULL,
+  n INTEGER NOT NULL,
+  min_run_id INTEGER NOT NULL,
+  max_batches INTEGER NOT NULL,
+  rows TEXT NOT NULL);
+CREATE INDEX metric_records_by_trial ON metric_records(trial_id, grp, id);
+INSERT INTO metric_records (id, trial_id, grp, n, min_run_id, max_batches, rows)
+  SELECT id, trial_id, grp, 1, run_id, total_batches,
+         '[[' || run_id || ',' || total_batches || ',' || time_ms || ',' || vals || ']]'
+  FROM metrics ORDER BY id;
+DROP TABLE metrics;
+CREATE VIEW metrics (id, trial_id, run_id, grp, total_batches, time_ms, vals) AS
+  SELECT r.id * 4096 + e.key, r.trial_id, json_extract(e.value, '$[0]'), r.grp,
+         json_extract(e.value, '$[1]'), json_extract(e.value, '$[2]'),
+         json_extract(e.value, '$[3]')
+  FROM metric_records r, json_each(r.rows) e;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kStoreSchemaVersion,
               "a migration is added to every backend (postgres_schema.cc too)");

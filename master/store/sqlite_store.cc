@@ -7,14 +7,17 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "common/rpc/context_sha256.h"
 #include "master/metrics/downsample.h"
 #include "master/store/sqlite_internal.h"
+#include "master/store/metric_records.h"
 #include "master/store/metric_summary.h"
 #include "master/store/metric_values_json.h"
 
@@ -266,14 +269,30 @@ absl::Status SqliteStore::SetAgentCredential(const v1::Agent& agent,
 
 absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
                                      const std::vector<v1::Metrics>& metrics) {
+  // One record per run of a trial's rows of one group (the trial's rows of other trials
+  // in between do not end it), so each trial's rows keep their order by record id.
+  std::vector<MetricRecordBuilder> records;
+  absl::flat_hash_map<int64_t, size_t> open;  // trial id -> its last record
+  for (const auto& m : metrics) {
+    auto [it, inserted] = open.try_emplace(m.trial_id(), records.size());
+    if (!inserted) {
+      const MetricRecordBuilder& r = records[it->second];
+      if (r.group() != m.group() || r.count() >= kMetricRecordRowsMax) {
+        it->second = records.size();
+        inserted = true;
+      }
+    }
+    if (inserted) records.emplace_back(m.trial_id(), m.group());
+    records[it->second].Add(m);
+  }
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
   Stmt s(db_,
-         "INSERT INTO metrics (trial_id, run_id, grp, total_batches, time_ms, vals) "
+         "INSERT INTO metric_records (trial_id, grp, n, min_run_id, max_batches, rows) "
          "VALUES (?, ?, ?, ?, ?, ?)");
-  for (const auto& m : metrics) {
-    s.Bind(1, m.trial_id()).Bind(2, m.run_id()).Bind(3, m.group());
-    s.Bind(4, m.total_batches()).Bind(5, m.report_time_ms()).Bind(6, MetricValuesJson(m));
+  for (const auto& r : records) {
+    s.Bind(1, r.trial_id()).Bind(2, r.group()).Bind(3, r.count()).Bind(4, r.min_run_id());
+    s.Bind(5, r.max_batches()).Bind(6, r.Finish());
     RETURN_IF_ERROR(s.Run());
     s.Reset();
   }
@@ -283,30 +302,43 @@ absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
 
 namespace {
 
-// The metric rows `s` selects (run_id, grp, total_batches, time_ms, vals) of `trial_id`.
-absl::StatusOr<std::vector<v1::Metrics>> MetricRows(Stmt& s, int64_t trial_id) {
-  std::vector<v1::Metrics> out;
-  while (s.Step()) {
-    v1::Metrics& m = out.emplace_back();
+// Appends the rows of record text `rows` (of `trial_id` and `group`) to `out`; of those only
+// the ones at ascending indexes `picks` when `picks` is not null.
+absl::Status AppendRecordRows(const std::string& rows, int64_t trial_id, const std::string& group,
+                              const std::vector<int64_t>* picks, std::vector<v1::Metrics>* out) {
+  std::vector<std::string_view> split;
+  RETURN_IF_ERROR(SplitMetricRecord(rows, trial_id, &split));
+  auto add = [&](std::string_view row) {
+    v1::Metrics& m = out->emplace_back();
     m.set_trial_id(trial_id);
-    m.set_run_id(static_cast<int32_t>(s.Int(0)));
-    m.set_group(s.Text(1));
-    m.set_total_batches(s.Int(2));
-    m.set_report_time_ms(s.Int(3));
-    RETURN_IF_ERROR(ParseMetricValuesJson(s.Text(4), trial_id, &m));
+    m.set_group(group);
+    return ParseMetricRecordRow(row, trial_id, &m);
+  };
+  if (picks == nullptr) {
+    for (std::string_view row : split) RETURN_IF_ERROR(add(row));
+    return absl::OkStatus();
   }
-  RETURN_IF_ERROR(s.status());
-  return out;
+  for (int64_t k : *picks) {
+    if (k < 0 || k >= static_cast<int64_t>(split.size())) {
+      return absl::DataLossError(absl::StrCat("database: metric record of trial ", trial_id,
+                                              " has ", split.size(), " rows, fewer than its count"));
+    }
+    RETURN_IF_ERROR(add(split[k]));
+  }
+  return absl::OkStatus();
 }
 
 // Rows of `trial_id` (of `group` unless empty) on connection `db`, in report order.
 absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_id,
                                                      const std::string& group) {
   Stmt s(db,
-         "SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
+         "SELECT grp, rows FROM metric_records "
          "WHERE trial_id = ? AND (? = '' OR grp = ?) ORDER BY id");
   s.Bind(1, trial_id).Bind(2, group).Bind(3, group);
-  return MetricRows(s, trial_id);
+  std::vector<v1::Metrics> out;
+  while (s.Step()) RETURN_IF_ERROR(AppendRecordRows(s.Text(1), trial_id, s.Text(0), nullptr, &out));
+  RETURN_IF_ERROR(s.status());
+  return out;
 }
 
 // OK when `table` has the row of id `id`; NotFound "<what> ID not found" when not.
@@ -319,9 +351,9 @@ absl::Status CheckStored(sqlite3* db, const char* table, const char* what, int64
 }
 
 // MetricsReader::GetTrialMetrics on connection `db`, in one read transaction: each group's
-// rows are counted and their ids stepped through on the index metrics_by_trial alone
-// (SQLite's window functions cost ten times as much per row); only the ids at the
-// positions DownsamplePositions chooses are then read whole.
+// rows are counted from its records' counts, the records stepped through on the index
+// metric_records_by_trial alone, and only the records holding a row at the positions
+// DownsamplePositions chooses are then read whole (and only those rows parsed).
 absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t trial_id,
                                                           const std::string& group,
                                                           int max_points) {
@@ -329,50 +361,60 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t t
   RETURN_IF_ERROR(tx.status());
   RETURN_IF_ERROR(CheckStored(db, "trials", "trial", trial_id));
   if (max_points <= 0) return ReadMetrics(db, trial_id, group);
-  // Each group's chosen positions, then the ids at them.
+  // Each group's chosen positions, then the records holding them.
   std::map<std::string, std::vector<int64_t>> positions;
   {
     Stmt count(db,
-               "SELECT grp, COUNT(*) FROM metrics WHERE trial_id = ? AND (? = '' OR grp = ?) "
-               "GROUP BY grp");
+               "SELECT grp, SUM(n) FROM metric_records WHERE trial_id = ? "
+               "AND (? = '' OR grp = ?) GROUP BY grp");
     count.Bind(1, trial_id).Bind(2, group).Bind(3, group);
     while (count.Step()) positions[count.Text(0)] = DownsamplePositions(count.Int(1), max_points);
     RETURN_IF_ERROR(count.status());
   }
-  std::string ids = "[";
+  std::map<int64_t, std::vector<int64_t>> picks;  // record id -> indexes of its rows
   {
     Stmt scan(db,
-              "SELECT grp, id FROM metrics WHERE trial_id = ? AND (? = '' OR grp = ?) "
+              "SELECT grp, id, n FROM metric_records WHERE trial_id = ? AND (? = '' OR grp = ?) "
               "ORDER BY grp, id");
     scan.Bind(1, trial_id).Bind(2, group).Bind(3, group);
     std::string current;
-    const std::vector<int64_t>* picks = nullptr;
+    const std::vector<int64_t>* chosen = nullptr;
     size_t next = 0;
     int64_t position = 0;
     while (scan.Step()) {
       std::string grp = scan.Text(0);
-      if (picks == nullptr || grp != current) {
+      if (chosen == nullptr || grp != current) {
         current = std::move(grp);
         auto it = positions.find(current);
         if (it == positions.end()) break;  // a group committed after the count: none
-        picks = &it->second;
+        chosen = &it->second;
         next = 0;
         position = 0;
       }
-      if (next < picks->size() && (*picks)[next] == position) {
-        absl::StrAppend(&ids, ids.size() > 1 ? "," : "", scan.Int(1));
+      const int64_t n = scan.Int(2);
+      while (next < chosen->size() && (*chosen)[next] < position + n) {
+        picks[scan.Int(1)].push_back((*chosen)[next] - position);
         ++next;
       }
-      ++position;
+      position += n;
     }
     RETURN_IF_ERROR(scan.status());
   }
+  std::string ids = "[";
+  for (const auto& [id, unused] : picks) absl::StrAppend(&ids, ids.size() > 1 ? "," : "", id);
   ids += "]";
   Stmt s(db,
-         "SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
+         "SELECT id, grp, rows FROM metric_records "
          "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id");
   s.Bind(1, ids);
-  return MetricRows(s, trial_id);
+  std::vector<v1::Metrics> out;
+  while (s.Step()) {
+    auto it = picks.find(s.Int(0));
+    if (it == picks.end()) continue;
+    RETURN_IF_ERROR(AppendRecordRows(s.Text(2), trial_id, s.Text(1), &it->second, &out));
+  }
+  RETURN_IF_ERROR(s.status());
+  return out;
 }
 
 // Store::GetLogs on connection `db`.
@@ -499,9 +541,45 @@ absl::StatusOr<int64_t> SqliteStore::SupersedeMetrics(v1::Trial* trial, int32_t 
                                                       int64_t after_batches) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
-  Stmt del(db_, "DELETE FROM metrics WHERE trial_id = ? AND run_id < ? AND total_batches > ?");
-  RETURN_IF_ERROR(del.Bind(1, trial->id()).Bind(2, run_id).Bind(3, after_batches).Run());
-  int64_t deleted = sqlite3_changes(db_);
+  // Only records that may hold such a row are read; each is rewritten without them (in
+  // place, keeping its id and so its rows' order) or deleted when none is left.
+  int64_t deleted = 0;
+  {
+    Stmt s(db_,
+           "SELECT id, grp, rows FROM metric_records "
+           "WHERE trial_id = ? AND min_run_id < ? AND max_batches > ?");
+    s.Bind(1, trial->id()).Bind(2, run_id).Bind(3, after_batches);
+    Stmt del(db_, "DELETE FROM metric_records WHERE id = ?");
+    Stmt put(db_,
+             "UPDATE metric_records SET n = ?, min_run_id = ?, max_batches = ?, rows = ? "
+             "WHERE id = ?");
+    std::vector<std::pair<int64_t, std::vector<v1::Metrics>>> touched;
+    while (s.Step()) {
+      std::vector<v1::Metrics> rows;
+      RETURN_IF_ERROR(AppendRecordRows(s.Text(2), trial->id(), s.Text(1), nullptr, &rows));
+      touched.emplace_back(s.Int(0), std::move(rows));
+    }
+    RETURN_IF_ERROR(s.status());
+    for (auto& [id, rows] : touched) {
+      MetricRecordBuilder kept(trial->id(), "");
+      for (const auto& m : rows) {
+        if (m.run_id() < run_id && m.total_batches() > after_batches) {
+          ++deleted;
+        } else {
+          kept.Add(m);
+        }
+      }
+      if (kept.count() == static_cast<int64_t>(rows.size())) continue;
+      if (kept.count() == 0) {
+        RETURN_IF_ERROR(del.Bind(1, id).Run());
+        del.Reset();
+        continue;
+      }
+      put.Bind(1, kept.count()).Bind(2, kept.min_run_id()).Bind(3, kept.max_batches());
+      RETURN_IF_ERROR(put.Bind(4, kept.Finish()).Bind(5, id).Run());
+      put.Reset();
+    }
+  }
   if (deleted > 0) {
     ASSIGN_OR_RETURN(std::vector<v1::Metrics> rows, GetMetrics(trial->id(), ""));
     trial->clear_training_summary();
@@ -576,7 +654,8 @@ absl::Status SqliteStore::DeleteExperiment(int64_t experiment_id) {
   RETURN_IF_ERROR(tx.status());
   // Children before parents (foreign keys).
   for (const char* sql : {
-           "DELETE FROM metrics WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
+           "DELETE FROM metric_records WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = "
+           "?)",
            "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = ?)",
            "DELETE FROM checkpoints WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = "
            "?)",

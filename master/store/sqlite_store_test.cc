@@ -4,12 +4,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <tuple>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include <sqlite3.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -35,7 +40,7 @@ TEST(SqliteStore, EverythingSurvivesReopen) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 10);
+    EXPECT_EQ((*store)->SchemaVersion(), 11);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok());
     cluster_id = snap->cluster_id;
@@ -408,6 +413,115 @@ v1::Checkpoint StoredCheckpoint(const std::string& uuid, int64_t trial_id, int64
 // A database at schema 4 (before checkpoint GC tasks) is migrated on open, keeping its
 // rows; GC tasks are then stored, updated and reloaded, and completing one marks its
 // checkpoints deleted in the same write.
+// The metrics table of schema versions 1-10 (one SQL row per metric row).
+constexpr const char* kOldMetricsTable =
+    "CREATE TABLE metrics (id INTEGER PRIMARY KEY AUTOINCREMENT, trial_id INTEGER NOT NULL, "
+    "run_id INTEGER NOT NULL, grp TEXT NOT NULL, total_batches INTEGER NOT NULL, "
+    "time_ms INTEGER NOT NULL, vals TEXT NOT NULL); "
+    "CREATE INDEX metrics_by_trial ON metrics(trial_id, grp, id)";
+
+// Runs `sql` on its own connection to `path`; the rows as "a|b\n" lines.
+std::string Sql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  std::string out;
+  char* error = nullptr;
+  auto row = [](void* arg, int n, char** values, char**) {
+    auto* out = static_cast<std::string*>(arg);
+    for (int i = 0; i < n; ++i) absl::StrAppend(out, i ? "|" : "", values[i] ? values[i] : "NULL");
+    out->push_back('\n');
+    return 0;
+  };
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), row, &out, &error), SQLITE_OK)
+      << (error ? error : "") << " in " << sql;
+  sqlite3_free(error);
+  sqlite3_close(db);
+  return out;
+}
+
+// Migration 11 turns each row a schema-10 master stored into a record of its own, in the
+// old order; the rows read back exactly (all, by group, downsampled, through the `metrics`
+// view), and rows stored after the migration come after them.
+TEST(SqliteStore, MetricRowsOfTheOldSchemaAreMigratedIntoRecordsInOrder) {
+  std::string path = TempPath("metrics-migration.db");
+  std::vector<v1::Trial> trials(2);
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Experiment e;
+    e.set_name("old");
+    e.set_state(v1::STATE_ACTIVE);
+    ASSERT_TRUE((*store)->InsertExperiment(e, "", &trials).ok());
+  }
+  // What a schema-10 master left: rows of two trials and groups interleaved, values as
+  // MetricValuesJson wrote them (NaN and infinities as strings, a key needing escapes).
+  std::string down =
+      "DROP VIEW metrics; DROP TABLE metric_records; " + std::string(kOldMetricsTable) + "; ";
+  std::vector<std::tuple<int64_t, std::string, int64_t>> want;
+  for (int i = 1; i <= 30; ++i) {
+    const int64_t trial = trials[i % 3 == 0 ? 1 : 0].id();
+    const std::string grp = i % 4 == 0 ? "validation" : "training";
+    std::string vals = i == 5   ? R"({"a]\"[":"NaN","loss":"-Infinity"})"
+                       : i == 6 ? "{}"
+                                : absl::StrCat(R"({"loss":)", i, ".5}");
+    absl::StrAppend(&down, "INSERT INTO metrics (trial_id, run_id, grp, total_batches, time_ms, "
+                           "vals) VALUES (", trial, ", ", i % 2, ", '", grp, "', ", 100 - i, ", ",
+                    1000 + i, ", '", vals, "'); ");
+    if (trial == trials[0].id()) want.emplace_back(i % 2, grp, 100 - i);
+  }
+  Sql(path, down + "PRAGMA user_version=10");
+  ASSERT_EQ(Sql(path, "PRAGMA user_version"), "10\n");
+  ASSERT_EQ(Sql(path, "SELECT COUNT(*) FROM metrics"), "30\n");
+
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->SchemaVersion(), 11);
+  auto rows = (*store)->GetMetrics(trials[0].id(), "");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& [run, grp, batches] = want[i];
+    EXPECT_EQ((*rows)[i].run_id(), run) << i;
+    EXPECT_EQ((*rows)[i].group(), grp) << i;
+    EXPECT_EQ((*rows)[i].total_batches(), batches) << i;
+    EXPECT_EQ((*rows)[i].trial_id(), trials[0].id()) << i;
+  }
+  // Row 5 (index 3 of trial 0's rows: i = 1, 2, 4, 5): its odd key and NaN kept.
+  EXPECT_EQ((*rows)[3].total_batches(), 95);
+  EXPECT_TRUE(std::isnan((*rows)[3].values().at("a]\"[")));
+  EXPECT_EQ((*rows)[3].values().at("loss"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ((*store)->GetMetrics(trials[0].id(), "validation")->size(), 5u);
+  EXPECT_EQ((*store)->GetMetrics(trials[1].id(), "")->size(), 10u);
+
+  // New rows follow the migrated ones; the view shows all of them, in order.
+  v1::Metrics m;
+  m.set_trial_id(trials[0].id());
+  m.set_group("training");
+  m.set_total_batches(7);
+  m.set_report_time_ms(2000);
+  (*m.mutable_values())["loss"] = 0.25;
+  ASSERT_TRUE((*store)->AddMetrics({}, {m, m}).ok());
+  rows = (*store)->GetMetrics(trials[0].id(), "training");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 17u);
+  EXPECT_EQ((*rows)[14].total_batches(), 71);  // the last old training row of trial 0 (i = 29)
+  EXPECT_EQ((*rows)[16].total_batches(), 7);
+  auto reader = (*store)->OpenReader();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto two = (*reader)->GetTrialMetrics(trials[0].id(), "training", 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].total_batches(), 99);
+  EXPECT_EQ((*two)[1].total_batches(), 7);
+  EXPECT_EQ(Sql(path, absl::StrCat("SELECT total_batches, grp, vals FROM metrics WHERE trial_id = ",
+                                   trials[0].id(), " ORDER BY id LIMIT 2")),
+            "99|training|{\"loss\":1.5}\n98|training|{\"loss\":2.5}\n");
+  EXPECT_EQ(Sql(path, absl::StrCat("SELECT total_batches, vals FROM metrics WHERE trial_id = ",
+                                   trials[0].id(), " ORDER BY id DESC LIMIT 1")),
+            "7|{\"loss\":0.25}\n");
+  EXPECT_EQ(Sql(path, "SELECT COUNT(*), COUNT(DISTINCT id) FROM metrics"), "32|32\n");
+}
+
 TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
   std::string path = TempPath("gc.db");
   int64_t exp_id;
@@ -433,14 +547,16 @@ TEST(SqliteStore, CheckpointGcTasksAreMigratedStoredAndCompleted) {
                      "ALTER TABLE users DROP COLUMN agent_gid; "
                      "ALTER TABLE experiments DROP COLUMN context_sha256; "
                      "ALTER TABLE agents DROP COLUMN credential_hash; "
-                     "DROP TABLE model_versions; DROP TABLE models; PRAGMA user_version=4'";
+                     "DROP TABLE model_versions; DROP TABLE models; "
+                     "DROP VIEW metrics; DROP TABLE metric_records; " + std::string(kOldMetricsTable) +
+                     "; PRAGMA user_version=4'";
   ASSERT_EQ(std::system(down.c_str()), 0);
 
   v1::CheckpointGcTask task;
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->SchemaVersion(), 10);
+    EXPECT_EQ((*store)->SchemaVersion(), 11);
     auto snap = (*store)->Load();
     ASSERT_TRUE(snap.ok()) << snap.status();
     ASSERT_EQ(snap->experiments.size(), 1u);

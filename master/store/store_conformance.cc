@@ -4,6 +4,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -363,6 +364,97 @@ TEST_P(StoreConformanceTest, ARerunSupersedesWhatEarlierRunsReportedPastItsCheck
   EXPECT_THAT(store_->SupersedeMetrics(&missing, 1, 0).status(),
               StatusIs(absl::StatusCode::kNotFound, "trial 77 not in the database"));
   EXPECT_EQ(store_->GetMetrics(77, "")->size(), 1u);
+}
+
+// What storing a flush's rows together risks (SqliteStore keeps one record per run of a
+// trial's rows of one group): many small writes with groups and trials interleaved, one
+// write larger than a record holds, and a rerun superseding rows in the middle of such
+// records. Every read (all, by group, through a reader, downsampled) returns each row as
+// written, in write order.
+TEST_P(StoreConformanceTest, MetricRowsWrittenInManySmallAndLargeWritesKeepTheirOrder) {
+  std::vector<v1::Trial> trials;
+  AddExperiment(2, &trials);
+  const int64_t a = trials[0].id(), b = trials[1].id();
+  std::vector<v1::Metrics> want;  // trial a's rows, in write order
+  int64_t batches = 0;
+  size_t b_rows = 0;
+  auto row = [&](int64_t trial, const std::string& group, int32_t run = 0) {
+    ++batches;
+    v1::Metrics m = Row(trial, group, batches, 0.5 * batches, run);
+    m.set_report_time_ms(5000 + 3 * batches);
+    (*m.mutable_values())[absl::StrCat("k", batches % 3)] = -1.0 * batches;
+    if (trial == a) want.push_back(m);
+    if (trial != a) ++b_rows;
+    return m;
+  };
+  // 300 small writes of 1-3 rows, the groups alternating, trial b's rows between.
+  for (int w = 0; w < 300; ++w) {
+    std::vector<v1::Metrics> rows;
+    for (int i = 0; i <= w % 3; ++i) {
+      rows.push_back(row(a, (w + i) % 5 == 0 ? "validation" : "training"));
+      if (w % 4 == 0) rows.push_back(row(b, "training"));
+    }
+    ASSERT_TRUE(store_->AddMetrics({}, rows).ok()) << w;
+  }
+  // One write of 9,000 rows of one group (more than one record of SqliteStore's holds),
+  // with a validation row and trial b's rows in the middle.
+  std::vector<v1::Metrics> big;
+  for (int i = 0; i < 9000; ++i) {
+    big.push_back(row(a, i == 4500 ? "validation" : "training", /*run=*/i < 6000 ? 0 : 1));
+    if (i % 1000 == 0) big.push_back(row(b, "validation"));
+  }
+  ASSERT_TRUE(store_->AddMetrics({}, big).ok());
+
+  auto same = [](const std::vector<v1::Metrics>& got, const std::vector<v1::Metrics>& expected) {
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(MessageDifferencer::Equals(got[i], expected[i]))
+          << i << ": " << got[i].ShortDebugString() << " != " << expected[i].ShortDebugString();
+    }
+  };
+  auto of_group = [&](const std::string& group) {
+    std::vector<v1::Metrics> out;
+    for (const auto& m : want) {
+      if (group.empty() || m.group() == group) out.push_back(m);
+    }
+    return out;
+  };
+  auto opened = store_->OpenReader();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  MetricsReader& reader = **opened;
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    for (const std::string group : {"", "training", "validation"}) {
+      SCOPED_TRACE(absl::StrCat("group '", group, "'"));
+      same(*store_->GetMetrics(a, group), of_group(group));
+      same(*reader.GetMetrics(a, group), of_group(group));
+      for (int max_points : {0, 1, 2, 3, 200, 1000, 20000}) {
+        SCOPED_TRACE(absl::StrCat("max_points ", max_points));
+        auto got = reader.GetTrialMetrics(a, group, max_points);
+        ASSERT_TRUE(got.ok()) << got.status();
+        same(*got, DownsampleMetrics(of_group(group), max_points));
+      }
+    }
+  };
+  check("as written");
+  EXPECT_EQ(store_->GetMetrics(b, "")->size(), b_rows);
+
+  // Run 2 resumes from batch 4000: the rows of runs 0 and 1 after it go, wherever they
+  // lie in the records; trial b keeps its rows.
+  v1::Trial t = trials[0];
+  auto deleted = store_->SupersedeMetrics(&t, 2, 4000);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  const size_t before = want.size();
+  want.erase(std::remove_if(want.begin(), want.end(),
+                            [](const v1::Metrics& m) { return m.total_batches() > 4000; }),
+             want.end());
+  EXPECT_EQ(*deleted, static_cast<int64_t>(before - want.size()));
+  EXPECT_GT(*deleted, 0);
+  EXPECT_EQ(t.total_batches(), want.back().total_batches());
+  check("superseded");
+  EXPECT_EQ(store_->GetMetrics(b, "")->size(), b_rows);
+  ASSERT_TRUE(store_->AddMetrics({}, {row(a, "validation", 2), row(a, "training", 2)}).ok());
+  check("written after");
 }
 
 TEST_P(StoreConformanceTest, LogLinesGetIncreasingIdsAndAreReadByTrialRankAndPage) {
