@@ -630,4 +630,14 @@ absl::StatusOr<v1::SetUserActiveResponse> ApiClient::SetUserActive(
   return Call(*rpc_, &v1::Api::Stub::SetUserActive, "SetUserActive", request, options_.deadline);
 }
 
+absl::StatusOr<v1::RenameUserResponse> ApiClient::RenameUser(const v1::RenameUserRequest& request) {
+  return Call(*rpc_, &v1::Api::Stub::RenameUser, "RenameUser", request, options_.deadline);
+}
+
+absl::StatusOr<v1::PatchModelVersionResponse> ApiClient::PatchModelVersion(
+    const v1::PatchModelVersionRequest& request) {
+  return Call(*rpc_, &v1::Api::Stub::PatchModelVersion, "PatchModelVersion", request,
+              options_.deadline);
+}
+
 }  // namespace det::cli

@@ -125,6 +125,9 @@ class ApiClient {
   absl::Status ChangePassword(const v1::ChangePasswordRequest& request);
   absl::Status LinkWithAgentUser(const v1::LinkWithAgentUserRequest& request);
   absl::StatusOr<v1::SetUserActiveResponse> SetUserActive(const v1::SetUserActiveRequest& request);
+  absl::StatusOr<v1::RenameUserResponse> RenameUser(const v1::RenameUserRequest& request);
+  absl::StatusOr<v1::PatchModelVersionResponse> PatchModelVersion(
+      const v1::PatchModelVersionRequest& request);
   absl::StatusOr<v1::SetTemplateResponse> SetTemplate(const v1::SetTemplateRequest& request);
   absl::StatusOr<v1::ListTemplatesResponse> ListTemplates();
   absl::StatusOr<v1::GetTemplateResponse> GetTemplate(const std::string& name);

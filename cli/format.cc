@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -129,14 +130,31 @@ void Table::Render(std::ostream& out, size_t max_width) const {
   for (const auto& row : rows_) render_row(row);
 }
 
-void RenderKeyValues(const KeyValues& fields, std::ostream& out) {
+void RenderKeyValues(const KeyValues& fields, std::ostream& out, size_t max_width) {
   size_t width = 0;
   for (const auto& [key, value] : fields) width = std::max(width, Width(key) + 1);
+  // Values are wrapped to what is left of the line, but never narrower than a table's
+  // narrowest wrapped column.
+  const size_t value_width =
+      max_width > 0 ? std::max(max_width - std::min(max_width, width + 1), kLeastWrappedWidth)
+                    : 0;
   for (const auto& [key, value] : fields) {
     std::string line = key + ":";
     line.append(width - Width(key) - 1 + 1, ' ');
-    line += value;
-    RTrimAndNewline(line, out);
+    if (value_width == 0 || Width(value) <= value_width) {
+      line += value;
+      RTrimAndNewline(line, out);
+      continue;
+    }
+    bool first = true;
+    for (absl::string_view paragraph : absl::StrSplit(value, '\n')) {
+      for (const std::string& piece : Wrap(std::string(paragraph), value_width)) {
+        if (!first) line = std::string(width + 1, ' ');
+        first = false;
+        line += piece;
+        RTrimAndNewline(line, out);
+      }
+    }
   }
 }
 

@@ -48,9 +48,11 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// Ordered "Key: value" lines; keys are padded so that the values line up.
+// Ordered "Key: value" lines; keys are padded so that the values line up. With
+// `max_width` > 0 (a terminal's width), a longer line's value is wrapped as Table wraps
+// cells, its further lines indented under the values: nothing is cut off.
 using KeyValues = std::vector<std::pair<std::string, std::string>>;
-void RenderKeyValues(const KeyValues& fields, std::ostream& out);
+void RenderKeyValues(const KeyValues& fields, std::ostream& out, size_t max_width = 0);
 
 // The message as JSON with the proto field names, every primitive field printed (also
 // at its default value). `pretty`: indented over several lines; otherwise one line.

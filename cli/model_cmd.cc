@@ -1,5 +1,6 @@
-// det model|m create|list|ls|describe|register-version|list-versions|delete|delete-version:
-// the model registry, with Determined's commands (a model is named by its name).
+// det model|m create|list|ls|describe|register-version|list-versions|delete|delete-version|
+// edit-version: the model registry, with Determined's commands (a model is named by its
+// name). Tables and fields wrap to the terminal's width (CliContext::width).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -28,8 +29,12 @@ struct ModelOptions {
   std::string version_name;
   std::string comment;
   std::string notes;
+  std::string metadata;
+  std::vector<std::string> remove_labels;
   int32_t version = 0;
   bool yes = false;
+  // edit-version: which of the optional fields were given.
+  bool set_name = false, set_comment = false, set_notes = false, set_metadata = false;
 };
 
 KeyValues ModelFields(const v1::Model& m) {
@@ -51,7 +56,7 @@ KeyValues ModelFields(const v1::Model& m) {
 // the validation metrics at its batch).
 Table VersionsTable(const google::protobuf::RepeatedPtrField<v1::ModelVersion>& versions) {
   Table table({"Version", "Checkpoint UUID", "Experiment", "Trial", "Batches", "State",
-               "Metrics", "Registered", "By", "Name"});
+               "Metrics", "Registered", "By", "Name", "Labels"});
   for (const v1::ModelVersion& v : versions) {
     const v1::Checkpoint& c = v.checkpoint();
     std::vector<std::string> metrics;
@@ -64,7 +69,7 @@ Table VersionsTable(const google::protobuf::RepeatedPtrField<v1::ModelVersion>& 
                   c.trial_id() ? absl::StrCat(c.trial_id()) : "", absl::StrCat(c.total_batches()),
                   c.state() == v1::STATE_UNSPECIFIED ? "not found" : StateName(c.state()),
                   absl::StrJoin(metrics, " "), FormatTimeMs(v.creation_time_ms()), v.username(),
-                  v.name()});
+                  v.name(), absl::StrJoin(v.labels(), ", ")});
   }
   return table;
 }
@@ -77,7 +82,7 @@ absl::Status Create(CliContext& ctx, const ModelOptions& o) {
   for (const std::string& l : o.labels) request.add_labels(l);
   ASSIGN_OR_RETURN(v1::CreateModelResponse response, api->CreateModel(request));
   if (ctx.json) return WriteJson(response.model(), ctx.out);
-  RenderKeyValues(ModelFields(response.model()), ctx.out);
+  RenderKeyValues(ModelFields(response.model()), ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -92,10 +97,10 @@ absl::Status List(CliContext& ctx, const ModelOptions& o) {
                "Description"});
   for (const v1::Model& m : response.models()) {
     table.AddRow({absl::StrCat(m.id()), m.name(), m.username(), absl::StrCat(m.num_versions()),
-                  absl::StrJoin(m.labels(), ","), FormatTimeMs(m.creation_time_ms()),
+                  absl::StrJoin(m.labels(), ", "), FormatTimeMs(m.creation_time_ms()),
                   FormatTimeMs(m.last_updated_time_ms()), m.description()});
   }
-  table.Render(ctx.out);
+  table.Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -111,10 +116,10 @@ absl::Status Describe(CliContext& ctx, const ModelOptions& o) {
     *shown.add_model_versions() = version.model_version();
   }
   if (ctx.json) return WriteJson(shown, ctx.out);
-  RenderKeyValues(ModelFields(shown.model()), ctx.out);
+  RenderKeyValues(ModelFields(shown.model()), ctx.out, ctx.width);
   if (shown.model_versions_size() > 0) {
     ctx.out << '\n';
-    VersionsTable(shown.model_versions()).Render(ctx.out);
+    VersionsTable(shown.model_versions()).Render(ctx.out, ctx.width);
   }
   return absl::OkStatus();
 }
@@ -133,7 +138,7 @@ absl::Status RegisterVersion(CliContext& ctx, const ModelOptions& o) {
           << response.model_version().version() << " of model " << o.name << "\n\n";
   google::protobuf::RepeatedPtrField<v1::ModelVersion> one;
   *one.Add() = response.model_version();
-  VersionsTable(one).Render(ctx.out);
+  VersionsTable(one).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -141,9 +146,9 @@ absl::Status ListVersions(CliContext& ctx, const ModelOptions& o) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::ListModelVersionsResponse response, api->ListModelVersions(o.name));
   if (ctx.json) return WriteJson(response, ctx.out);
-  RenderKeyValues(ModelFields(response.model()), ctx.out);
+  RenderKeyValues(ModelFields(response.model()), ctx.out, ctx.width);
   ctx.out << '\n';
-  VersionsTable(response.model_versions()).Render(ctx.out);
+  VersionsTable(response.model_versions()).Render(ctx.out, ctx.width);
   return absl::OkStatus();
 }
 
@@ -167,6 +172,39 @@ absl::Status DeleteVersion(CliContext& ctx, const ModelOptions& o) {
   RETURN_IF_ERROR(api->DeleteModelVersion(o.name, o.version));
   ctx.out << "Deleted version " << o.version << " of model " << o.name
           << " (its checkpoint is no longer protected from deletion)\n";
+  return absl::OkStatus();
+}
+
+// Version fields (name, comment, notes, metadata, labels) of an existing version; only the
+// options given change.
+absl::Status EditVersion(CliContext& ctx, const ModelOptions& o) {
+  v1::PatchModelVersionRequest request;
+  request.set_model_name(o.name);
+  request.set_version(o.version);
+  if (o.set_name) request.set_name(o.version_name);
+  if (o.set_comment) request.set_comment(o.comment);
+  if (o.set_notes) request.set_notes(o.notes);
+  if (o.set_metadata) request.set_metadata_json(o.metadata);
+  for (const std::string& l : o.labels) request.add_add_labels(l);
+  for (const std::string& l : o.remove_labels) request.add_remove_labels(l);
+  if (!o.set_name && !o.set_comment && !o.set_notes && !o.set_metadata && o.labels.empty() &&
+      o.remove_labels.empty()) {
+    return absl::InvalidArgumentError(
+        "det model edit-version: nothing to change; give --name, --comment, --notes, "
+        "--metadata, --add-label or --remove-label");
+  }
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  ASSIGN_OR_RETURN(v1::PatchModelVersionResponse response, api->PatchModelVersion(request));
+  if (ctx.json) return WriteJson(response.model_version(), ctx.out);
+  ctx.out << "Changed version " << response.model_version().version() << " of model " << o.name
+          << "\n\n";
+  google::protobuf::RepeatedPtrField<v1::ModelVersion> one;
+  *one.Add() = response.model_version();
+  VersionsTable(one).Render(ctx.out, ctx.width);
+  if (!response.model_version().notes().empty()) {
+    ctx.out << '\n';
+    RenderKeyValues({{"Notes", response.model_version().notes()}}, ctx.out, ctx.width);
+  }
   return absl::OkStatus();
 }
 
@@ -225,6 +263,37 @@ void RegisterModelCommands(CLI::App& app, CliContext& ctx) {
   CLI::App* del = Add(*group, ctx, o, "delete", "delete a model with its versions", Delete);
   del->add_option("NAME", o->name, "model name")->required();
   del->add_flag("-y,--yes", o->yes, "do not ask for confirmation");
+
+  CLI::App* edit = Add(*group, ctx, o, "edit-version",
+                       "change a version's name, comment, notes, metadata or labels", EditVersion);
+  edit->add_option("NAME", o->name, "model name")->required();
+  edit->add_option("VERSION", o->version, "version number")->required()->check(CLI::PositiveNumber);
+  edit->add_option_function<std::string>(
+      "--name", [o](const std::string& v) {
+        o->version_name = v;
+        o->set_name = true;
+      },
+      "new name of the version");
+  edit->add_option_function<std::string>(
+      "--comment", [o](const std::string& v) {
+        o->comment = v;
+        o->set_comment = true;
+      },
+      "new comment");
+  edit->add_option_function<std::string>(
+      "--notes", [o](const std::string& v) {
+        o->notes = v;
+        o->set_notes = true;
+      }, "new notes");
+  edit->add_option_function<std::string>(
+      "--metadata", [o](const std::string& v) {
+        o->metadata = v;
+        o->set_metadata = true;
+      },
+      "new metadata, a JSON object (\"\" clears it)");
+  edit->add_option("--add-label", o->labels, "a label to add (repeatable)");
+  edit->add_option("--remove-label", o->remove_labels, "a label to remove (repeatable)");
+  edit->add_flag("--json", ctx.json, kJsonHelp);
 
   CLI::App* del_version =
       Add(*group, ctx, o, "delete-version", "delete a version of a model", DeleteVersion);

@@ -181,6 +181,18 @@ absl::Status SetActive(CliContext& ctx, const std::string& username, bool active
   return absl::OkStatus();
 }
 
+absl::Status Rename(CliContext& ctx, const std::string& from, const std::string& to) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::RenameUserRequest req;
+  req.set_username(from);
+  req.set_new_username(to);
+  ASSIGN_OR_RETURN(v1::RenameUserResponse r, api->RenameUser(req));
+  if (ctx.json) return WriteJson(r.user(), ctx.out);
+  ctx.out << "Renamed user " << from << " to " << r.user().username()
+          << ": their sessions, experiments and models carry over\n";
+  return absl::OkStatus();
+}
+
 absl::Status ChangePassword(CliContext& ctx, const std::string& username) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::WhoAmIResponse me, api->WhoAmI());
@@ -266,6 +278,16 @@ void RegisterUserCommands(CLI::App& app, CliContext& ctx) {
       ctx.action = [&ctx, name, active] { return SetActive(ctx, *name, active); };
     });
   }
+
+  auto new_name = std::make_shared<std::string>();
+  CLI::App* rename = group->add_subcommand(
+      "rename", "change a user's name (admins only); what they own follows the new name");
+  rename->add_option("USERNAME", *name, "the user's current name")->required();
+  rename->add_option("NEW_USERNAME", *new_name, "the new name")->required();
+  rename->add_flag("--json", ctx.json, "print the user as JSON");
+  rename->callback([&ctx, name, new_name] {
+    ctx.action = [&ctx, name, new_name] { return Rename(ctx, *name, *new_name); };
+  });
 
   CLI::App* change = group->add_subcommand(
       "change-password",

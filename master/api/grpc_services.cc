@@ -132,6 +132,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_USER(ChangePassword)
   DET_SERVE_USER(LinkWithAgentUser)
   DET_SERVE_USER(SetUserActive)
+  DET_SERVE_USER(RenameUser)
 
   // Answered without a session too, as Determined's /info: then only the version and the
   // cluster's id and name (det version before det user login).
@@ -207,6 +208,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(ListModelVersions)
   DET_SERVE_API(GetModelVersion)
   DET_SERVE_API(DeleteModelVersion)
+  DET_SERVE_API(PatchModelVersion)
 
  private:
   // Authenticates the call (see AsCaller), then runs `call` on `handler` as its caller.

@@ -76,6 +76,7 @@ class ApiHandler {
   virtual void ListModelVersions(const Caller& caller, const v1::ListModelVersionsRequest& request, v1::ListModelVersionsResponse* response, Done done) = 0;
   virtual void GetModelVersion(const Caller& caller, const v1::GetModelVersionRequest& request, v1::GetModelVersionResponse* response, Done done) = 0;
   virtual void DeleteModelVersion(const Caller& caller, const v1::DeleteModelVersionRequest& request, v1::DeleteModelVersionResponse* response, Done done) = 0;
+  virtual void PatchModelVersion(const Caller& caller, const v1::PatchModelVersionRequest& request, v1::PatchModelVersionResponse* response, Done done) = 0;
 };
 
 // Users and sessions. The gRPC and REST adapters call Authenticate before every user API
@@ -95,6 +96,10 @@ class UserHandler {
   // Admins only: activates or deactivates a user. Default: Unimplemented.
   virtual void SetUserActive(const Caller&, const v1::SetUserActiveRequest&, v1::SetUserActiveResponse*, Done done) {
     done(absl::UnimplementedError("this master does not activate or deactivate users"));
+  }
+  // Admins only: renames a user. Default: Unimplemented.
+  virtual void RenameUser(const Caller&, const v1::RenameUserRequest&, v1::RenameUserResponse*, Done done) {
+    done(absl::UnimplementedError("this master does not rename users"));
   }
 };
 

@@ -612,6 +612,17 @@ void MasterService::DeleteModelVersion(const Caller& caller,
   });
 }
 
+void MasterService::PatchModelVersion(const Caller& caller,
+                                      const v1::PatchModelVersionRequest& req,
+                                      v1::PatchModelVersionResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Model model, m_.models.Get(req.model_name()));
+    RETURN_IF_ERROR(MayChangeModel(caller, model, "change versions of"));
+    ASSIGN_OR_RETURN(*resp->mutable_model_version(), m_.models.PatchVersion(req));
+    return absl::OkStatus();
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // Agent channel.
 

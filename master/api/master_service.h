@@ -146,6 +146,7 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
   void ListModelVersions(const Caller&, const v1::ListModelVersionsRequest&, v1::ListModelVersionsResponse*, Done) override;
   void GetModelVersion(const Caller&, const v1::GetModelVersionRequest&, v1::GetModelVersionResponse*, Done) override;
   void DeleteModelVersion(const Caller&, const v1::DeleteModelVersionRequest&, v1::DeleteModelVersionResponse*, Done) override;
+  void PatchModelVersion(const Caller&, const v1::PatchModelVersionRequest&, v1::PatchModelVersionResponse*, Done) override;
 
   // AgentHandler.
   void Register(const v1::RegisterRequest&, v1::RegisterResponse*, Done) override;

@@ -558,4 +558,45 @@ void UserService::SetUserActive(const Caller& caller, const v1::SetUserActiveReq
   });
 }
 
+void UserService::RenameUser(const Caller& caller, const v1::RenameUserRequest& request,
+                             v1::RenameUserResponse* response, Done done) {
+  if (!caller.user.admin()) return done(NotAdmin(caller, "rename users"));
+  if (request.username().empty()) return done(absl::InvalidArgumentError("username: required"));
+  if (absl::Status st = ValidateUsername(request.new_username()); !st.ok()) {
+    // "username: expected ..." names the request's field.
+    return done(absl::InvalidArgumentError(std::string(st.message()).replace(0, 8, "new_username")));
+  }
+  loop_.Post([this, from = request.username(), to = request.new_username(), response,
+              done = std::move(done)] {
+    std::optional<UserRow> user = UserNamed(from);
+    if (!user) return done(absl::NotFoundError(absl::StrCat("user '", from, "' not found")));
+    if (from == to) {
+      return done(absl::InvalidArgumentError(
+          absl::StrCat("new_username: user '", from, "' already has that name")));
+    }
+    if (UserNamed(to)) {
+      return done(absl::AlreadyExistsError(absl::StrCat(
+          "new_username: user '", to, "' already exists; choose another name")));
+    }
+    // Persisted before it is used or acknowledged.
+    if (absl::Status st = store_.SetUsername(user->id, to); !st.ok()) return done(st);
+    user->username = to;
+    {
+      absl::MutexLock l(&mu_);
+      users_.at(user->id).username = to;
+    }
+    Logger("master")->info("user '{}' renamed to '{}'", from, to);
+    if (on_rename_) {
+      if (absl::Status st = on_rename_(from, to); !st.ok()) {
+        return done(absl::Status(st.code(), absl::StrCat("user '", from, "' was renamed to '",
+                                                         to, "', but what they own was not all "
+                                                         "moved to the new name: ",
+                                                         st.message())));
+      }
+    }
+    *response->mutable_user() = ToProto(*user);
+    done(absl::OkStatus());
+  });
+}
+
 }  // namespace det::master

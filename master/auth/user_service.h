@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -94,6 +95,15 @@ class UserService : public UserHandler {
                          v1::LinkWithAgentUserResponse* response, Done done) override;
   void SetUserActive(const Caller& caller, const v1::SetUserActiveRequest& request,
                      v1::SetUserActiveResponse* response, Done done) override;
+  void RenameUser(const Caller& caller, const v1::RenameUserRequest& request,
+                  v1::RenameUserResponse* response, Done done) override;
+
+  // Called on the loop after a user was renamed (and stored), in the same turn, so what
+  // the master keeps under the old name (owners of experiments and models) follows the
+  // new one before the rename is acknowledged; its error is the call's. Default: none.
+  // REQUIRES: set before the loop runs closures of this object.
+  using RenameHook = std::function<absl::Status(const std::string& from, const std::string& to)>;
+  void SetRenameHook(RenameHook hook) { on_rename_ = std::move(hook); }
 
  private:
   struct Session {
@@ -127,6 +137,7 @@ class UserService : public UserHandler {
   Clock& clock_;
   UserServiceOptions options_;
   EventLoop hasher_;
+  RenameHook on_rename_;
 
   // Users and sessions: written only on the loop thread, read anywhere (Authenticate).
   mutable absl::Mutex mu_;

@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -19,6 +21,7 @@ namespace det::master {
 namespace {
 
 using ::det::testing::StatusIs;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr char kAdminPassword[] = "first-admin-password";
@@ -477,6 +480,72 @@ TEST_F(UserServiceTest, EveryChangeIsSeenByACallBegunAfterItsAcknowledgement) {
     EXPECT_TRUE(Auth(admin.token).ok());
     gate->Notify();
   }
+}
+
+TEST_F(UserServiceTest, AdminsRenameUsersWhoKeepTheirSessions) {
+  Caller admin = AdminCaller();
+  ASSERT_TRUE(CreateUser(admin, "bob", "bobs-password", false).ok());
+  auto bob_token = Login("bob", "bobs-password");
+  ASSERT_TRUE(bob_token.ok());
+  auto bob = Auth(*bob_token);
+  ASSERT_TRUE(bob.ok());
+  std::vector<std::pair<std::string, std::string>> hooked;
+  users_->SetRenameHook([&](const std::string& from, const std::string& to) {
+    hooked.emplace_back(from, to);
+    return absl::OkStatus();
+  });
+  auto rename = [&](const Caller& as, const std::string& from, const std::string& to) {
+    v1::RenameUserRequest req;
+    req.set_username(from);
+    req.set_new_username(to);
+    v1::RenameUserResponse resp;
+    absl::Status st = Wait([&](Done d) { users_->RenameUser(as, req, &resp, std::move(d)); });
+    if (st.ok()) EXPECT_EQ(resp.user().username(), to);
+    return st;
+  };
+
+  EXPECT_THAT(rename(*bob, "bob", "bobby"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("only an admin can rename users")));
+  EXPECT_THAT(rename(admin, "bob", "admin"),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       "new_username: user 'admin' already exists; choose another name"));
+  EXPECT_THAT(rename(admin, "bob", "b b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("new_username: expected")));
+  EXPECT_THAT(rename(admin, "nobody", "x"),
+              StatusIs(absl::StatusCode::kNotFound, "user 'nobody' not found"));
+  EXPECT_THAT(rename(admin, "bob", "bob"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already has that name")));
+  EXPECT_THAT(rename(admin, "", "x"), StatusIs(absl::StatusCode::kInvalidArgument, "username: required"));
+  EXPECT_TRUE(hooked.empty());
+  // A failed store write renames nothing.
+  faults_->FailWrites(true, "SetUsername");
+  EXPECT_FALSE(rename(admin, "bob", "robert").ok());
+  faults_->FailWrites(false, "SetUsername");
+  EXPECT_TRUE(hooked.empty());
+  EXPECT_EQ(Auth(*bob_token)->user.username(), "bob");
+
+  ASSERT_TRUE(rename(admin, "bob", "robert").ok());
+  EXPECT_THAT(hooked, ElementsAre(std::pair<std::string, std::string>("bob", "robert")));
+  // The session goes on as robert; logins use the new name.
+  auto after = Auth(*bob_token);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->user.username(), "robert");
+  EXPECT_FALSE(Login("bob", "bobs-password").ok());
+  EXPECT_TRUE(Login("robert", "bobs-password").ok());
+  // The old name is free again.
+  EXPECT_TRUE(CreateUser(admin, "bob", "another-password", false).ok());
+
+  // A hook that fails is the call's error (the rename itself stays).
+  users_->SetRenameHook([](const std::string&, const std::string&) {
+    return absl::UnavailableError("store gone");
+  });
+  EXPECT_THAT(rename(admin, "robert", "rob"),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("not all moved")));
+
+  Close();
+  Open(kAdminPassword);
+  EXPECT_EQ(Auth(*bob_token)->user.username(), "rob");
 }
 
 }  // namespace

@@ -190,4 +190,16 @@ absl::Status ExperimentManager::FinishDelete(int64_t id) {
   return absl::OkStatus();
 }
 
+absl::Status ExperimentManager::RenameOwner(const std::string& from, const std::string& to) {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto& [id, es] : experiments_) {
+    if (es.experiment.owner() != from) continue;
+    v1::Experiment updated = es.experiment;
+    updated.set_owner(to);
+    RETURN_IF_ERROR(store_.UpdateExperiment(updated));
+    es.experiment = std::move(updated);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace det::master

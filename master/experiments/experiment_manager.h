@@ -86,6 +86,10 @@ class ExperimentManager {
   // before a restart.
   absl::Status FinishDelete(int64_t id);
   absl::Status GetTrial(const v1::GetTrialRequest& req, v1::GetTrialResponse* resp);
+  // A user was renamed: the experiments `from` owns are stored as `to`'s (their trials then
+  // run as the agent user linked to `to`). Stops at the first store error (what was
+  // written stays renamed). experiment_edits.cc.
+  absl::Status RenameOwner(const std::string& from, const std::string& to);
 
   // Ends trial t in `state` (persisted as it happened), then tells its log waiters, the
   // searcher and checkpoint GC.

@@ -79,6 +79,8 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
              HandlerRoute(*users, &UserHandler::LinkWithAgentUser, {"username"}), users);
     Register(srv, routes_, "PUT", v1 + "/users/" + name + "/active",
              HandlerRoute(*users, &UserHandler::SetUserActive, {"username"}), users);
+    Register(srv, routes_, "PUT", v1 + "/users/" + name + "/username",
+             HandlerRoute(*users, &UserHandler::RenameUser, {"username"}), users);
   }
 
   Register(srv, routes_, "GET", v1 + "/experiments", HandlerRoute(api, &ApiHandler::ListExperiments),
@@ -201,6 +203,8 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
            HandlerRoute(api, &ApiHandler::GetModelVersion, {"model_name", "version"}), users);
   Register(srv, routes_, "DELETE", v1 + "/models/" + name + "/versions/" + id,
            HandlerRoute(api, &ApiHandler::DeleteModelVersion, {"model_name", "version"}), users);
+  Register(srv, routes_, "PATCH", v1 + "/models/" + name + "/versions/" + id,
+           HandlerRoute(api, &ApiHandler::PatchModelVersion, {"model_name", "version"}), users);
 }
 
 }  // namespace det::master

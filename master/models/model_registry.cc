@@ -33,11 +33,21 @@ absl::Status CheckLabels(const google::protobuf::RepeatedPtrField<std::string>& 
   return absl::OkStatus();
 }
 
-// `labels` in order without repeats.
-void AddLabels(v1::Model& m, const google::protobuf::RepeatedPtrField<std::string>& labels) {
+// `labels` in order without repeats (m: a v1::Model or a v1::ModelVersion).
+template <typename Message>
+void AddLabels(Message& m, const google::protobuf::RepeatedPtrField<std::string>& labels) {
   for (const std::string& l : labels) {
     if (std::find(m.labels().begin(), m.labels().end(), l) == m.labels().end()) m.add_labels(l);
   }
+}
+
+template <typename Message>
+void RemoveLabels(Message& m, const google::protobuf::RepeatedPtrField<std::string>& labels) {
+  const std::set<std::string> remove(labels.begin(), labels.end());
+  auto* have = m.mutable_labels();
+  have->erase(std::remove_if(have->begin(), have->end(),
+                             [&](const std::string& l) { return remove.count(l) > 0; }),
+              have->end());
 }
 
 }  // namespace
@@ -161,11 +171,7 @@ absl::StatusOr<v1::Model> ModelRegistry::Patch(const v1::PatchModelRequest& req)
   v1::Model m = e->model;
   if (req.has_description()) m.set_description(req.description());
   AddLabels(m, req.add_labels());
-  const std::set<std::string> remove(req.remove_labels().begin(), req.remove_labels().end());
-  auto* labels = m.mutable_labels();
-  labels->erase(std::remove_if(labels->begin(), labels->end(),
-                               [&](const std::string& l) { return remove.count(l) > 0; }),
-                labels->end());
+  RemoveLabels(m, req.remove_labels());
   if (req.has_metadata_json()) m.set_metadata_json(req.metadata_json());
   RETURN_IF_ERROR(Write(*e, std::move(m)));
   return View(*e);
@@ -267,6 +273,52 @@ absl::Status ModelRegistry::DeleteVersion(const std::string& model_name, int32_t
   Logger("master")->info("model {} version {} deleted (checkpoint {})", model_name, version,
                          it->second.checkpoint_uuid());
   e->versions.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ModelVersion> ModelRegistry::PatchVersion(
+    const v1::PatchModelVersionRequest& req) {
+  DET_CHECK_ON_LOOP(loop_);
+  ASSIGN_OR_RETURN(Entry * e, Find(req.model_name()));
+  auto it = e->versions.find(req.version());
+  if (it == e->versions.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("model '", req.model_name(), "' has no version ", req.version()));
+  }
+  RETURN_IF_ERROR(CheckLabels(req.add_labels(), "add_labels"));
+  if (req.has_metadata_json()) RETURN_IF_ERROR(CheckMetadata("metadata", req.metadata_json()));
+  v1::ModelVersion v = it->second;
+  if (req.has_name()) v.set_name(req.name());
+  if (req.has_comment()) v.set_comment(req.comment());
+  if (req.has_notes()) v.set_notes(req.notes());
+  if (req.has_metadata_json()) v.set_metadata_json(req.metadata_json());
+  AddLabels(v, req.add_labels());
+  RemoveLabels(v, req.remove_labels());
+  v1::Model m = e->model;
+  m.set_last_updated_time_ms(clock_.NowMs());
+  RETURN_IF_ERROR(store_.UpdateModelVersion(v, m));
+  e->model = std::move(m);
+  it->second = std::move(v);
+  Logger("master")->info("model {} version {} changed", req.model_name(), req.version());
+  return VersionView(*e, it->second);
+}
+
+absl::Status ModelRegistry::RenameOwner(const std::string& from, const std::string& to) {
+  DET_CHECK_ON_LOOP(loop_);
+  for (auto& [name, e] : models_) {
+    for (auto& [number, v] : e.versions) {
+      if (v.username() != from) continue;
+      v1::ModelVersion renamed = v;
+      renamed.set_username(to);
+      RETURN_IF_ERROR(store_.UpdateModelVersion(renamed, e.model));
+      v = std::move(renamed);
+    }
+    if (e.model.username() != from) continue;
+    v1::Model renamed = e.model;
+    renamed.set_username(to);
+    RETURN_IF_ERROR(store_.UpdateModel(renamed));
+    e.model = std::move(renamed);
+  }
   return absl::OkStatus();
 }
 

@@ -58,6 +58,14 @@ class ModelRegistry {
   absl::StatusOr<v1::ModelVersion> Version(const std::string& model_name, int32_t version);
   // NotFound as Version.
   absl::Status DeleteVersion(const std::string& model_name, int32_t version);
+  // The fields req sets of version req.version (name, comment, notes, metadata; labels
+  // added, then removed). NotFound as Version (a version number <= 0 is none);
+  // InvalidArgument for an empty label or metadata that is no JSON object.
+  absl::StatusOr<v1::ModelVersion> PatchVersion(const v1::PatchModelVersionRequest& req);
+
+  // A user was renamed: the models and versions `from` owns are stored as `to`'s. Stops at
+  // the first store error (what was written stays renamed).
+  absl::Status RenameOwner(const std::string& from, const std::string& to);
 
   // "" when no version names checkpoint `uuid`, else the first that does: "version 2 of
   // model 'mnist'".

@@ -301,5 +301,97 @@ TEST_F(ModelRegistryTest, TheLatestVersionOfAModelWithoutVersionsIsNotFound) {
               StatusIs(absl::StatusCode::kNotFound, "model 'empty' has no version 3"));
 }
 
+TEST_F(ModelRegistryTest, AVersionIsPatchedStoredAndItsOwnerRenamed) {
+  std::string session = h_->Register("a1", 1);
+  const int64_t trial = h_->CreateExperiment("patch");
+  v1::LaunchCommand launch = h_->NextLaunch("a1", session);
+  ASSERT_TRUE(h_->ReportCheckpoint(launch, "c-10", 10).ok());
+  ASSERT_TRUE(Create("mnist").ok());
+  ASSERT_TRUE(Register("mnist", "c-10").ok());
+  (void)trial;
+
+  auto patch = [&](const v1::PatchModelVersionRequest& req) {
+    absl::StatusOr<v1::ModelVersion> out = absl::UnknownError("not run");
+    h_->Turn([&] { out = h_->models.PatchVersion(req); });
+    return out;
+  };
+  clock_.Advance(absl::Seconds(7));
+  v1::PatchModelVersionRequest req;
+  req.set_model_name("mnist");
+  req.set_version(1);
+  req.set_name("best");
+  req.set_comment("from the grid");
+  req.add_add_labels("prod");
+  req.add_add_labels("candidate");
+  req.add_add_labels("prod");
+  auto patched = patch(req);
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_EQ(patched->name(), "best");
+  EXPECT_EQ(patched->comment(), "from the grid");
+  EXPECT_EQ(patched->notes(), "notes of c-10");  // not set: kept
+  EXPECT_THAT(patched->labels(), ElementsAre("prod", "candidate"));
+  EXPECT_EQ(patched->model_name(), "mnist");
+  EXPECT_EQ(patched->checkpoint().uuid(), "c-10");
+
+  v1::PatchModelVersionRequest more;
+  more.set_model_name("mnist");
+  more.set_version(1);
+  more.add_remove_labels("prod");
+  more.set_notes("");
+  more.set_metadata_json(R"({"stage": "staging"})");
+  patched = patch(more);
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_THAT(patched->labels(), ElementsAre("candidate"));
+  EXPECT_EQ(patched->notes(), "");
+  EXPECT_EQ(patched->name(), "best");
+
+  // Errors name the field or the version.
+  v1::PatchModelVersionRequest bad = more;
+  bad.set_metadata_json("[1]");
+  EXPECT_THAT(patch(bad).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("metadata: expected a JSON object")));
+  bad = more;
+  bad.add_add_labels("");
+  EXPECT_THAT(patch(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "add_labels: a label is empty"));
+  bad = more;
+  bad.set_version(2);
+  EXPECT_THAT(patch(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, "model 'mnist' has no version 2"));
+  bad.set_version(0);
+  EXPECT_THAT(patch(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, "model 'mnist' has no version 0"));
+  bad.set_model_name("nope");
+  EXPECT_THAT(patch(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, "model 'nope' does not exist"));
+  // A failed write changes nothing.
+  faulty_.FailWrites(true, "UpdateModelVersion");
+  v1::PatchModelVersionRequest lost = more;
+  lost.set_name("lost");
+  EXPECT_FALSE(patch(lost).ok());
+  faulty_.FailWrites(false, "UpdateModelVersion");
+
+  // A user renamed: the model and version follow.
+  absl::Status renamed;
+  h_->Turn([&] { renamed = h_->models.RenameOwner("alice", "alicia"); });
+  ASSERT_TRUE(renamed.ok()) << renamed;
+
+  // All of it is stored: a restarted master has it.
+  RestartMaster();
+  absl::StatusOr<v1::ModelVersion> stored;
+  h_->Turn([&] { stored = h_->models.Version("mnist", 1); });
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->name(), "best");
+  EXPECT_EQ(stored->comment(), "from the grid");
+  EXPECT_THAT(stored->labels(), ElementsAre("candidate"));
+  EXPECT_EQ(stored->metadata_json(), R"({"stage": "staging"})");
+  EXPECT_EQ(stored->username(), "alicia");
+  absl::StatusOr<v1::Model> model;
+  h_->Turn([&] { model = h_->models.Get("mnist"); });
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->username(), "alicia");
+  EXPECT_EQ(model->last_updated_time_ms(), stored->creation_time_ms() + 7000);
+}
+
 }  // namespace
 }  // namespace det::master

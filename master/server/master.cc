@@ -129,7 +129,15 @@ Master::Master(const config::MasterConfig& config, Clock& clock, std::unique_ptr
                                        users_, managers_.logs, managers_.registry,
                                        managers_.experiments, managers_.allocations,
                                        managers_.checkpoints, managers_.metrics, contexts_,
-                                       managers_.models, managers_.reads}) {}
+                                       managers_.models, managers_.reads}) {
+  // A renamed user keeps what they own; published (EndTurn) before the rename is answered.
+  users_.SetRenameHook([this](const std::string& from, const std::string& to) {
+    absl::Status st = managers_.experiments.RenameOwner(from, to);
+    if (st.ok()) st = managers_.models.RenameOwner(from, to);
+    turns_.EndTurn();
+    return st;
+  });
+}
 
 Master::~Master() { Shutdown(); }
 

@@ -280,6 +280,12 @@ absl::Status FaultInjectingStore::DeleteModelVersion(int64_t version_id, const v
   return store_.DeleteModelVersion(version_id, model);
 }
 
+absl::Status FaultInjectingStore::UpdateModelVersion(const v1::ModelVersion& version,
+                                                     const v1::Model& model) {
+  RETURN_IF_ERROR(BeforeWrite("UpdateModelVersion"));
+  return store_.UpdateModelVersion(version, model);
+}
+
 absl::Status FaultInjectingStore::AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                                    int64_t keep_after_ms) {
   RETURN_IF_ERROR(BeforeWrite("AddSystemMetrics"));
@@ -312,6 +318,11 @@ absl::Status FaultInjectingStore::SetUserAgentUserGroup(int64_t user_id,
                                                         const v1::AgentUserGroup& link) {
   RETURN_IF_ERROR(BeforeWrite("SetUserAgentUserGroup"));
   return store_.SetUserAgentUserGroup(user_id, link);
+}
+
+absl::Status FaultInjectingStore::SetUsername(int64_t user_id, const std::string& username) {
+  RETURN_IF_ERROR(BeforeWrite("SetUsername"));
+  return store_.SetUsername(user_id, username);
 }
 
 absl::StatusOr<std::vector<SessionRow>> FaultInjectingStore::LoadSessions(int64_t now_ms) {

@@ -551,6 +551,23 @@ absl::Status InMemoryStore::DeleteModelVersion(int64_t version_id, const v1::Mod
   return absl::OkStatus();
 }
 
+absl::Status InMemoryStore::UpdateModelVersion(const v1::ModelVersion& version,
+                                               const v1::Model& model) {
+  absl::MutexLock lock(&mu_);
+  auto v = model_versions_.find(version.id());
+  if (v == model_versions_.end()) {
+    return absl::NotFoundError(absl::StrCat("model version ", version.id(), " not in the database"));
+  }
+  auto m = models_.find(model.id());
+  if (m == models_.end()) return ModelNotStored(model.id());
+  v->second = version;
+  v->second.clear_model_name();
+  v->second.clear_checkpoint();
+  m->second = model;
+  m->second.clear_num_versions();
+  return absl::OkStatus();
+}
+
 absl::Status InMemoryStore::AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                              int64_t keep_after_ms) {
   absl::MutexLock lock(&mu_);
@@ -623,6 +640,21 @@ absl::Status InMemoryStore::SetUserAgentUserGroup(int64_t user_id,
     return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
   }
   it->second.agent_user_group = link;
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryStore::SetUsername(int64_t user_id, const std::string& username) {
+  absl::MutexLock lock(&mu_);
+  auto it = users_.find(user_id);
+  if (it == users_.end()) {
+    return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  }
+  for (const auto& [id, stored] : users_) {
+    if (id != user_id && stored.username == username) {
+      return absl::AlreadyExistsError(absl::StrCat("user '", username, "' already exists"));
+    }
+  }
+  it->second.username = username;
   return absl::OkStatus();
 }
 

@@ -83,6 +83,7 @@ class InMemoryStore : public Store {
   absl::StatusOr<int64_t> InsertModelVersion(const v1::ModelVersion& version,
                                              const v1::Model& model) override;
   absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) override;
+  absl::Status UpdateModelVersion(const v1::ModelVersion& version, const v1::Model& model) override;
   absl::Status AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                 int64_t keep_after_ms) override;
   absl::StatusOr<std::vector<v1::SystemMetrics>> GetSystemMetrics(const std::string& agent_id,
@@ -91,6 +92,7 @@ class InMemoryStore : public Store {
   absl::StatusOr<int64_t> InsertUser(const UserRow& user) override;
   absl::Status SetUserPassword(int64_t user_id, const std::string& password_hash) override;
   absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) override;
+  absl::Status SetUsername(int64_t user_id, const std::string& username) override;
   absl::StatusOr<std::vector<SessionRow>> LoadSessions(int64_t now_ms) override;
   absl::Status InsertSession(const SessionRow& session) override;
   absl::Status DeleteSession(const std::string& token_hash) override;

@@ -189,6 +189,17 @@ absl::Status PostgresStore::SetUserAgentUserGroup(int64_t user_id, const v1::Age
   return absl::OkStatus();
 }
 
+absl::Status PostgresStore::SetUsername(int64_t user_id, const std::string& username) {
+  absl::StatusOr<Result> r =
+      conn_->Exec("UPDATE users SET username = $1 WHERE id = $2", {username, user_id});
+  if (!r.ok() && absl::IsAlreadyExists(r.status())) {
+    return absl::AlreadyExistsError(absl::StrCat("user '", username, "' already exists"));
+  }
+  RETURN_IF_ERROR(r.status());
+  if (r->changed() != 1) return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SessionRow>> PostgresStore::LoadSessions(int64_t now_ms) {
   RETURN_IF_ERROR(conn_->Exec("DELETE FROM sessions WHERE expires_ms <= $1", {now_ms}).status());
   ASSIGN_OR_RETURN(Result r, conn_->Exec("SELECT token_hash, user_id, created_ms, expires_ms "
@@ -286,6 +297,23 @@ absl::Status PostgresStore::DeleteModelVersion(int64_t version_id, const v1::Mod
   ASSIGN_OR_RETURN(Result r, conn_->Exec("DELETE FROM model_versions WHERE id = $1", {version_id}));
   if (r.changed() != 1) {
     return absl::NotFoundError(absl::StrCat("model version ", version_id, " not in the database"));
+  }
+  RETURN_IF_ERROR(WriteModel(model));
+  return tx.Commit();
+}
+
+absl::Status PostgresStore::UpdateModelVersion(const v1::ModelVersion& version,
+                                               const v1::Model& model) {
+  Transaction tx(conn_.get());
+  RETURN_IF_ERROR(tx.status());
+  v1::ModelVersion stored = version;
+  stored.clear_model_name();
+  stored.clear_checkpoint();
+  const std::string data = stored.SerializeAsString();
+  ASSIGN_OR_RETURN(Result r, conn_->Exec("UPDATE model_versions SET data = $1 WHERE id = $2",
+                                         {Bytes{data}, version.id()}));
+  if (r.changed() != 1) {
+    return absl::NotFoundError(absl::StrCat("model version ", version.id(), " not in the database"));
   }
   RETURN_IF_ERROR(WriteModel(model));
   return tx.Commit();

@@ -184,6 +184,20 @@ absl::Status SqliteStore::SetUserAgentUserGroup(int64_t user_id,
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::SetUsername(int64_t user_id, const std::string& username) {
+  Stmt s(db_, "UPDATE users SET username = ? WHERE id = ?");
+  if (absl::Status st = s.Bind(1, username).Bind(2, user_id).Run(); !st.ok()) {
+    if (absl::IsAlreadyExists(st)) {
+      return absl::AlreadyExistsError(absl::StrCat("user '", username, "' already exists"));
+    }
+    return st;
+  }
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SessionRow>> SqliteStore::LoadSessions(int64_t now_ms) {
   Stmt expired(db_, "DELETE FROM sessions WHERE expires_ms <= ?");
   RETURN_IF_ERROR(expired.Bind(1, now_ms).Run());

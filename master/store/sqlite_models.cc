@@ -101,4 +101,20 @@ absl::Status SqliteStore::DeleteModelVersion(int64_t version_id, const v1::Model
   return tx.Commit();
 }
 
+absl::Status SqliteStore::UpdateModelVersion(const v1::ModelVersion& version,
+                                             const v1::Model& model) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  v1::ModelVersion stored = version;
+  stored.clear_model_name();
+  stored.clear_checkpoint();
+  Stmt s(db_, "UPDATE model_versions SET data = ? WHERE id = ?");
+  RETURN_IF_ERROR(s.BindBlob(1, stored.SerializeAsString()).Bind(2, stored.id()).Run());
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("model version ", version.id(), " not in the database"));
+  }
+  RETURN_IF_ERROR(WriteModel(model));
+  return tx.Commit();
+}
+
 }  // namespace det::master

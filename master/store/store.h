@@ -216,6 +216,9 @@ class Store {
   // Deletes the version of id `version_id` and writes `model` in one transaction. NotFound
   // "model version N not in the database".
   virtual absl::Status DeleteModelVersion(int64_t version_id, const v1::Model& model) = 0;
+  // Writes `version` (by id) and `model` in one transaction. NotFound as DeleteModelVersion.
+  virtual absl::Status UpdateModelVersion(const v1::ModelVersion& version,
+                                          const v1::Model& model) = 0;
 
   // Agents' host metrics. AddSystemMetrics appends `samples` and deletes every sample
   // older than `keep_after_ms` (bounded retention) in one transaction.
@@ -237,6 +240,10 @@ class Store {
   // Stores `link` as the user's agent_user_group (an empty agent_user unlinks). NotFound
   // when there is no such user.
   virtual absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) {
+    return NoUsers();
+  }
+  // AlreadyExists "user 'NAME' already exists" when another user has `username`.
+  virtual absl::Status SetUsername(int64_t user_id, const std::string& username) {
     return NoUsers();
   }
   // The sessions with expires_ms > now_ms; deletes the others.

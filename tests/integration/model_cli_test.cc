@@ -2,11 +2,14 @@
 // with SQLite, an agent, example workers): create, list, describe, register-version of a
 // checkpoint the grid stored, list-versions, delete-version and delete, in tables and JSON;
 // a registered checkpoint cannot be deleted (det checkpoint delete, det experiment delete)
-// until its version is deleted; a second user may read a model but not change it.
+// until its version is deleted; a second user may read a model but not change it; det model
+// edit-version (PatchModelVersion) changes only the fields given; the model tables wrap to
+// $COLUMNS.
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -80,6 +83,58 @@ TEST(ModelCli, RegisterACheckpointAndItIsKept) {
   EXPECT_EQ(described["model_versions"][0].value("notes", ""), "v1");
   CommandResult v9 = cluster.Det({"model", "describe", "mnist", "--version", "9"});
   EXPECT_EQ(v9.err, "det: model 'mnist' has no version 9\n");
+
+  // PatchModelVersion: only the fields given change.
+  CommandResult edited =
+      cluster.Det({"model", "edit-version", "mnist", "1", "--name", "best", "--comment",
+                   "from the grid", "--add-label", "prod", "--add-label", "candidate"});
+  ASSERT_TRUE(edited.exit.ok()) << edited.err;
+  EXPECT_THAT(edited.out, StartsWith("Changed version 1 of model mnist\n"));
+  EXPECT_THAT(edited.out, HasSubstr("prod, candidate"));
+  ASSERT_TRUE(cluster.Det({"model", "edit-version", "mnist", "1", "--remove-label", "prod",
+                           "--metadata", R"({"stage": "staging"})"})
+                  .exit.ok());
+  nlohmann::json version = cluster.DetJson({"model", "describe", "mnist", "--version", "1"});
+  ASSERT_TRUE(version.is_object()) << version.dump();
+  const nlohmann::json& v1 = version["model_versions"][0];
+  EXPECT_EQ(v1.value("name", ""), "best");
+  EXPECT_EQ(v1.value("comment", ""), "from the grid");
+  EXPECT_EQ(v1.value("notes", ""), "v1");  // not given: kept
+  EXPECT_EQ(v1["labels"], nlohmann::json::array({"candidate"}));
+  EXPECT_EQ(v1.value("metadata_json", ""), R"({"stage": "staging"})");
+  CommandResult nothing = cluster.Det({"model", "edit-version", "mnist", "1"});
+  EXPECT_EQ(nothing.exit.exit_code, 1);
+  EXPECT_THAT(nothing.err, HasSubstr("nothing to change; give --name, --comment"));
+  CommandResult bad_meta = cluster.Det({"model", "edit-version", "mnist", "1", "--metadata", "[1]"});
+  EXPECT_EQ(bad_meta.err, "det: metadata: expected a JSON object, got '[1]'\n");
+  CommandResult no_version = cluster.Det({"model", "edit-version", "mnist", "9", "--name", "x"});
+  EXPECT_EQ(no_version.err, "det: model 'mnist' has no version 9\n");
+  CommandResult zero = cluster.Det({"model", "edit-version", "mnist", "0", "--name", "x"});
+  EXPECT_NE(zero.exit.exit_code, 0);
+  EXPECT_THAT(zero.err, HasSubstr("VERSION"));
+
+  // Long descriptions and labels wrap: no line wider than $COLUMNS, nothing cut off.
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&long_text, "word", i, " ");
+  ASSERT_TRUE(cluster.Det({"model", "create", "wide", "--description", long_text, "--label",
+                           std::string(150, 'l')})
+                  .exit.ok());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"model", "list"}, {"model", "describe", "wide"},
+        {"model", "describe", "mnist"}, {"model", "list-versions", "wide"}}) {
+    std::vector<std::string> argv = {TestCluster::BinDir() + "/det", "-m", cluster.address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult narrow = RunCommand(argv, absl::Seconds(60),
+                                      {{"DET_USER_TOKEN", cluster.token()}, {"COLUMNS", "120"}});
+    ASSERT_TRUE(narrow.exit.ok()) << narrow.err;
+    for (absl::string_view line : absl::StrSplit(narrow.out, '\n')) {
+      EXPECT_LE(line.size(), 120u) << args[1] << ":\n" << narrow.out;
+    }
+    if (args[1] != "describe" || args[2] == "wide") {
+      EXPECT_THAT(narrow.out, HasSubstr("word39")) << narrow.out;
+      EXPECT_THAT(narrow.out, HasSubstr("word0")) << narrow.out;
+    }
+  }
 
   // Kept: neither its deletion nor its experiment's is allowed while it is a version.
   CommandResult del = cluster.Det({"checkpoint", "delete", uuid, "--yes"});

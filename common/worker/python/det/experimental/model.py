@@ -46,7 +46,7 @@ class ModelVersion:
 
     Attributes (Determined's): `checkpoint` (Checkpoint, as the master has it now),
     `model_version` (its number: 1, 2, ... per model), `model_version_id` (unique id),
-    `model_id`, `model_name`, `name`, `comment`, `notes`, `metadata` (dict). det's own:
+    `model_id`, `model_name`, `name`, `comment`, `notes`, `metadata` (dict), `labels`. det's own:
     `username` (who registered it) and `creation_time`."""
 
     def __init__(self, session: _session.Session, proto: types_pb2.ModelVersion) -> None:
@@ -60,6 +60,7 @@ class ModelVersion:
         self.comment = proto.comment
         self.notes = proto.notes
         self.metadata: Dict[str, Any] = _metadata(proto.metadata_json)
+        self.labels: List[str] = list(proto.labels)
         self.username = proto.username
         self.creation_time = _time(proto.creation_time_ms)
 
@@ -69,13 +70,21 @@ class ModelVersion:
         self._session.call("DeleteModelVersion", api_pb2.DeleteModelVersionRequest(
             model_name=self.model_name, version=self.model_version))
 
+    def _patch(self, **fields: Any) -> None:
+        resp = self._session.call("PatchModelVersion", api_pb2.PatchModelVersionRequest(
+            model_name=self.model_name, version=self.model_version, **fields))
+        v = resp.model_version
+        self.name, self.comment, self.notes = v.name, v.comment, v.notes
+        self.metadata = _metadata(v.metadata_json)
+        self.labels = list(v.labels)
+
     def set_name(self, name: str) -> None:
-        raise NotImplementedError("ModelVersion.set_name: det's master cannot change a "
-                                  "registered version yet; give name= when registering")
+        """Renames this version (the model's owner or an admin only)."""
+        self._patch(name=name)
 
     def set_notes(self, notes: str) -> None:
-        raise NotImplementedError("ModelVersion.set_notes: det's master cannot change a "
-                                  "registered version yet; give notes= when registering")
+        """Replaces this version's notes (the model's owner or an admin only)."""
+        self._patch(notes=notes)
 
     def __repr__(self) -> str:
         return (f"ModelVersion(model_name={self.model_name}, model_version={self.model_version}, "
