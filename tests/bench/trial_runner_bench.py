@@ -16,7 +16,19 @@ moment batch `warmup` starts training (its data fetched) to the moment batch
 `warmup + steps` does, so every timed cycle holds one fetch, one step and what the loop does
 between steps (the final validation and checkpoint of fit() come after and are not timed).
 The sides alternate, --reps runs each; the table gives the median samples/s of rank 0 and
-the Trial/hand ratio.
+the Trial/hand ratio, and rank 0's CPU time per timed batch (median; all its threads),
+which a loaded machine disturbs less than samples/s: what each side computes, not what it
+waits.
+
+Like for like, except what the Trial must do by contract (docs/performance.md, "PyTorchTrial
+under the Trainer vs a hand-written loop", measures each): det's elastic order (every rank
+computes the epoch's global order, so that any rank count resumes mid-epoch at the next
+batch; DistributedSampler draws a randperm), one stop check after every batch (on 2 ranks
+a 2-flag tensor all-reduce: a preemption or set_stop_requested on any rank stops every rank
+after the same batch), the phases' timers (dataloader_next, to_device, train_batch,
+from_device) and the loss turned into a number (the hand loop's loss.item()). The model,
+data, batch, optimizer, DDP settings (torch's defaults on both sides) and collation are the
+same.
 
 Usage: [DET_TEST_PYTHON=/usr/bin/python3] python3 tests/bench/trial_runner_bench.py
            [--reps 3] [--steps 200] [--warmup 10] [--ranks 1,2] [--batch 64]
@@ -61,21 +73,23 @@ def _data(records):
 
 
 class _Clock:
-    """Times batches warmup .. warmup + steps: the moment each starts training."""
+    """Times batches warmup .. warmup + steps: the moment each starts training; wall clock
+    and this process's CPU time (all its threads: what it computed, not what it waited)."""
 
     def __init__(self, warmup, steps):
         self.warmup, self.steps = warmup, steps
-        self.start = self.end = None
+        self.start = self.end = self.cpu_start = self.cpu_end = None
 
     def at_batch(self, batch_idx):
         if batch_idx == self.warmup:
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
         elif batch_idx == self.warmup + self.steps:
-            self.end = time.perf_counter()
+            self.end, self.cpu_end = time.perf_counter(), time.process_time()
 
     def result(self, global_batch):
         seconds = self.end - self.start
-        return {"seconds": seconds, "samples_per_s": self.steps * global_batch / seconds}
+        return {"seconds": seconds, "samples_per_s": self.steps * global_batch / seconds,
+                "cpu_ms_per_batch": 1000 * (self.cpu_end - self.cpu_start) / self.steps}
 
 
 def _hand(args, rank, world):
@@ -160,10 +174,48 @@ def _trial(args, rank, world):
     return clock
 
 
+def _stop_checks(args, rank):
+    """The Trainer's stop check after a batch, alone, --steps times in a row on every rank:
+    as det checks now (its preemption vote and set_stop_requested in one 2-flag tensor
+    all-reduce) and as it checked before (should_preempt()'s object allgather, then an
+    allgather of the stop flag); per check, wall and CPU milliseconds, 3 alternating rounds."""
+    import torch
+    import torch.distributed as dist
+    from det import core
+    from det.pytorch._harness import trainer
+    dist.init_process_group("gloo")
+    d = core.DistributedContext.from_torch_distributed()
+    with core.PreemptContext(None, d, core.PreemptMode.WorkersAskChief,
+                             on_cluster=False) as preempt:
+        checks = {
+            "all_reduce": lambda: trainer._any_rank(d, torch.device("cpu"),
+                                                    [preempt._vote(), False]),
+            "objects": lambda: preempt.should_preempt() or any(d.allgather(False)),
+        }
+        got = {name: [] for name in checks}
+        for _ in range(3):
+            for name, check in checks.items():
+                dist.barrier()
+                wall, cpu = time.perf_counter(), time.process_time()
+                for _ in range(args.steps):
+                    check()
+                got[name].append((1000 * (time.perf_counter() - wall) / args.steps,
+                                  1000 * (time.process_time() - cpu) / args.steps))
+    dist.barrier()
+    dist.destroy_process_group()
+    return {name: [statistics.median(w for w, _ in v), statistics.median(c for _, c in v)]
+            for name, v in got.items()}
+
+
 def worker(args):
     import torch
     torch.set_num_threads(1)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if args.worker == "stopcheck":
+        figures = _stop_checks(args, rank)
+        if rank == 0:
+            print("BENCH " + json.dumps(figures), flush=True)
+        return
     if args.worker == "hand":
         import torch.distributed as dist
         if world > 1:
@@ -220,7 +272,11 @@ def _run_in(args, mode, world, workdir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=["hand", "trial"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["hand", "trial", "stopcheck"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--stop-check", action="store_true",
+                        help="also time the Trainer's stop check alone on 2 ranks (--steps "
+                        "checks): now (one tensor all-reduce) and before (object collectives)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
@@ -252,17 +308,29 @@ def main():
           f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
     print()
     print("| ranks | hand-written loop samples/s | PyTorchTrial under Trainer samples/s | "
-          "Trial / hand | runs (hand; trial) |")
-    print("| --- | --- | --- | --- | --- |")
+          "Trial / hand | runs (hand; trial) | rank 0 CPU ms/batch (hand; trial) |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for w in ranks:
         got = {"hand": [], "trial": []}
+        cpu = {"hand": [], "trial": []}
         for _ in range(args.reps):
             for mode in ("hand", "trial"):  # Alternating: both see the same machine.
-                got[mode].append(run_once(args, mode, w)["samples_per_s"])
+                figures = run_once(args, mode, w)
+                got[mode].append(figures["samples_per_s"])
+                cpu[mode].append(figures["cpu_ms_per_batch"])
         hand, trial = statistics.median(got["hand"]), statistics.median(got["trial"])
         runs = "; ".join(", ".join(f"{v:.0f}" for v in got[m]) for m in ("hand", "trial"))
-        print(f"| {w} | {hand:.1f} | {trial:.1f} | {100 * trial / hand:.1f}% | {runs} |",
-              flush=True)
+        cpus = "; ".join(f"{statistics.median(cpu[m]):.1f}" for m in ("hand", "trial"))
+        print(f"| {w} | {hand:.1f} | {trial:.1f} | {100 * trial / hand:.1f}% | {runs} | "
+              f"{cpus} |", flush=True)
+    if args.stop_check:
+        figures = run_once(args, "stopcheck", 2)
+        print()
+        print("The stop check alone on 2 ranks (median of 3 rounds of --steps checks), ms per "
+              "check, wall / CPU of rank 0: one 2-flag tensor all-reduce (now) "
+              f"{figures['all_reduce'][0]:.3f} / {figures['all_reduce'][1]:.3f}; "
+              "should_preempt() + allgather of the stop flag (before) "
+              f"{figures['objects'][0]:.3f} / {figures['objects'][1]:.3f}")
     print()
     print(f"load average after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
