@@ -19,6 +19,7 @@
 #include "common/event_loop/event_loop.h"
 #include "common/logging/logging.h"
 #include "master/api/handlers.h"
+#include "master/scheduling/waiting_reason.h"
 #include "master/searcher/searcher.h"
 #include "master/store/store.h"
 #include "master/trials/run_outcome.h"
@@ -84,11 +85,11 @@ struct TrialState {
   void NoteStopCause(StopCause cause) { stop_cause = MorePressing(stop_cause, cause); }
 
   // Why the queued trial waits ("" when nothing was said); written by TrialManager only.
-  const std::string& waiting_reason() const { return waiting_reason_; }
+  const std::string& waiting_reason() const { return waiting_reason_.get(); }
 
  private:
   friend class TrialManager;
-  std::string waiting_reason_;
+  WaitingReason waiting_reason_;
 };
 
 struct ExperimentRegistry {
