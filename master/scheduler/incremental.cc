@@ -66,7 +66,8 @@ struct AgentById {
 }  // namespace
 
 struct IncrementalScheduler::Pool {
-  explicit Pool(std::string n) : name(std::move(n)) {}
+  // No agents yet: no sizes, as number 0.
+  explicit Pool(std::string n) : name(std::move(n)) { sizes_ids.emplace("", 0); }
   using ById = std::set<Agent*, AgentById>;
 
   std::string name;
@@ -159,6 +160,7 @@ struct IncrementalScheduler::Pool {
   std::vector<Snapshot> reported_since_blocker;
   int reported_agents = 0, reported_enabled = 0;
   std::map<int, int> reported_count_by_size;
+  std::string reported_behind;  // The last behind_reason passed ("" none yet).
 };
 
 
@@ -581,8 +583,7 @@ std::string IncrementalScheduler::Format(const Req& q, const Outcome& out) const
     case Outcome::kNone:
       return "";
     case Outcome::kBehind:
-      return absl::StrCat("waiting behind ", pools_.at(pool)->blocker->r.Label(), " (priority ",
-                          out.a, ")");
+      return BehindText(*pools_.at(pool)->blocker);
     case Outcome::kCapped:
       return absl::StrCat("max_slots ", r.group_max_slots, " of its experiment reached (",
                           Plural(out.a, "slot"), " in use, needs ", r.slots, " more)");
@@ -634,30 +635,70 @@ Decision IncrementalScheduler::ToDecision() const {
   return d;
 }
 
-void IncrementalScheduler::ChangedReasons(
-    const std::function<void(const std::string& id, const std::string& reason)>& changed) {
+std::string IncrementalScheduler::BehindText(const Req& blocker) const {
+  const Request& r = blocker.r;
+  return absl::StrCat("waiting behind ", r.label.empty() && labeler_ ? labeler_(r) : r.Label(),
+                      " (priority ", r.priority, ")");
+}
+
+IncrementalScheduler::Outcome IncrementalScheduler::Reported(const Req& q) const {
+  Outcome out = Summarize(q);
+  if (out.kind == Outcome::kBehind) {
+    out = {Outcome::kBehind};
+    out.x = reinterpret_cast<uintptr_t>(pools_.at(q.r.pool).get());
+  }
+  return out;
+}
+
+void IncrementalScheduler::PassReason(const std::string& id, const ReasonSink& sink) const {
+  if (!fresh_) Impossible("PassReason() about a pass the state has changed since");
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  const Req& q = *it->second;
+  const Outcome out = Summarize(q);
+  if (out.kind == Outcome::kPlaced) return;
+  if (out.kind == Outcome::kBehind) {
+    sink.behind(q.r.id, q.r.pool);
+  } else {
+    sink.changed(q.r.id, Format(q, out));
+  }
+}
+
+void IncrementalScheduler::ChangedReasons(const ReasonSink& sink) {
   if (!fresh_) Impossible("ChangedReasons() about a pass the state has changed since");
   ++report_;
   const bool all = report_all_;
-  // "waiting behind B (priority P)", formatted once per blocker: a new blocker changes the
-  // reason of every request of its pool it holds back.
-  absl::flat_hash_map<uint64_t, std::string> behind;
+  // First each pool's text for the requests behind its blocker: one string however many
+  // wait behind it.
+  for (auto& [name, p] : pools_) {
+    if (all) p->reported_behind.clear();  // The caller's record of the texts is lost too.
+    if (!p->blocker) continue;
+    std::string text = BehindText(*p->blocker);
+    if (!all && text == p->reported_behind) continue;
+    sink.behind_reason(name, text);
+    p->reported_behind = std::move(text);
+  }
   auto check = [&](Req* q) {
     if (q->removed || q->checked == report_) return;
     q->checked = report_;
-    const Outcome out = Summarize(*q);
+    const Outcome out = Reported(*q);
     if (out.kind == Outcome::kPlaced || (!all && out == q->reported)) {
       q->reported = out;
       return;
     }
     q->reported = out;
     if (out.kind == Outcome::kBehind) {
-      auto [it, added] = behind.try_emplace(out.x);
-      if (added) it->second = Format(*q, out);
-      changed(q->r.id, it->second);
-      return;
+      sink.behind(q->r.id, q->r.pool);
+    } else {
+      sink.changed(q->r.id, Format(*q, out));
     }
-    changed(q->r.id, Format(*q, out));
+  };
+  // The requests of `priority` in pool `p`.
+  auto check_priority = [&](Pool& p, int priority) {
+    for (auto it = p.by_priority_size.lower_bound({priority, 0});
+         it != p.by_priority_size.end() && it->first.first == priority; ++it) {
+      for (const Key& k : it->second) check(k.req);
+    }
   };
   if (all) {
     for (auto& [id, q] : requests_) check(q.get());
@@ -669,8 +710,13 @@ void IncrementalScheduler::ChangedReasons(
       const Req* b = p->blocker;
       const uint64_t arrival = b ? b->key.arrival : Pool::kNoBlocker;
       if (arrival != p->reported_blocker || (b && (b->dirty || b->r.priority != p->reported_blocker_priority))) {
-        // Every request with slots may wait behind another blocker now.
-        for (const Key& k : p->with_slots) check(k.req);
+        // Another blocker. A request neither pass visited, set since or of a group whose
+        // context changed was held back by max_slots in both (the same held slots), or
+        // waited behind in both (its text is the pool's), unless it is of the old or the
+        // new blocker's priority (then the slots the pool offered may be its reason). With
+        // no blocker in either pass, that pass visited every request of the pool.
+        if (p->reported_blocker != Pool::kNoBlocker) check_priority(*p, p->reported_blocker_priority);
+        if (b) check_priority(*p, b->r.priority);
       } else if (b && (p->since_blocker != p->reported_since_blocker ||
                        p->agents != p->reported_agents || p->enabled != p->reported_enabled ||
                        p->count_by_size != p->reported_count_by_size)) {

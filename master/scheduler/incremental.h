@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -69,20 +70,44 @@ class IncrementalScheduler {
   // The whole decision, as Schedule() returns it: O(queue) strings.
   Decision ToDecision() const;
 
+  // Where ChangedReasons() passes what changed. A request waiting behind its pool's
+  // blocker ("waiting behind B (priority P)") is passed once, when it starts waiting
+  // behind (behind), and its pool's text once per blocker (behind_reason): a freed agent
+  // that moves the blocker of 100,000 requests is one behind_reason, not 100,000 reasons.
+  struct ReasonSink {
+    // `id` waits for `reason` (a reason of its own).
+    std::function<void(const std::string& id, const std::string& reason)> changed;
+    // `id` waits behind the blocker of resource pool `pool`: its reason is the pool's
+    // latest behind_reason, whichever request the blocker is.
+    std::function<void(const std::string& id, const std::string& pool)> behind;
+    // The reason of every request waiting behind `pool`'s blocker is now `reason`. Passed
+    // before any `behind` of the same call.
+    std::function<void(const std::string& pool, const std::string& reason)> behind_reason;
+  };
   // The waiting reasons that changed since the last call (all of them on the first call,
-  // and on the first call after ReportAllReasons()): `changed(id, reason)` for every
-  // request that waits now with a reason other than the one last passed for it (a request
-  // set anew counts as never passed). Placed requests are not passed. Costs O(requests
-  // whose reason may have changed): those the last two reported passes visited, those set
-  // since, the groups whose max_slots context changed, and a pool's whole queue only when
-  // its blocker changed (or the requests of the blocker's priority when what the pool
-  // offers after the blocker changed).
+  // and on the first call after ReportAllReasons()): for every request that waits now with
+  // a reason other than the one last passed for it (a request set anew counts as never
+  // passed), `changed` or `behind`; and `behind_reason` for every pool whose blocker's text
+  // changed. Placed requests are not passed. Costs O(requests whose reason may have
+  // changed): those the last two reported passes visited, those set since, the groups
+  // whose max_slots context changed, and of a pool whose blocker changed only the requests
+  // of the old and new blocker's priorities (the others behind it keep waiting behind,
+  // their text is the pool's), or of the blocker's priority when what the pool offers
+  // after the blocker changed.
   // REQUIRES: as WaitingReason (Schedule() was called and nothing changed since).
-  void ChangedReasons(
-      const std::function<void(const std::string& id, const std::string& reason)>& changed);
+  void ChangedReasons(const ReasonSink& sink);
+  // The reason of one waiting request as ChangedReasons would pass it (for a caller that
+  // lost its record of it), without changing what the next ChangedReasons passes. Nothing
+  // for a placed or unknown request. REQUIRES: as WaitingReason.
+  void PassReason(const std::string& id, const ReasonSink& sink) const;
   // The next ChangedReasons() passes every waiting request's reason (the caller's record
   // of them was lost).
   void ReportAllReasons() { report_all_ = true; }
+
+  // How a blocker is named in the reasons of the requests behind it, when its Request's
+  // label is empty (instead of its id): the label is then made only for a blocker, not
+  // kept for every request (a large queue's memory).
+  void SetLabeler(std::function<std::string(const Request&)> labeler) { labeler_ = std::move(labeler); }
 
   size_t num_agents() const { return agents_.size(); }
   size_t num_requests() const { return requests_.size(); }
@@ -141,12 +166,16 @@ class IncrementalScheduler {
   Outcome Summarize(const Req& q) const;  // Why q waits, compactly.
   std::string Format(const Req& q, const Outcome& out) const;
   std::string Reason(const Req& q) const { return Format(q, Summarize(q)); }
+  // Summarize() as ChangedReasons compares it: kBehind names the pool, not the blocker.
+  Outcome Reported(const Req& q) const;
+  std::string BehindText(const Req& blocker) const;
   void Dirty(Req* q);
   void GroupIndexAdd(Req* q);
   void GroupIndexRemove(Req* q);
   void Changed() { fresh_ = false; }
 
   Fit fit_;
+  std::function<std::string(const Request&)> labeler_;
   // B-trees, not hash maps: no rehash of the whole table inside a turn's changes.
   absl::btree_map<std::string, std::unique_ptr<Agent>> agents_;
   absl::btree_map<std::string, std::unique_ptr<Req>> requests_;

@@ -125,27 +125,61 @@ class Twin {
     }
     for (const auto& p : want.placements) ASSERT_EQ(inc_.WaitingReason(p.request_id), "");
     // The reasons that changed, kept as the master keeps them: only a changed reason is
-    // passed, and the record then holds every waiting request's reason.
+    // passed, a request behind its pool's blocker shares the pool's text, and the record
+    // then shows every waiting request's reason.
     if (Pick(10) == 0) {
       inc_.ReportAllReasons();
       reasons_.clear();
+      pool_reasons_.clear();
     }
-    inc_.ChangedReasons([&](const std::string& id, const std::string& why) {
+    bool behind_passed = false;
+    IncrementalScheduler::ReasonSink sink;
+    sink.changed = [&](const std::string& id, const std::string& why) {
       auto it = reasons_.find(id);
-      EXPECT_TRUE(it == reasons_.end() || it->second != why) << id << " passed unchanged: " << why;
-      reasons_[id] = why;
-    });
+      EXPECT_TRUE(it == reasons_.end() || !it->second.pool.empty() || it->second.own != why)
+          << id << " passed unchanged: " << why;
+      reasons_[id] = {why, ""};
+    };
+    sink.behind = [&](const std::string& id, const std::string& pool) {
+      behind_passed = true;
+      auto it = reasons_.find(id);
+      EXPECT_TRUE(it == reasons_.end() || it->second.pool != pool) << id << " passed behind again";
+      EXPECT_TRUE(pool_reasons_.count(pool)) << id << " behind " << pool << ", which has no text";
+      reasons_[id] = {"", pool};
+    };
+    sink.behind_reason = [&](const std::string& pool, const std::string& why) {
+      EXPECT_FALSE(behind_passed) << "the text of " << pool << " after a request behind it";
+      auto it = pool_reasons_.find(pool);
+      EXPECT_TRUE(it == pool_reasons_.end() || it->second != why) << pool << " passed unchanged";
+      pool_reasons_[pool] = why;
+    };
+    inc_.ChangedReasons(sink);
     for (const auto& p : want.placements) reasons_.erase(p.request_id);
     for (const auto& [id, why] : want.waiting) {
-      auto it = reasons_.find(id);
-      ASSERT_TRUE(it != reasons_.end()) << id << " waits (" << why << ") but was never passed";
-      ASSERT_EQ(it->second, why) << id;
+      ASSERT_EQ(Shown(id), why) << id;
     }
     // A second pass with nothing changed is the same pass, and changes no reason.
     ASSERT_EQ(Describe(inc_.Schedule()), Describe(want.placements));
-    inc_.ChangedReasons([&](const std::string& id, const std::string& why) {
+    IncrementalScheduler::ReasonSink none;
+    none.changed = [&](const std::string& id, const std::string& why) {
       ADD_FAILURE() << id << " passed again with nothing changed: " << why;
-    });
+    };
+    none.behind = [&](const std::string& id, const std::string& pool) {
+      ADD_FAILURE() << id << " passed behind " << pool << " again with nothing changed";
+    };
+    none.behind_reason = [&](const std::string& pool, const std::string& why) {
+      ADD_FAILURE() << pool << "'s text passed again with nothing changed: " << why;
+    };
+    inc_.ChangedReasons(none);
+    // A caller that lost a record gets the same one back.
+    if (!want.waiting.empty()) {
+      const std::string id = RandomKey(want.waiting);
+      Record before = reasons_.at(id);
+      reasons_.erase(id);
+      inc_.PassReason(id, sink);
+      ASSERT_EQ(reasons_.at(id).own, before.own) << id;
+      ASSERT_EQ(reasons_.at(id).pool, before.pool) << id;
+    }
     last_ = want.placements;
   }
 
@@ -239,7 +273,20 @@ class Twin {
   std::vector<std::string> order_;  // Request ids in the order they were first set.
   std::map<std::string, int> group_used_;
   std::vector<Placement> last_;
-  std::map<std::string, std::string> reasons_;  // As ChangedReasons passed them.
+  // As ChangedReasons passed them: a reason of its own, or its pool's.
+  struct Record {
+    std::string own, pool;
+  };
+  std::map<std::string, Record> reasons_;
+  std::map<std::string, std::string> pool_reasons_;  // pool -> the text behind its blocker
+  // What a reader of the record sees for `id` ("<none>" when never passed).
+  std::string Shown(const std::string& id) const {
+    auto it = reasons_.find(id);
+    if (it == reasons_.end()) return "<none>";
+    if (it->second.pool.empty()) return it->second.own;
+    auto p = pool_reasons_.find(it->second.pool);
+    return p == pool_reasons_.end() ? "<no text for pool " + it->second.pool + ">" : p->second;
+  }
   int next_ = 0;
 };
 
@@ -284,6 +331,61 @@ TEST(IncrementalScheduler, AWaitingReasonNamesTheBlockerByItsLabel) {
   s.SetRequest(Req("low", 1, 50, 2));
   s.Schedule();
   EXPECT_EQ(s.WaitingReason("low"), "waiting behind trial 27 of experiment 5 (priority 10)");
+}
+
+// The case ChangedReasons is built for: a freed agent moves the blocker of many requests.
+// Their reasons change by one text (the pool's), not one per request, and every request
+// then reads the new reason.
+TEST(IncrementalScheduler, AFreedAgentThatMovesTheBlockerChangesOneTextForEveryRequestBehind) {
+  IncrementalScheduler s(Fit::kBestFit);
+  s.SetAgent(Agent("a", 4, 4));  // Busy.
+  s.SetAgent(Agent("b", 4, 4));
+  s.SetRequest(Req("big1", 4, 10, 1));
+  s.SetRequest(Req("big2", 4, 20, 2));
+  constexpr int kBehind = 10000;
+  for (int i = 0; i < kBehind; ++i) s.SetRequest(Req(absl::StrCat("low-", i), 1, 50, 3 + i));
+  ASSERT_TRUE(s.Schedule().empty());
+
+  std::map<std::string, std::string> own, pool_of, pool_text;  // The caller's record.
+  int passed = 0;
+  IncrementalScheduler::ReasonSink sink;
+  sink.changed = [&](const std::string& id, const std::string& why) {
+    ++passed;
+    own[id] = why;
+    pool_of.erase(id);
+  };
+  sink.behind = [&](const std::string& id, const std::string& pool) {
+    ++passed;
+    pool_of[id] = pool;
+    own.erase(id);
+  };
+  sink.behind_reason = [&](const std::string& pool, const std::string& why) {
+    pool_text[pool] = why;
+  };
+  auto shown = [&](const std::string& id) {
+    auto p = pool_of.find(id);
+    return p != pool_of.end() ? pool_text.at(p->second) : own.at(id);
+  };
+  s.ChangedReasons(sink);
+  EXPECT_EQ(passed, kBehind + 2);  // The first report passes every request.
+  EXPECT_EQ(shown("low-0"), "waiting behind big1 (priority 10)");
+  EXPECT_EQ(shown("big2"), "waiting behind big1 (priority 10)");
+
+  // Agent a's trial ends: big1 is placed there, big2 now holds back the 10,000.
+  s.SetAgent(Agent("a", 4, 0));
+  ASSERT_EQ(s.Schedule().size(), 1u);
+  EXPECT_EQ(s.Schedule()[0].request_id, "big1");
+  passed = 0;
+  s.ChangedReasons(sink);
+  EXPECT_LE(passed, 2);  // big2 (a reason of its own now); none of the 10,000.
+  EXPECT_EQ(pool_text.at("default"), "waiting behind big2 (priority 20)");
+  EXPECT_EQ(shown("big2"), s.WaitingReason("big2"));
+  EXPECT_THAT(shown("big2"), ::testing::HasSubstr("needs 4 free slots on one agent"));
+  for (int i = 0; i < kBehind; ++i) {
+    const std::string id = absl::StrCat("low-", i);
+    ASSERT_EQ(shown(id), "waiting behind big2 (priority 20)") << id;
+    ASSERT_EQ(shown(id), s.WaitingReason(id)) << id;
+  }
 }
 
 TEST(IncrementalScheduler, APassLeavesTheClusterAsItWas) {

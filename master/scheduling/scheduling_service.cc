@@ -61,11 +61,10 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
                                e.resource_pool()};
           r.group = Group(e.id());
           r.group_max_slots = es->config.resources.max_slots;
-          r.label = absl::StrCat("trial ", trial_id, " of experiment ", e.id());
-          return r;
+          return r;  // Labelled when it blocks others (SetLabeler in SchedulePass).
         };
         if (!SeenUnchanged(rid, {e.slots_per_trial(), e.priority(),
-                                 es->config.resources.max_slots, e.resource_pool()})) {
+                                 es->config.resources.max_slots, PoolId(e.resource_pool())})) {
           scheduler_->SetRequest(request());
         } else if (t.waiting_reason().empty()) {
           fresh->lost.push_back(id);
@@ -101,7 +100,9 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
     const int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
     const RequestId rid = RequestId::Gc(id);
     scheduler::Request r{ids_.Add(rid), 0, priority, id, g.task.resource_pool()};
-    if (!SeenUnchanged(rid, {0, priority, 0, g.task.resource_pool()})) scheduler_->SetRequest(r);
+    if (!SeenUnchanged(rid, {0, priority, 0, PoolId(g.task.resource_pool())})) {
+      scheduler_->SetRequest(r);
+    }
     fresh->gc.push_back(id);
     if (preemption) fresh->queue.push_back(std::move(r));
   }
@@ -141,7 +142,16 @@ void SchedulingService::SchedulePass() {
   if (slurm_ != nullptr) slurm_->SchedulePass();
   const auto fit = config_.scheduler_fit == "worst_fit" ? scheduler::Fit::kWorstFit
                                                         : scheduler::Fit::kBestFit;
-  if (scheduler_ == nullptr) scheduler_ = std::make_unique<scheduler::IncrementalScheduler>(fit);
+  if (scheduler_ == nullptr) {
+    scheduler_ = std::make_unique<scheduler::IncrementalScheduler>(fit);
+    // "trial 27 of experiment 5", made for a blocker only (not kept per queued trial).
+    scheduler_->SetLabeler([this](const scheduler::Request& r) {
+      const RequestId& rid = ids_.At(r.id);
+      auto t = trials_.find(rid.id);
+      if (rid.kind != RequestId::Kind::kTrial || t == trials_.end()) return r.id;
+      return absl::StrCat("trial ", rid.id, " of experiment ", t->second.trial.experiment_id());
+    });
+  }
   ++pass_;
   std::vector<std::string> preemptible;
   for (const auto& p : config_.resource_pools) {
@@ -166,6 +176,27 @@ void SchedulingService::SchedulePass() {
     }
     SetWaitingReason(rid.id, why, /*verbose=*/true);
   };
+  // Requests behind a pool's blocker share the pool's text (one string per pool).
+  scheduler::IncrementalScheduler::ReasonSink sink;
+  sink.changed = record;
+  sink.behind = [&](const std::string& key, const std::string& pool) {
+    const RequestId& rid = ids_.At(key);
+    auto text = behind_.find(pool);
+    // The scheduler passes a pool's text before any request behind it, and never holds
+    // back a GC task; either way the reason as it reads now.
+    if (text == behind_.end() || rid.kind == RequestId::Kind::kGc) {
+      record(key, scheduler_->WaitingReason(key));
+      return;
+    }
+    if (trial_manager_.SetWaitingReason(rid.id, text->second)) {
+      TrialEvent(rid.id, "waiting: " + *text->second, /*verbose=*/true);
+    }
+  };
+  sink.behind_reason = [&](const std::string& pool, const std::string& why) {
+    auto [it, added] = behind_.try_emplace(pool);
+    if (added) it->second = std::make_shared<std::string>();
+    *it->second = why;  // Every trial sharing it reads the new text.
+  };
   if (preemption) {
     // The whole decision: every reason is written, a preempting request's replaced.
     scheduler::Decision d = scheduler_->ToDecision();
@@ -178,18 +209,18 @@ void SchedulingService::SchedulePass() {
                      pool ? pool->preemption_timeout : absl::ZeroDuration());
     }
     for (const auto& [request, why] : d.waiting) record(request, why);
-    scheduler_->ChangedReasons([](const std::string&, const std::string&) {});
+    // Every reason was written above, as a text of its own (preemption is on for as long as
+    // the master runs: no pass reports changes only).
+    scheduler::IncrementalScheduler::ReasonSink ignore;
+    ignore.changed = [](const std::string&, const std::string&) {};
+    ignore.behind = [](const std::string&, const std::string&) {};
+    ignore.behind_reason = sink.behind_reason;
+    scheduler_->ChangedReasons(ignore);
   } else {
-    scheduler_->ChangedReasons(record);
+    scheduler_->ChangedReasons(sink);
     // Those whose record was lost, and the GC tasks (few): their reason again.
-    for (int64_t id : fresh.lost) {
-      const std::string key = RequestId::Trial(id).Key();
-      if (std::string why = scheduler_->WaitingReason(key); !why.empty()) record(key, why);
-    }
-    for (int64_t id : fresh.gc) {
-      const std::string key = RequestId::Gc(id).Key();
-      if (std::string why = scheduler_->WaitingReason(key); !why.empty()) record(key, why);
-    }
+    for (int64_t id : fresh.lost) scheduler_->PassReason(RequestId::Trial(id).Key(), sink);
+    for (int64_t id : fresh.gc) scheduler_->PassReason(RequestId::Gc(id).Key(), sink);
   }
   for (const auto& p : placements) {
     const RequestId& rid = ids_.At(p.request_id);

@@ -4,8 +4,11 @@
 // what it fed the last pass (cheap per-pass keys) and hands over only the differences;
 // asks for the placements, then starts them (allocation manager, checkpoint manager) and
 // records why each request waits, writing only the reasons that changed
-// (IncrementalScheduler::ChangedReasons). With preemption on in any pool it also builds the
-// queue and the running trials for SelectPreemptions and writes every reason (as before).
+// (IncrementalScheduler::ChangedReasons). The trials waiting behind a pool's blocker share
+// one text per pool (WaitingReason), rewritten when the blocker changes: a trial's log gets
+// "waiting: ..." when it starts waiting behind, not again each time the blocker in front
+// of it changes. With preemption on in any pool it also builds the queue and the running
+// trials for SelectPreemptions and writes every reason as a text of its own (as before).
 //
 // Called by: Turns at the end of a turn that requested a pass (Turns::RequestSchedule).
 // Loop thread only: every public method checks it.
@@ -66,12 +69,12 @@ class SchedulingService {
   SlurmResourceManager* slurm_ = nullptr;
 
   // What the last pass fed the scheduler about a queued request: a change of any of it
-  // is a SetRequest.
+  // is a SetRequest. 24 bytes: one per queued trial (the pool by PoolId, not its name).
   struct Fed {
     int slots = 0;
     int priority = 0;
     int max_slots = 0;
-    std::string pool;
+    uint32_t pool = 0;
     uint64_t pass = 0;  // The last pass that saw it queued.
     bool operator==(const Fed& o) const {
       return slots == o.slots && priority == o.priority && max_slots == o.max_slots &&
@@ -95,13 +98,22 @@ class SchedulingService {
   // Marks `id` seen by this pass. Returns whether it was fed as `fed` already; else keeps
   // `fed` (the caller sets the request).
   bool SeenUnchanged(const RequestId& id, Fed fed);
+  // A number per resource pool name (Fed::pool).
+  uint32_t PoolId(const std::string& pool) {
+    return pool_ids_.try_emplace(pool, static_cast<uint32_t>(pool_ids_.size())).first->second;
+  }
 
   std::unique_ptr<scheduler::IncrementalScheduler> scheduler_;
   uint64_t pass_ = 0;
   RequestIds ids_;  // Every request the scheduler holds.
   absl::flat_hash_map<RequestId, Fed> fed_;
+  absl::flat_hash_map<std::string, uint32_t> pool_ids_;
   absl::flat_hash_map<std::string, uint64_t> agents_fed_;  // agent id -> last pass that saw it
   absl::flat_hash_map<int64_t, int> group_used_;           // experiment id -> slots (fed)
+  // Resource pool -> the reason of every trial waiting behind its blocker ("waiting behind
+  // trial 7 of experiment 2 (priority 42)"), shared by those trials (WaitingReason): a new
+  // blocker rewrites this one text, not each trial's.
+  absl::flat_hash_map<std::string, std::shared_ptr<std::string>> behind_;
 };
 
 }  // namespace det::master
