@@ -404,5 +404,96 @@ TEST_F(PyTorchTrialTest, DeterminedMnistExampleCompletesInBothForms) {
   }
 }
 
+// A PyTorchTrial that raises det.InvalidHP (Determined's way to say "these hyperparameters
+// cannot train") in its first trial, under a random search of 2 trials one at a time: the
+// master ends that trial as invalid without a restart, the searcher replaces it, and the
+// experiment COMPLETES with 3 trials, the two valid ones trained to the end.
+TEST_F(PyTorchTrialTest, InvalidHpTrialIsEndedAndReplaced) {
+  cluster_.WriteFile("context/invalid_trial.py", R"(import det
+
+import model_def
+
+
+class InvalidFirstTrial(model_def.FashionTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        if self.context.get_trial_id() == 1 and batch_idx == 2:
+            raise det.InvalidHP("trial 1: these hyperparameters cannot train")
+        return super().train_batch(batch, epoch_idx, batch_idx)
+)");
+  int64_t id = Create("trial-const.yaml",
+                      {"entrypoint=invalid_trial:InvalidFirstTrial", "searcher.name=random",
+                       "searcher.max_trials=2", "searcher.max_concurrent_trials=1",
+                       "searcher.max_length={batches: 10}", "min_validation_period={batches: 10}",
+                       "max_restarts=2"});
+  ASSERT_EQ(id, 1);
+  nlohmann::json d = WaitEnded(1, absl::Minutes(8));
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2) << Logs(1);
+  ASSERT_EQ(d["trials"].size(), 3u) << d.dump(2);
+  for (const auto& t : d["trials"]) {
+    SCOPED_TRACE(t.dump());
+    EXPECT_EQ(t["state"], "STATE_COMPLETED");
+    const int64_t trial = Int(t["id"]);
+    const nlohmann::json described = Trial(trial);
+    const bool invalid =
+        described.contains("search") && described["search"].value("invalid_hp", false);
+    EXPECT_EQ(invalid, trial == 1) << described.dump();
+    EXPECT_EQ(described.value("restarts", 0), 0) << described.dump();
+    if (trial == 1) {
+      EXPECT_LT(Int(t["total_batches"]), 10);
+      const std::string logs = Logs(1);
+      EXPECT_THAT(logs, HasSubstr("trial 1: these hyperparameters cannot train"));
+      EXPECT_THAT(logs, Not(HasSubstr("restart 1 of")));
+    } else {
+      EXPECT_EQ(Int(t["total_batches"]), 10);
+      EXPECT_TRUE(t["validation_summary"].contains("validation_loss"));
+    }
+  }
+}
+
+// cifar10_pytorch's adaptive.yaml: adaptive_asha in the form before 0.38 (searcher.max_length
+// in epochs, records_per_epoch, a searched global_batch_size) over a PyTorchTrial, the lengths
+// shortened: 4 trials one at a time, rungs at 1 and 4 epochs. A trial that ranks behind an
+// earlier one at the first rung is asked to stop through should_preempt(), checkpoints where
+// it stopped, and ends COMPLETED short of max_length, its checkpoint listed.
+TEST_F(PyTorchTrialTest, DeterminedCifar10AdaptiveMaxLengthFormStopsTrialsAtRungs) {
+  const std::string dir = "common/worker/python/examples/determined/cifar10_pytorch";
+  std::string context = CopyContext("cifar10", dir, {"model_def.py", "data.py"});
+  // 320 records an epoch: 5 to 20 batches, as the searched batch size (16-64) has it.
+  int64_t id = CreateFrom(Runfiles() + dir + "/adaptive.yaml", context,
+                          {"records_per_epoch=320", "searcher.max_length={epochs: 4}",
+                           "searcher.max_trials=4", "searcher.max_rungs=2", "searcher.divisor=4",
+                           "searcher.mode=aggressive", "searcher.max_concurrent_trials=1",
+                           "reproducibility={experiment_seed: 17}"});
+  ASSERT_EQ(id, 1);
+  nlohmann::json d = WaitEnded(1, absl::Minutes(12));
+  ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
+  ASSERT_EQ(d["trials"].size(), 4u) << d.dump(2);
+  int stopped = 0;
+  for (const auto& t : d["trials"]) {
+    SCOPED_TRACE(t.dump());
+    EXPECT_EQ(t["state"], "STATE_COMPLETED");
+    const int64_t trial = Int(t["id"]);
+    const bool early = t.contains("search") && t["search"].value("stopped_early", false);
+    const nlohmann::json hparams = nlohmann::json::parse(t.value("hparams_json", "{}"));
+    const int64_t batches_per_epoch = 320 / Int(hparams["global_batch_size"]);
+    if (early) {
+      ++stopped;
+      EXPECT_GE(Int(t["total_batches"]), batches_per_epoch);
+      EXPECT_LT(Int(t["total_batches"]), 4 * batches_per_epoch);
+      EXPECT_THAT(Logs(trial), HasSubstr("through should_preempt()"));
+    } else {
+      EXPECT_EQ(Int(t["total_batches"]), 4 * batches_per_epoch);
+    }
+    // Stopped or not, the trial's last step has its checkpoint.
+    bool found = false;
+    const nlohmann::json lc = cluster_.DetJson({"e", "lc", "1"});
+    for (const auto& c : lc["checkpoints"]) {
+      found |= Int(c["trial_id"]) == trial && Int(c["total_batches"]) == Int(t["total_batches"]);
+    }
+    EXPECT_TRUE(found) << cluster_.Det({"e", "lc", "1"}).out;
+  }
+  EXPECT_GE(stopped, 1) << d.dump(2);
+}
+
 }  // namespace
 }  // namespace det::testing
