@@ -148,12 +148,12 @@ class CoreApiTutorial : public ::testing::Test {
 TEST_F(CoreApiTutorial, Stage0And1RunAndReportMetrics) {
   ASSERT_EQ(Create("0_start"), 1);
   ASSERT_EQ(Create("1_metrics"), 2);
-  WaitCompleted(1, 1);
+  ASSERT_EQ(WaitCompleted(1, 1)["experiment"].value("state", ""), "STATE_COMPLETED");
   std::map<int64_t, int> x0 = XValues(Logs(1));
   EXPECT_EQ(x0.size(), 100u);
   EXPECT_EQ(x0[100], 1);
 
-  WaitCompleted(2, 2);
+  ASSERT_EQ(WaitCompleted(2, 2)["experiment"].value("state", ""), "STATE_COMPLETED");
   const std::string logs = Logs(2);
   // det.LOG_FORMAT: the level leads each line.
   EXPECT_THAT(logs, HasSubstr("WARNING: "));
@@ -196,7 +196,7 @@ TEST_F(CoreApiTutorial, Stage2CheckpointsAndSurvivesAPauseWithoutLosingSteps) {
   EXPECT_TRUE(Checkpoints(1).count(paused_at)) << cluster_.Det({"e", "lc", "1"}).out;
 
   ASSERT_TRUE(cluster_.Det({"experiment", "activate", "1"}).exit.ok());
-  WaitCompleted(1, 1);
+  ASSERT_EQ(WaitCompleted(1, 1)["experiment"].value("state", ""), "STATE_COMPLETED");
   std::map<int64_t, int> x = XValues(Logs(1));
   ASSERT_EQ(x.size(), 100u) << Logs(1);
   for (const auto& [n, count] : x) EXPECT_EQ(count, 1) << "x is now " << n;
@@ -222,6 +222,7 @@ TEST_F(CoreApiTutorial, Stage2CheckpointsAndSurvivesAPauseWithoutLosingSteps) {
 TEST_F(CoreApiTutorial, Stage3AshaStopsTrialsAtRungsWithTheirCheckpoints) {
   ASSERT_EQ(Create("3_hpsearch"), 1);
   nlohmann::json d = WaitCompleted(1, 1, absl::Minutes(8));
+  ASSERT_EQ(d["experiment"].value("state", ""), "STATE_COMPLETED");
   ASSERT_EQ(d["trials"].size(), 10u) << d.dump();
   std::map<int64_t, nlohmann::json> checkpoints;
   int stopped = 0;
@@ -286,7 +287,7 @@ TEST_F(CoreApiTutorial, Stage3AshaStopsTrialsAtRungsWithTheirCheckpoints) {
 // increment_by every step; searcher.operations() with a unitless max_length of 100.
 TEST_F(CoreApiTutorial, Stage4RunsOnTwoSlotsAcrossTwoAgents) {
   ASSERT_EQ(Create("4_distributed"), 1);
-  WaitCompleted(1, 1);
+  ASSERT_EQ(WaitCompleted(1, 1)["experiment"].value("state", ""), "STATE_COMPLETED");
   const std::string logs = Logs(1);
   const nlohmann::json t = Trial(1);
   const int64_t increment_by = HParam(Describe(1)["trials"][0], "increment_by");
