@@ -120,28 +120,6 @@ TEST_F(PythonFinderTest, TheConfiguredInterpreterWinsWhateverTheProbeSays) {
   EXPECT_EQ(probes, 1);
 }
 
-TEST_F(PythonFinderTest, TheProbeRunsTheInterpreterWithoutAShell) {
-  TorchProbe probe = SubprocessTorchProbe(absl::Seconds(20));
-  std::string good = Script("/good/python3",
-                            "[ \"$1\" = -c ] || exit 9\n"
-                            "echo 'UserWarning: something chatty' >&2\necho 2.11.0+cu130");
-  std::string bad = Script("/bad/python3",
-                           "echo 'Traceback (most recent call last):' >&2\n"
-                           "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1");
-  absl::StatusOr<std::string> v = probe(good);
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(*v, "2.11.0+cu130");
-  absl::StatusOr<std::string> no = probe(bad);
-  EXPECT_EQ(no.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(no.status().message(), "ModuleNotFoundError: No module named 'torch'");
-  EXPECT_EQ(probe((root_ / "missing/python3").string()).status().code(),
-            absl::StatusCode::kNotFound);
-
-  std::string slow = Script("/slow/python3", "exec sleep 60");
-  absl::StatusOr<std::string> hung = SubprocessTorchProbe(absl::Milliseconds(300))(slow);
-  EXPECT_EQ(hung.status().code(), absl::StatusCode::kDeadlineExceeded);
-}
-
 TEST(EntrypointTest, PythonAndTorchEntrypoints) {
   EXPECT_TRUE(IsPythonEntrypoint({"python3", "train.py"}));
   EXPECT_TRUE(IsPythonEntrypoint({"python", "train.py"}));
