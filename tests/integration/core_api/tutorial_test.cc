@@ -78,11 +78,6 @@ class CoreApiTutorial : public ::testing::Test {
     return cluster_.DetJson({"experiment", "describe", absl::StrCat(experiment)});
   }
 
-  std::string State(int64_t experiment) {
-    nlohmann::json d = Describe(experiment);
-    return d.is_object() ? d["experiment"].value("state", "") : "";
-  }
-
   nlohmann::json Trial(int64_t id) {
     nlohmann::json d = cluster_.DetJson({"trial", "describe", absl::StrCat(id)});
     return d.is_object() ? d["trial"] : nlohmann::json();
@@ -94,7 +89,7 @@ class CoreApiTutorial : public ::testing::Test {
   nlohmann::json WaitCompleted(int64_t experiment, int64_t first_trial,
                                absl::Duration timeout = absl::Minutes(5)) {
     EXPECT_TRUE(WaitUntil(absl::StrCat("experiment ", experiment, " ends"), [&] {
-      const std::string s = State(experiment);
+      const std::string s = cluster_.ExperimentState(experiment);
       return s == "STATE_COMPLETED" || s == "STATE_ERROR" || s == "STATE_CANCELED";
     }, timeout));
     nlohmann::json d = Describe(experiment);
