@@ -50,7 +50,8 @@ absl::Status CheckTrialTransition(int64_t trial_id, v1::State from, v1::State to
   const std::string move =
       absl::StrCat("trial ", trial_id, " cannot go from ", Name(from), " to ", Name(to), ": ");
   if (IsEndedTrialState(from)) {
-    return absl::FailedPreconditionError(absl::StrCat(move, "an ended trial does not change"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        move, "an ended trial does not change (det experiment continue revives it)"));
   }
   if (from == to) return absl::FailedPreconditionError(absl::StrCat(move, "it is already there"));
   if (IsEndedTrialState(to)) return absl::OkStatus();
@@ -58,6 +59,17 @@ absl::Status CheckTrialTransition(int64_t trial_id, v1::State from, v1::State to
     if (m.from == from && m.to == to) return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(move, OnlyFrom(to)));
+}
+
+absl::Status CheckTrialRevival(int64_t trial_id, v1::State from) {
+  if (!IsTrialState(from)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trial ", trial_id, ": ", Name(from), " is not a trial state"));
+  }
+  if (IsEndedTrialState(from)) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("trial ", trial_id, " cannot be revived from ", Name(from),
+                   ": only an ended trial (COMPLETED, CANCELED or ERROR) is revived"));
 }
 
 }  // namespace det::master

@@ -4,7 +4,9 @@
 //   STARTING -> RUNNING (its ranks launched), QUEUED or PAUSED (its run ended before that)
 //   RUNNING  -> QUEUED (requeued or restarted), PAUSED (paused, the run ended)
 //   PAUSED   -> QUEUED (its experiment activated; recovery)
-//   any of those -> COMPLETED, CANCELED or ERROR (the end); an ended trial does not move.
+//   any of those -> COMPLETED, CANCELED or ERROR (the end); an ended trial does not move,
+//   except by a revival:
+//   COMPLETED, CANCELED, ERROR -> QUEUED (its experiment continued: det experiment continue)
 //
 // TrialManager checks every change of a trial's state against it.
 #ifndef DET_MASTER_TRIALS_TRANSITIONS_H_
@@ -28,6 +30,12 @@ bool IsEndedTrialState(v1::State s);
 // FailedPrecondition for a move the table refuses, saying why ("trial 3 cannot go from
 // PAUSED to STARTING: only a QUEUED trial starts a run").
 absl::Status CheckTrialTransition(int64_t trial_id, v1::State from, v1::State to);
+
+// OK when trial `trial_id`, in state `from`, may be revived (an ended trial, to QUEUED).
+// Else FailedPrecondition naming the trial and its state ("trial 3 cannot be revived from
+// RUNNING: only an ended trial (COMPLETED, CANCELED or ERROR) is revived"), or
+// InvalidArgument when `from` is no trial state.
+absl::Status CheckTrialRevival(int64_t trial_id, v1::State from);
 
 }  // namespace det::master
 

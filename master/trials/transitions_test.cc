@@ -76,7 +76,7 @@ TEST(TrialTransitionsTest, EveryOtherMoveBetweenTrialStatesIsRefusedSayingWhy) {
           "trial 7 cannot go from " + Name(from) + " to " + Name(to) + ": ";
       std::string why;
       if (IsEndedTrialState(from)) {
-        why = "an ended trial does not change";
+        why = "an ended trial does not change (det experiment continue revives it)";
       } else if (from == to) {
         why = "it is already there";
       } else if (to == v1::STATE_STARTING) {
@@ -105,6 +105,25 @@ TEST(TrialTransitionsTest, StatesOfNoTrialAreRefusedByName) {
   }
   EXPECT_THAT(CheckTrialTransition(7, v1::STATE_QUEUED, static_cast<v1::State>(77)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("state 77")));
+}
+
+TEST(TrialTransitionsTest, OnlyAnEndedTrialIsRevived) {
+  for (v1::State from : {v1::STATE_COMPLETED, v1::STATE_CANCELED, v1::STATE_ERROR}) {
+    EXPECT_TRUE(CheckTrialRevival(7, from).ok()) << Name(from);
+  }
+  for (v1::State from :
+       {v1::STATE_QUEUED, v1::STATE_STARTING, v1::STATE_RUNNING, v1::STATE_PAUSED}) {
+    EXPECT_THAT(CheckTrialRevival(7, from),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         ::testing::Eq("trial 7 cannot be revived from " + Name(from) +
+                                       ": only an ended trial (COMPLETED, CANCELED or "
+                                       "ERROR) is revived")));
+  }
+  for (v1::State other : kOtherStates) {
+    EXPECT_THAT(CheckTrialRevival(7, other),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::Eq("trial 7: " + Name(other) + " is not a trial state")));
+  }
 }
 
 TEST(TrialTransitionsTest, TrialAndEndedStates) {

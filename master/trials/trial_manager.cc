@@ -106,6 +106,28 @@ absl::Status TrialManager::Finish(TrialState& t, v1::State state, const std::str
   return absl::OkStatus();
 }
 
+absl::Status TrialManager::Revive(TrialState& t, int64_t target_batches,
+                                  const std::string& hparams_json) {
+  absl::Status legal = CheckTrialRevival(t.trial.id(), t.trial.state());
+  if (!legal.ok()) return legal;  // The caller's check of the user's request.
+  v1::Trial next = t.trial;
+  next.set_state(v1::STATE_QUEUED);
+  next.set_target_batches(target_batches);
+  next.set_hparams_json(hparams_json);
+  next.set_restarts(0);
+  next.set_end_time_ms(0);
+  next.clear_error();
+  next.set_run_id(next.run_id() + 1);
+  v1::TrialSearch* search = next.mutable_search();
+  search->set_stopped_early(false);
+  search->clear_stop_reason();
+  search->set_invalid_hp(false);
+  RETURN_IF_ERROR(PersistTrial(store_, t, std::move(next)));
+  t.searcher_metric_missing = false;
+  t.waiting_reason_.clear();
+  return absl::OkStatus();
+}
+
 absl::Status TrialManager::AddProgress(std::vector<v1::Trial> progress,
                                        const std::vector<v1::Metrics>& rows) {
   RETURN_IF_ERROR(store_.AddMetrics(progress, rows));

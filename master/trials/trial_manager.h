@@ -59,6 +59,13 @@ class TrialManager {
   // t ends in `state` (CANCELED instead of COMPLETED for a trial its user killed) with
   // `error`, its end time now; recorded. FailedPrecondition when the table refuses it.
   absl::Status Finish(TrialState& t, v1::State state, const std::string& error);
+  // An ended trial revived (its experiment continued, det experiment continue): COMPLETED,
+  // CANCELED or ERROR -> QUEUED with `target_batches` and `hparams_json`; its restarts 0;
+  // its end time, error, early stop and invalid-hyperparameters mark cleared; its run
+  // number moved on. Its batches, metrics, checkpoints and latest checkpoint stay, so its
+  // next run resumes from that checkpoint. Persisted first; FailedPrecondition naming the
+  // state of a live trial (CheckTrialRevival), memory and the store unchanged.
+  absl::Status Revive(TrialState& t, int64_t target_batches, const std::string& hparams_json);
 
   // Progress: stores metric rows `rows` and `progress` (each a known trial as it is with
   // its summaries and total_batches updated for those rows) in one transaction, and only

@@ -2,7 +2,7 @@
 // trial's life through its transitions as stored, moves the table refuses (memory and the
 // store unchanged), a refused write, the user's kill, recovery's requeue, waiting reasons,
 // progress (metric summaries) and the latest checkpoint stored first, refused reports
-// counted in one warning per kind.
+// counted in one warning per kind, an ended trial's revival (det experiment continue).
 #include "master/trials/trial_manager.h"
 
 #include <string>
@@ -308,6 +308,80 @@ TEST_F(TrialManagerTest, RefusedReportsAreCountedInOneWarningPerKind) {
   ASSERT_EQ(Stored().warnings_size(), 2);
   EXPECT_EQ(Stored().warnings(1),
             "checkpoint reports refused: 2 (the master could not store them: disk full)");
+}
+
+// det experiment continue: an ended trial goes back to the queue as stored, its progress
+// (batches, latest checkpoint) kept for its next run to resume from, its restarts, end and
+// error cleared; a live trial is refused, and a refused write leaves memory as it was.
+TEST_F(TrialManagerTest, AnEndedTrialIsRevivedAsStoredKeepingItsProgress) {
+  const v1::Trial queued = t_->trial;
+  EXPECT_THAT(manager_.Revive(*t_, 200, "{}"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       Eq(absl::StrCat("trial ", id_, " cannot be revived from QUEUED: only an "
+                                       "ended trial (COMPLETED, CANCELED or ERROR) is revived"))));
+  EXPECT_EQ(t_->trial.SerializeAsString(), queued.SerializeAsString());
+
+  // A run that failed once (restarted), a second that checkpointed at 100 and failed.
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".0"))).ok());
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_QUEUED, true)).ok());
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".1"))).ok());
+  ASSERT_TRUE(manager_.MarkRunning(*t_).ok());
+  v1::Checkpoint c;
+  c.set_uuid("c100");
+  c.set_trial_id(id_);
+  c.set_experiment_id(t_->trial.experiment_id());
+  c.set_storage_path("/ckpt/c100");
+  c.set_total_batches(100);
+  ASSERT_TRUE(manager_.AddCheckpoint(*t_, c).ok());
+  v1::Trial progress = t_->trial;
+  progress.set_total_batches(100);
+  ASSERT_TRUE(manager_.AddProgress({progress}, {}).ok());
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_ERROR, false)).ok());
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_ERROR, "rank 0 exited with code 1").ok());
+  ASSERT_EQ(t_->trial.restarts(), 1);
+  ASSERT_NE(t_->trial.end_time_ms(), 0);
+  const int32_t run_id = t_->trial.run_id();
+
+  // A refused write: memory and the store keep the ended trial.
+  store_.FailWrites(true);
+  EXPECT_THAT(manager_.Revive(*t_, 200, R"({"lr":0.1})"),
+              StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_EQ(t_->trial.state(), v1::STATE_ERROR);
+  EXPECT_EQ(t_->trial.target_batches(), queued.target_batches());
+  store_.FailWrites(false);
+  EXPECT_EQ(Stored().state(), v1::STATE_ERROR);
+
+  ASSERT_TRUE(manager_.Revive(*t_, 200, R"({"lr":0.1})").ok());
+  for (const v1::Trial& t : {t_->trial, Stored()}) {
+    EXPECT_EQ(t.state(), v1::STATE_QUEUED);
+    EXPECT_EQ(t.target_batches(), 200);
+    EXPECT_EQ(t.hparams_json(), R"({"lr":0.1})");
+    EXPECT_EQ(t.restarts(), 0);
+    EXPECT_EQ(t.end_time_ms(), 0);
+    EXPECT_EQ(t.error(), "");
+    EXPECT_EQ(t.run_id(), run_id + 1);
+    EXPECT_EQ(t.latest_checkpoint(), "/ckpt/c100");
+    EXPECT_EQ(t.total_batches(), 100);
+    EXPECT_TRUE(t.allocation().id().empty());
+  }
+  // It lives again: it starts a run, and may end again.
+  ASSERT_TRUE(manager_.MarkStarting(*t_, Run(absl::StrCat(id_, ".2"))).ok());
+  ASSERT_TRUE(manager_.EndRun(*t_, Outcome(v1::STATE_COMPLETED, false)).ok());
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_COMPLETED, "").ok());
+
+  // A trial its user killed (CANCELED) is revived without the kill: it runs, and ends
+  // COMPLETED.
+  v1::Trial killed = t_->trial;
+  killed.set_state(v1::STATE_CANCELED);
+  killed.mutable_search()->set_stopped_early(true);
+  killed.mutable_search()->set_stop_reason(kKilledByUser);
+  ASSERT_TRUE(PersistTrial(store_, *t_, killed).ok());
+  ASSERT_TRUE(manager_.Revive(*t_, 200, "{}").ok());
+  EXPECT_FALSE(Stored().search().stopped_early());
+  EXPECT_EQ(Stored().search().stop_reason(), "");
+  ASSERT_TRUE(manager_.Finish(*t_, v1::STATE_COMPLETED, "").ok());
+  EXPECT_EQ(t_->trial.state(), v1::STATE_COMPLETED);
 }
 
 }  // namespace
