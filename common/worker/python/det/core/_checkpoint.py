@@ -18,8 +18,8 @@ import shutil
 import socket
 import stat
 import uuid as uuid_lib
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 from det import _client
 from det.core import _distributed
@@ -72,8 +72,12 @@ class CheckpointContext:
     step, and they are collectives."""
 
     def __init__(self, client: _client.WorkerClient, dist: _distributed.DistributedContext,
-                 directory: str, require_steps: bool = True) -> None:
+                 directory: str, require_steps: bool = True,
+                 hold_sigterm: Optional[Callable[[], ContextManager[None]]] = None) -> None:
+        """hold_sigterm: entered around each store_path (writing and registering), so that
+        a SIGTERM does not end the process half-way (PreemptContext._holding_sigterm)."""
         self._client = client
+        self._hold_sigterm = hold_sigterm or contextlib.nullcontext
         self._dist = dist
         # As the master computes it (CheckpointDirectory): the reported path must match.
         self._dir = directory or ""
@@ -146,6 +150,12 @@ class CheckpointContext:
         (RuntimeError elsewhere); shard=True: every rank calls it, writes its own files into
         the same directory, and the ranks' metadata are merged (RuntimeError naming the keys
         that conflict)."""
+        with self._hold_sigterm():
+            yield from self._store(metadata, shard)
+
+    def _store(self, metadata: Optional[Mapping[str, Any]],
+               shard: bool) -> Iterator[Tuple[pathlib.Path, str]]:
+        """store_path's steps (a generator that yields once)."""
         directory = self._require_storage("store_path")
         if not shard:
             if self._dist.rank != 0:

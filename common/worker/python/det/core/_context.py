@@ -42,8 +42,6 @@ class Context:
         self.train = _train.TrainContext(client, trial, rank=distributed.rank,
                                          tensorboard_mode=tensorboard_mode,
                                          tensorboard=tensorboard)
-        self.checkpoint = _checkpoint.CheckpointContext(client, distributed, checkpoint_dir,
-                                                        require_steps=info is not None)
         if info is not None:
             self.preempt = _preempt.PreemptContext(client, distributed, preempt_mode,
                                                    on_cluster=True)
@@ -54,6 +52,9 @@ class Context:
             self.preempt = _preempt.PreemptContext(client, distributed, preempt_mode,
                                                    on_cluster=False)
             self.profiler = _profiler.DummyProfilerContext()
+        self.checkpoint = _checkpoint.CheckpointContext(
+            client, distributed, checkpoint_dir, require_steps=info is not None,
+            hold_sigterm=self.preempt._holding_sigterm)
         self.searcher = _searcher.SearcherContext(client, distributed, self.train, trial,
                                                   off_cluster_length=searcher_length)
 
@@ -66,11 +67,14 @@ class Context:
 
     def close(self, exc_type: Optional[type] = None, exc_val: Optional[BaseException] = None,
               exc_tb: Any = None) -> None:
-        """Stops the profiler and the preemption poller and closes the connection."""
+        """Stops the profiler, removes det's temporary TensorBoard directory (what was
+        uploaded stays in the checkpoint storage), stops the preemption poller and closes the
+        connection."""
         if self._closed:
             return
         self._closed = True
         self.profiler._close()
+        self.train._close()
         self.preempt.close()
         self.distributed.close()
         self._client.close()

@@ -3,11 +3,13 @@
 long-polled by a background thread: the experiment was paused or killed, the trial was
 preempted or stopped by its searcher) or from a SIGTERM this process received."""
 
+import contextlib
 import enum
+import os
 import signal
 import sys
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from det import _client
 from det.core import _distributed
@@ -26,10 +28,12 @@ class PreemptMode(enum.Enum):
 
 
 class PreemptContext:
-    """Polls the master from the script's first should_preempt() (not before: the master
-    gives a script that asks a grace period to checkpoint and exit when it is told to stop,
-    and one that never asks gets SIGTERM at once) and stops in close(). should_preempt() is
-    called from the thread that trains (the main thread, to see SIGTERM)."""
+    """Asks the master from start() (det.core.init()), as Determined's does: start() tells
+    the master at once, with one ShouldPreempt that does not wait, that this run answers
+    should_preempt(), so a pause, a preemption or a searcher's early stop gives it the stop
+    grace period to checkpoint and exit (a plain script that never starts one gets SIGTERM at
+    once); then a background thread long-polls until close(). should_preempt() is called
+    from the thread that trains (the main thread, to see SIGTERM)."""
 
     _POLL_MS = 30_000
 
@@ -48,6 +52,9 @@ class PreemptContext:
         self._closed = False           # GUARDED_BY(_lock)
         self._sigterm = False
         self._asked = False
+        # Checkpoint stores under way (_holding_sigterm) and a SIGTERM they hold back.
+        self._held = 0
+        self._sigterm_held = False
         self._previous_handler: Any = None
         self._thread: Optional[threading.Thread] = None
         self._started = False
@@ -63,12 +70,17 @@ class PreemptContext:
                                      self._dist.rank == 0)
 
     def start(self) -> "PreemptContext":
-        """Starts asking the master (RuntimeError when called twice, as in Determined)."""
+        """Starts asking the master (RuntimeError when called twice, as in Determined): the
+        master has heard from this rank (the chief, or every rank in WorkersAskMaster mode)
+        when it returns."""
         if self._started:
             raise RuntimeError("PreemptContext.start() was already called")
         self._started = True
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self._polls() and self._ask(0):
+            self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
+            self._thread.start()
         return self
 
     def __enter__(self) -> "PreemptContext":
@@ -98,32 +110,64 @@ class PreemptContext:
             if not self._preempt:
                 self._preempt, self._reason = True, "SIGTERM received"
         if not self._asked:
-            # The script never asks should_preempt(): SIGTERM ends it as it would without det.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.raise_signal(signal.SIGTERM)
+            # The script never asks should_preempt(): SIGTERM ends it as it would without det,
+            # once the checkpoint being stored is registered.
+            if self._held:
+                self._sigterm_held = True
+                os.write(2, b"det: SIGTERM received while a checkpoint is stored: exiting once "
+                            b"it is registered\n")
+                return
+            self._end_by_sigterm()
+
+    @staticmethod
+    def _end_by_sigterm() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    @contextlib.contextmanager
+    def _holding_sigterm(self) -> Iterator[None]:
+        """While inside (CheckpointContext.store_path: a checkpoint written, then registered),
+        a SIGTERM that would end a script which never asked should_preempt() waits until the
+        outermost one is left, then ends the process. The agent's SIGKILL, kill_grace after
+        its SIGTERM, still bounds the wait. Main thread only (where SIGTERM is handled)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if self._held == 0 and self._sigterm_held:
+                self._sigterm_held = False
+                self._end_by_sigterm()
 
     def _poll(self) -> None:
-        while True:
+        while self._ask(self._POLL_MS):
+            pass
+
+    def _ask(self, wait_ms: int) -> bool:
+        """One ShouldPreempt waiting up to `wait_ms`; whether to keep asking (False once
+        closed, told to stop, or the master cannot answer: its error goes to the training
+        thread)."""
+        with self._lock:
+            if self._closed or self._preempt:
+                return False
+        try:
+            preempt, reason = self._client.should_preempt(wait_ms)
+        except _client.UnimplementedError as e:
+            # An older master: only SIGTERM says stop.
+            print(f"det: {e}; should_preempt() answers from SIGTERM alone",
+                  file=sys.stderr, flush=True)
+            return False
+        except Exception as e:  # noqa: B902 (handed to the training thread)
             with self._lock:
-                if self._closed or self._preempt:
-                    return
-            try:
-                preempt, reason = self._client.should_preempt(self._POLL_MS)
-            except _client.UnimplementedError as e:
-                # An older master: only SIGTERM says stop.
-                print(f"det: {e}; should_preempt() answers from SIGTERM alone",
-                      file=sys.stderr, flush=True)
-                return
-            except BaseException as e:  # noqa: B902 (handed to the training thread)
-                with self._lock:
-                    if not self._closed:
-                        self._error = e
-                return
-            if preempt:
-                with self._lock:
-                    if not self._preempt:
-                        self._preempt, self._reason = True, reason or "asked by the master"
-                return
+                if not self._closed:
+                    self._error = e
+            return False
+        if preempt:
+            with self._lock:
+                if not self._preempt:
+                    self._preempt, self._reason = True, reason or "asked by the master"
+            return False
+        return True
 
     def _local(self) -> bool:
         with self._lock:
@@ -162,9 +206,6 @@ class PreemptContext:
         if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:
             raise RuntimeError("should_preempt: PreemptMode.ChiefOnly: only the chief may call it "
                                f"(rank {self._dist.rank} did)")
-        if self._thread is None and self._polls():
-            self._thread = threading.Thread(target=self._poll, name="det-preempt", daemon=True)
-            self._thread.start()
         if self._mode != PreemptMode.WorkersAskChief or self._dist.size == 1 or \
                 self._dist.rank == 0:
             return self._local()

@@ -36,6 +36,8 @@ class TensorboardFiles:
         self._prefix = prefix
         self._lock = threading.Lock()
         self._local_dir = local_dir  # GUARDED_BY(_lock)
+        # Whether _local_dir is det's own temporary directory, removed by close().
+        self._made = False  # GUARDED_BY(_lock)
         self._synced: Dict[pathlib.Path, Tuple[int, int]] = {}  # GUARDED_BY(_lock)
 
     @property
@@ -44,6 +46,7 @@ class TensorboardFiles:
         with self._lock:
             if self._local_dir is None:
                 self._local_dir = pathlib.Path(tempfile.mkdtemp(prefix=self._prefix))
+                self._made = True
             self._local_dir.mkdir(parents=True, exist_ok=True)
             return self._local_dir
 
@@ -79,3 +82,15 @@ class TensorboardFiles:
                     self._synced[rel] = stamp
                     copied += 1
             return copied
+
+    def close(self) -> None:
+        """Removes the local directory when it is det's own temporary one (a local_dir given
+        to the constructor is left alone). Call it after the last sync(); a later local_dir
+        makes a fresh one."""
+        with self._lock:
+            local, made = self._local_dir, self._made
+            if made:
+                self._local_dir, self._made = None, False
+                self._synced.clear()
+        if made and local is not None:
+            shutil.rmtree(local, ignore_errors=True)

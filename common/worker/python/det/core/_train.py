@@ -113,6 +113,13 @@ class TrainContext:
             except (OSError, RuntimeError) as e:
                 self._warn_once("tensorboard", f"det: TensorBoard files not uploaded: {e}")
 
+    def _close(self) -> None:
+        """At the context's close, after the last upload (each report's in
+        TensorboardMode.AUTO, the script's in MANUAL): det's own temporary TensorBoard
+        directory is removed."""
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
