@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <charconv>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "master/metrics/downsample.h"
 #include "master/store/metric_values_json.h"
 
 namespace det::master {
@@ -109,6 +112,88 @@ absl::Status ParseMetricRecordRow(std::string_view row, int64_t trial_id, v1::Me
   m->set_total_batches(batches);
   m->set_report_time_ms(time_ms);
   return ParseMetricValuesJson(std::string(row.substr(i, row.size() - 1 - i)), trial_id, m);
+}
+
+std::vector<MetricRecordBuilder> BuildMetricRecords(const std::vector<v1::Metrics>& metrics) {
+  std::vector<MetricRecordBuilder> records;
+  absl::flat_hash_map<int64_t, size_t> open;  // trial id -> its last record
+  for (const auto& m : metrics) {
+    auto [it, inserted] = open.try_emplace(m.trial_id(), records.size());
+    if (!inserted) {
+      const MetricRecordBuilder& r = records[it->second];
+      if (r.group() != m.group() || r.count() >= kMetricRecordRowsMax) {
+        it->second = records.size();
+        inserted = true;
+      }
+    }
+    if (inserted) records.emplace_back(m.trial_id(), m.group());
+    records[it->second].Add(m);
+  }
+  return records;
+}
+
+absl::Status AppendMetricRecordRows(std::string_view rows, int64_t trial_id,
+                                    const std::string& group, const std::vector<int64_t>* picks,
+                                    std::vector<v1::Metrics>* out) {
+  std::vector<std::string_view> split;
+  RETURN_IF_ERROR(SplitMetricRecord(rows, trial_id, &split));
+  auto add = [&](std::string_view row) {
+    v1::Metrics& m = out->emplace_back();
+    m.set_trial_id(trial_id);
+    m.set_group(group);
+    return ParseMetricRecordRow(row, trial_id, &m);
+  };
+  if (picks == nullptr) {
+    for (std::string_view row : split) RETURN_IF_ERROR(add(row));
+    return absl::OkStatus();
+  }
+  for (int64_t k : *picks) {
+    if (k < 0 || k >= static_cast<int64_t>(split.size())) {
+      return absl::DataLossError(absl::StrCat("database: metric record of trial ", trial_id,
+                                              " has ", split.size(), " rows, fewer than its count"));
+    }
+    RETURN_IF_ERROR(add(split[k]));
+  }
+  return absl::OkStatus();
+}
+
+std::map<int64_t, std::vector<int64_t>> PickDownsampledRows(
+    const std::vector<MetricRecordExtent>& extents, int max_points) {
+  std::map<int64_t, std::vector<int64_t>> picks;
+  size_t begin = 0;
+  while (begin < extents.size()) {
+    // One group: extents[begin, end).
+    size_t end = begin;
+    int64_t total = 0;
+    for (; end < extents.size() && extents[end].group == extents[begin].group; ++end) {
+      total += extents[end].n;
+    }
+    const std::vector<int64_t> chosen = DownsamplePositions(total, max_points);
+    size_t next = 0;
+    int64_t position = 0;
+    for (size_t i = begin; i < end; ++i) {
+      while (next < chosen.size() && chosen[next] < position + extents[i].n) {
+        picks[extents[i].id].push_back(chosen[next] - position);
+        ++next;
+      }
+      position += extents[i].n;
+    }
+    begin = end;
+  }
+  return picks;
+}
+
+int64_t KeepUnsupersededRows(const std::vector<v1::Metrics>& rows, int32_t run_id,
+                             int64_t after_batches, MetricRecordBuilder* kept) {
+  int64_t dropped = 0;
+  for (const auto& m : rows) {
+    if (m.run_id() < run_id && m.total_batches() > after_batches) {
+      ++dropped;
+    } else {
+      kept->Add(m);
+    }
+  }
+  return dropped;
 }
 
 }  // namespace det::master

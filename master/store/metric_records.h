@@ -8,6 +8,7 @@
 #define DET_MASTER_STORE_METRIC_RECORDS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,37 @@ absl::Status SplitMetricRecord(std::string_view rows, int64_t trial_id,
 // returned (trial and group are the caller's); DataLoss naming trial `trial_id` for anything
 // else.
 absl::Status ParseMetricRecordRow(std::string_view row, int64_t trial_id, v1::Metrics* m);
+
+// The records an AddMetrics of `metrics` stores, in the order to store them: one per run of
+// a trial's rows of one group (another trial's rows in between do not end it; a row of
+// another group or the kMetricRecordRowsMax-th row does), so that each trial's rows keep
+// their order by record id.
+std::vector<MetricRecordBuilder> BuildMetricRecords(const std::vector<v1::Metrics>& metrics);
+
+// Appends the rows of record text `rows` (of `trial_id` and `group`) to `out`; of those only
+// the ones at ascending indexes `picks` when `picks` is not null. DataLoss naming the trial
+// for a corrupt record or a pick past its rows.
+absl::Status AppendMetricRecordRows(std::string_view rows, int64_t trial_id,
+                                    const std::string& group, const std::vector<int64_t>* picks,
+                                    std::vector<v1::Metrics>* out);
+
+// A stored record's place in its trial's series, as a downsampled read scans them.
+struct MetricRecordExtent {
+  std::string group;
+  int64_t id = 0;
+  int64_t n = 0;  // its rows
+};
+// For a read of at most `max_points` rows per group (> 0): the rows DownsamplePositions
+// keeps of each group of `extents` (one trial's records ordered by group, then id), as
+// record id -> ascending indexes into that record's rows.
+std::map<int64_t, std::vector<int64_t>> PickDownsampledRows(
+    const std::vector<MetricRecordExtent>& extents, int max_points);
+
+// `rows` (one record's) without those a rerun of `run_id` from a checkpoint at
+// `after_batches` supersedes (run_id < `run_id` and total_batches > `after_batches`), into
+// `kept`; returns how many were dropped.
+int64_t KeepUnsupersededRows(const std::vector<v1::Metrics>& rows, int32_t run_id,
+                             int64_t after_batches, MetricRecordBuilder* kept);
 
 }  // namespace det::master
 

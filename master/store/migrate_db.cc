@@ -2,13 +2,11 @@
 
 #include <sqlite3.h>
 
-#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
-#include "master/store/metric_records.h"
 #include "master/store/postgres_internal.h"
 #include "master/store/postgres_store.h"
 #include "master/store/sqlite_internal.h"
@@ -24,18 +22,15 @@ using postgres_internal::Transaction;
 
 // Parents before children (foreign keys); allocations in insertion order (their `seq`).
 constexpr const char* kTables[] = {
-    "cluster",  "experiments", "trials",    "allocations", "agents",
-    "metrics",  "logs",        "checkpoints", "templates", "system_metrics",
-    "users",    "sessions",    "checkpoint_gc_tasks", "models", "model_versions",
+    "cluster",        "experiments", "trials",      "allocations", "agents",
+    "metric_records", "logs",        "checkpoints", "templates",   "system_metrics",
+    "users",          "sessions",    "checkpoint_gc_tasks", "models", "model_versions",
 };
 
 // Copies `table`'s rows from `db` to `pg` (inside the caller's transaction); adds the count
 // to `*rows`.
 absl::Status CopyTable(sqlite3* db, Connection* pg, const char* table, int64_t* rows) {
-  // `metrics` is a view of metric_records in SQLite (one row per metric row, no rowid).
-  const bool view = std::string_view(table) == "metrics";
-  const std::string select =
-      absl::StrCat("SELECT * FROM ", table, view ? " ORDER BY id" : " ORDER BY rowid");
+  const std::string select = absl::StrCat("SELECT * FROM ", table, " ORDER BY rowid");
   sqlite_internal::Stmt s(db, select.c_str());
   std::string insert;
   while (s.Step()) {
@@ -106,13 +101,11 @@ absl::StatusOr<int64_t> CopySqliteToPostgres(const std::string& sqlite_path,
                         .status());
   }
   RETURN_IF_ERROR(seq.status());
-  // Metric row ids are the view's (metric_records has no sqlite_sequence row): PostgreSQL's
-  // go on after the largest copied.
-  const std::string max_id = absl::StrCat("SELECT MAX(id) * ", kMetricRecordRowsMax, " + ",
-                                          kMetricRecordRowsMax - 1, " FROM metric_records");
-  sqlite_internal::Stmt last(db, max_id.c_str());
+  // Metric records' ids (an INTEGER PRIMARY KEY in SQLite, without a sqlite_sequence row):
+  // PostgreSQL's go on after the largest copied.
+  sqlite_internal::Stmt last(db, "SELECT MAX(id) FROM metric_records");
   if (last.Step() && last.ColumnIsInteger(0)) {
-    RETURN_IF_ERROR(pg->Exec("INSERT INTO id_sequences (name, last) VALUES ('metrics', $1) "
+    RETURN_IF_ERROR(pg->Exec("INSERT INTO id_sequences (name, last) VALUES ('metric_records', $1) "
                              "ON CONFLICT (name) DO UPDATE SET last = "
                              "GREATEST(id_sequences.last, EXCLUDED.last)",
                              {last.Int(0)})

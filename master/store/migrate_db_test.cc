@@ -99,6 +99,15 @@ TEST(MigrateDb, EveryTableIsCopiedAndIdsGoOn) {
     ASSERT_TRUE(sqlite.ok()) << sqlite.status();
     ASSERT_TRUE((*sqlite)->Load().ok());  // The cluster id, as a master's first start.
     Fill(sqlite->get());
+    // Metric rows in four records.
+    for (int64_t batches : {20, 30, 40}) {
+      v1::Metrics m;
+      m.set_trial_id(1);
+      m.set_group("training");
+      m.set_total_batches(batches);
+      m.set_report_time_ms(batches);
+      ASSERT_TRUE((*sqlite)->AddMetrics({}, {m}).ok());
+    }
     // A deleted row's id is not reused after the copy either.
     ASSERT_TRUE((*sqlite)->InsertTrial([] {
                            v1::Trial t;
@@ -151,6 +160,23 @@ TEST(MigrateDb, EveryTableIsCopiedAndIdsGoOn) {
   more[0].set_trial_id(1);
   ASSERT_TRUE((*pg)->AddLogs(&more).ok());
   EXPECT_EQ(more[0].id(), 4);
+  // Metric rows stored on PostgreSQL after the copy come after the copied ones (records'
+  // ids go on from SQLite's largest), in every read.
+  std::vector<v1::Metrics> want = *(*sqlite)->GetMetrics(1, "");
+  ASSERT_EQ(want.size(), 5u);
+  v1::Metrics later;
+  later.set_trial_id(1);
+  later.set_group("training");
+  later.set_total_batches(99);
+  (*later.mutable_values())["loss"] = 0.25;
+  ASSERT_TRUE((*pg)->AddMetrics({}, {later}).ok());
+  want.push_back(later);
+  ExpectSame(*(*pg)->GetMetrics(1, ""), want);
+  auto reader = (*pg)->OpenReader();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto ends = (*reader)->GetTrialMetrics(1, "training", 2);
+  ASSERT_TRUE(ends.ok()) << ends.status();
+  ExpectSame(*ends, {want.front(), want.back()});
 
   EXPECT_THAT(CopySqliteToPostgres(path, *url).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,

@@ -1,4 +1,7 @@
 // PostgresStore: templates, agents' host metrics, users and sessions, the model registry.
+#include <string_view>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "master/store/postgres_internal.h"
@@ -103,21 +106,34 @@ absl::Status PostgresStore::DeleteTemplate(const std::string& name) {
 
 absl::Status PostgresStore::AddSystemMetrics(const std::vector<v1::SystemMetrics>& samples,
                                              int64_t keep_after_ms) {
-  Transaction tx(conn_.get());
-  RETURN_IF_ERROR(tx.status());
-  if (!samples.empty()) {
-    ASSIGN_OR_RETURN(int64_t id, ReserveIds(conn_.get(), "system_metrics", samples.size()));
-    for (const auto& m : samples) {
-      const std::string data = m.SerializeAsString();
-      RETURN_IF_ERROR(conn_->Exec("INSERT INTO system_metrics (id, agent_id, time_ms, data) "
-                                  "VALUES ($1, $2, $3, $4)",
-                                  {id++, m.agent_id(), m.time_ms(), Bytes{data}})
-                          .status());
-    }
+  std::vector<std::string> data;
+  std::vector<std::string_view> agents, data_views;
+  std::vector<int64_t> times;
+  data.reserve(samples.size());
+  for (const auto& m : samples) data.push_back(m.SerializeAsString());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    agents.push_back(samples[i].agent_id());
+    times.push_back(samples[i].time_ms());
+    data_views.push_back(data[i]);
   }
-  RETURN_IF_ERROR(
-      conn_->Exec("DELETE FROM system_metrics WHERE time_ms < $1", {keep_after_ms}).status());
-  return tx.Commit();
+  // One statement (one round trip, its own transaction): the samples take ids in order, and
+  // what is older than `keep_after_ms` (the new samples too) is dropped. The DELETE does not
+  // see the new rows (one snapshot): those too old are not inserted.
+  return conn_
+      ->Exec("WITH reserved AS ("
+             " INSERT INTO id_sequences (name, last) VALUES ('system_metrics', $1::bigint)"
+             " ON CONFLICT (name) DO UPDATE SET last = id_sequences.last + EXCLUDED.last"
+             " RETURNING last - $1::bigint AS base),"
+             " stored AS ("
+             " INSERT INTO system_metrics (id, agent_id, time_ms, data)"
+             " SELECT reserved.base + u.k, u.agent_id, u.time_ms, u.data"
+             " FROM reserved, unnest($2::text[], $3::bigint[], $4::bytea[]) WITH ORDINALITY"
+             " AS u(agent_id, time_ms, data, k) WHERE u.time_ms >= $5::bigint)"
+             " DELETE FROM system_metrics WHERE time_ms < $5::bigint",
+             {static_cast<int64_t>(samples.size()), postgres_internal::TextArray(agents),
+              postgres_internal::Int64Array(times), postgres_internal::ByteaArray(data_views),
+              keep_after_ms})
+      .status();
 }
 
 absl::StatusOr<std::vector<v1::SystemMetrics>> PostgresStore::GetSystemMetrics(
@@ -190,6 +206,13 @@ absl::Status PostgresStore::SetUserAgentUserGroup(int64_t user_id, const v1::Age
 }
 
 absl::Status PostgresStore::SetUsername(int64_t user_id, const std::string& username) {
+  Transaction tx(conn_.get());
+  RETURN_IF_ERROR(tx.status());
+  // The templates the user owns (by name) follow the new name.
+  RETURN_IF_ERROR(conn_->Exec("UPDATE templates SET owner = $1 "
+                              "WHERE owner = (SELECT username FROM users WHERE id = $2)",
+                              {username, user_id})
+                      .status());
   absl::StatusOr<Result> r =
       conn_->Exec("UPDATE users SET username = $1 WHERE id = $2", {username, user_id});
   if (!r.ok() && absl::IsAlreadyExists(r.status())) {
@@ -197,7 +220,7 @@ absl::Status PostgresStore::SetUsername(int64_t user_id, const std::string& user
   }
   RETURN_IF_ERROR(r.status());
   if (r->changed() != 1) return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
-  return absl::OkStatus();
+  return tx.Commit();
 }
 
 absl::StatusOr<std::vector<SessionRow>> PostgresStore::LoadSessions(int64_t now_ms) {

@@ -18,6 +18,47 @@ constexpr Oid kBoolOid = 16;
 constexpr Oid kInt8Oid = 20;
 constexpr Oid kInt2Oid = 21;
 constexpr Oid kInt4Oid = 23;
+constexpr Oid kByteaOid = 17;
+constexpr Oid kTextOid = 25;
+
+void AppendInt32(uint32_t v, std::string* out) {
+  v = htonl(v);
+  out->append(reinterpret_cast<const char*>(&v), 4);
+}
+
+// The header of a one-dimensional array of `n` elements of type `element` (array_recv's
+// format: dimensions, a has-nulls flag, the element type, each dimension's size and lower
+// bound), then each element as its length and bytes.
+std::string ArrayHeader(Oid element, size_t n) {
+  std::string out;
+  AppendInt32(n == 0 ? 0 : 1, &out);  // an empty array has no dimensions
+  AppendInt32(0, &out);
+  AppendInt32(element, &out);
+  if (n > 0) {
+    AppendInt32(static_cast<uint32_t>(n), &out);
+    AppendInt32(1, &out);
+  }
+  return out;
+}
+
+Param BinaryParam(std::string bytes) {
+  Param p("");
+  p.value = std::move(bytes);
+  p.binary = true;
+  return p;
+}
+
+Param StringArray(Oid element, const std::vector<std::string_view>& values) {
+  size_t size = 0;
+  for (std::string_view v : values) size += 4 + v.size();
+  std::string out = ArrayHeader(element, values.size());
+  out.reserve(out.size() + size);
+  for (std::string_view v : values) {
+    AppendInt32(static_cast<uint32_t>(v.size()), &out);
+    out.append(v.data(), v.size());
+  }
+  return BinaryParam(std::move(out));
+}
 
 // The status for SQLSTATE `state` (and a connection that may be lost): the codes
 // SqliteStore gives for the same failures, so the master handles both alike.
@@ -40,6 +81,25 @@ std::string Trimmed(const char* s) {
 }
 
 }  // namespace
+
+Param Int64Array(const std::vector<int64_t>& values) {
+  std::string out = ArrayHeader(kInt8Oid, values.size());
+  out.reserve(out.size() + values.size() * 12);
+  for (int64_t v : values) {
+    AppendInt32(8, &out);
+    AppendInt32(static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32), &out);
+    AppendInt32(static_cast<uint32_t>(v), &out);
+  }
+  return BinaryParam(std::move(out));
+}
+
+Param TextArray(const std::vector<std::string_view>& values) {
+  return StringArray(kTextOid, values);
+}
+
+Param ByteaArray(const std::vector<std::string_view>& values) {
+  return StringArray(kByteaOid, values);
+}
 
 Param::Param(int64_t v) : value(absl::StrCat(v)) {}
 Param::Param(int v) : value(absl::StrCat(v)) {}
@@ -213,8 +273,8 @@ absl::Status Connection::ExecScript(const std::string& sql) {
   return absl::OkStatus();
 }
 
-Transaction::Transaction(Connection* conn) : conn_(conn) {
-  status_ = conn_->ExecScript("BEGIN");
+Transaction::Transaction(Connection* conn, const char* begin) : conn_(conn) {
+  status_ = conn_->ExecScript(begin);
   conn_->in_transaction_ = status_.ok();
 }
 

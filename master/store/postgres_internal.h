@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +33,13 @@ struct Param {
   std::string value;
   bool binary = false;
 };
+
+// One-dimensional arrays bound as one parameter in binary format (no quoting, nothing for
+// the server to parse): the statement names the type, `$n::bigint[]`, `$n::text[]` (the
+// elements UTF-8, without NUL bytes) or `$n::bytea[]`.
+Param Int64Array(const std::vector<int64_t>& values);
+Param TextArray(const std::vector<std::string_view>& values);
+Param ByteaArray(const std::vector<std::string_view>& values);
 
 // The rows of a statement, every column in binary format.
 class Result {
@@ -87,7 +95,8 @@ class Connection {
 // BEGIN ... COMMIT, rolled back unless committed.
 class Transaction {
  public:
-  explicit Transaction(Connection* conn);
+  // `begin`: the statement that starts it, e.g. "BEGIN ISOLATION LEVEL REPEATABLE READ".
+  explicit Transaction(Connection* conn, const char* begin = "BEGIN");
   ~Transaction();
   const absl::Status& status() const { return status_; }
   absl::Status Commit();

@@ -148,10 +148,31 @@ CREATE TABLE model_versions (
   UNIQUE (model_id, version));
 CREATE INDEX model_versions_by_checkpoint ON model_versions(checkpoint_uuid);
 )sql",
-    // 11: SQLite keeps metric rows as records (sqlite_schema.cc); PostgreSQL keeps its
-    // metrics table of one row each (its AddMetrics sends one statement per flush).
+    // 11: metric rows as records (metric_records.h), as sqlite_schema.cc's 11: each row of
+    // the old table becomes a record of its own with the row's id, in the old order, and
+    // record ids go on from the old rows' (the id sequence is renamed). The view `metrics`
+    // shows the records as the old table's rows (ids record_id * 4096 + index), for people
+    // and tools reading the database with psql.
     R"sql(
-SELECT 1;
+CREATE TABLE metric_records (
+  id BIGINT PRIMARY KEY,
+  trial_id BIGINT NOT NULL,
+  grp TEXT NOT NULL,
+  n BIGINT NOT NULL,
+  min_run_id BIGINT NOT NULL,
+  max_batches BIGINT NOT NULL,
+  rows TEXT NOT NULL);
+INSERT INTO metric_records (id, trial_id, grp, n, min_run_id, max_batches, rows)
+  SELECT id, trial_id, grp, 1, run_id, total_batches,
+         '[[' || run_id || ',' || total_batches || ',' || time_ms || ',' || vals || ']]'
+  FROM metrics ORDER BY id;
+CREATE INDEX metric_records_by_trial ON metric_records(trial_id, grp, id);
+UPDATE id_sequences SET name = 'metric_records' WHERE name = 'metrics';
+DROP TABLE metrics;
+CREATE VIEW metrics (id, trial_id, run_id, grp, total_batches, time_ms, vals) AS
+  SELECT r.id * 4096 + e.k - 1, r.trial_id, (e.value->>0)::bigint, r.grp,
+         (e.value->>1)::bigint, (e.value->>2)::bigint, e.value->>3
+  FROM metric_records r, json_array_elements(r.rows::json) WITH ORDINALITY AS e(value, k);
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kStoreSchemaVersion,
@@ -191,6 +212,13 @@ absl::Status PostgresStore::Migrate() {
   for (int v = have; v < want; ++v) {
     RETURN_IF_ERROR(conn_->ExecScript(kMigrations[v]));
     RETURN_IF_ERROR(conn_->Exec("UPDATE schema_version SET version = $1", {v + 1}).status());
+  }
+  // A database that builds before migration 11 converted rows left at version 11 with the
+  // metrics table of one row each (their 11 was a no-op) is converted now.
+  if (have >= 11) {
+    ASSIGN_OR_RETURN(Result records,
+                     conn_->Exec("SELECT to_regclass('metric_records') IS NULL"));
+    if (records.Int(0, 0) != 0) RETURN_IF_ERROR(conn_->ExecScript(kMigrations[10]));
   }
   return tx.Commit();
 }

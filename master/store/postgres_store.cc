@@ -4,18 +4,20 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/context_sha256.h"
 #include "common/status/status_macros.h"
+#include "master/store/metric_records.h"
 #include "master/store/metric_summary.h"
-#include "master/store/downsample_sql.h"
 #include "master/store/metric_values_json.h"
 #include "master/store/postgres_internal.h"
 
@@ -75,41 +77,57 @@ std::string HexArray(const std::vector<T>& rows, F field) {
   });
 }
 
-// The metric rows of `r` (run_id, grp, total_batches, time_ms, vals) of `trial_id`.
-absl::StatusOr<std::vector<v1::Metrics>> MetricRows(const Result& r, int64_t trial_id) {
+// The metric rows of `trial_id` (of `group` unless empty) on `conn`, in report order.
+absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
+                                                     const std::string& group) {
+  ASSIGN_OR_RETURN(Result r, conn->Exec("SELECT grp, rows FROM metric_records "
+                                        "WHERE trial_id = $1 AND ($2 = '' OR grp = $2) "
+                                        "ORDER BY id",
+                                        {trial_id, group}));
   std::vector<v1::Metrics> out;
   for (int i = 0; i < r.rows(); ++i) {
-    v1::Metrics& m = out.emplace_back();
-    m.set_trial_id(trial_id);
-    m.set_run_id(static_cast<int32_t>(r.Int(i, 0)));
-    m.set_group(r.Text(i, 1));
-    m.set_total_batches(r.Int(i, 2));
-    m.set_report_time_ms(r.Int(i, 3));
-    RETURN_IF_ERROR(ParseMetricValuesJson(r.Text(i, 4), trial_id, &m));
+    RETURN_IF_ERROR(AppendMetricRecordRows(r.Text(i, 1), trial_id, r.Text(i, 0), nullptr, &out));
   }
   return out;
 }
 
-absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
-                                                     const std::string& group) {
-  ASSIGN_OR_RETURN(Result r,
-                   conn->Exec("SELECT run_id, grp, total_batches, time_ms, vals FROM metrics "
-                              "WHERE trial_id = $1 AND ($2 = '' OR grp = $2) ORDER BY id",
-                              {trial_id, group}));
-  return MetricRows(r, trial_id);
-}
-
-// MetricsReader::GetTrialMetrics on `conn` (read committed: each statement sees every
-// commit before it began).
+// MetricsReader::GetTrialMetrics on `conn`, in one repeatable-read transaction (one
+// snapshot): each group's rows are counted from its records' counts, and only the records
+// holding a row DownsamplePositions chooses are read whole (and only those rows parsed).
 absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(Connection* conn, int64_t trial_id,
                                                           const std::string& group,
                                                           int max_points) {
+  Transaction tx(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  RETURN_IF_ERROR(tx.status());
   ASSIGN_OR_RETURN(Result t, conn->Exec("SELECT 1 FROM trials WHERE id = $1", {trial_id}));
   if (t.rows() == 0) return absl::NotFoundError(absl::StrCat("trial ", trial_id, " not found"));
-  static const std::string* const kSql = new std::string(
-      store_internal::DownsampledMetricsSql("$1::bigint", "$2::text", "$3::bigint"));
-  ASSIGN_OR_RETURN(Result r, conn->Exec(*kSql, {trial_id, group, max_points}));
-  return MetricRows(r, trial_id);
+  if (max_points <= 0) return ReadMetrics(conn, trial_id, group);
+  std::vector<MetricRecordExtent> extents;
+  {
+    ASSIGN_OR_RETURN(Result r, conn->Exec("SELECT grp, id, n FROM metric_records "
+                                          "WHERE trial_id = $1 AND ($2 = '' OR grp = $2) "
+                                          "ORDER BY grp, id",
+                                          {trial_id, group}));
+    extents.reserve(static_cast<size_t>(r.rows()));
+    for (int i = 0; i < r.rows(); ++i) {
+      extents.push_back({r.Text(i, 0), r.Int(i, 1), r.Int(i, 2)});
+    }
+  }
+  std::map<int64_t, std::vector<int64_t>> picks = PickDownsampledRows(extents, max_points);
+  std::vector<int64_t> ids;
+  ids.reserve(picks.size());
+  for (const auto& [id, unused] : picks) ids.push_back(id);
+  ASSIGN_OR_RETURN(Result r, conn->Exec("SELECT id, grp, rows FROM metric_records "
+                                        "WHERE id = ANY($1::bigint[]) ORDER BY id",
+                                        {postgres_internal::Int64Array(ids)}));
+  std::vector<v1::Metrics> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    auto it = picks.find(r.Int(i, 0));
+    if (it == picks.end()) continue;
+    RETURN_IF_ERROR(
+        AppendMetricRecordRows(r.Text(i, 2), trial_id, r.Text(i, 1), &it->second, &out));
+  }
+  return out;
 }
 
 // Store::GetLogs on `conn`.
@@ -384,45 +402,6 @@ absl::Status PostgresStore::WriteTrial(const v1::Trial& trial) {
   return absl::OkStatus();
 }
 
-absl::Status PostgresStore::WriteTrials(const std::vector<v1::Trial>& trials) {
-  if (trials.size() <= 1) {
-    for (const auto& t : trials) RETURN_IF_ERROR(WriteTrial(t));
-    return absl::OkStatus();
-  }
-  // One UPDATE for the batch. A trial listed twice is written once, with its last version
-  // (what writing them in order leaves).
-  absl::flat_hash_map<int64_t, size_t> last;
-  for (size_t i = 0; i < trials.size(); ++i) last[trials[i].id()] = i;
-  std::vector<v1::Trial> rows;
-  std::vector<std::string> data;
-  rows.reserve(last.size());
-  data.reserve(last.size());
-  for (size_t i = 0; i < trials.size(); ++i) {
-    if (last[trials[i].id()] != i) continue;
-    v1::Trial& row = rows.emplace_back(trials[i]);
-    row.clear_allocation();
-    data.push_back(row.SerializeAsString());
-  }
-  ASSIGN_OR_RETURN(
-      Result r,
-      conn_->Exec("UPDATE trials SET state = u.state, data = decode(u.data, 'hex') "
-                  "FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(id, state, data) "
-                  "WHERE trials.id = u.id RETURNING trials.id",
-                  {IntArray(rows, [](const v1::Trial& t) { return t.id(); }),
-                   IntArray(rows, [](const v1::Trial& t) { return t.state(); }),
-                   HexArray(data, [](const std::string& d) -> const std::string& { return d; })}));
-  if (r.rows() != static_cast<int>(rows.size())) {
-    absl::flat_hash_set<int64_t> written;
-    for (int i = 0; i < r.rows(); ++i) written.insert(r.Int(i, 0));
-    for (const auto& t : trials) {
-      if (!written.contains(t.id())) {
-        return absl::NotFoundError(absl::StrCat("trial ", t.id(), " not in the database"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status PostgresStore::UpdateTrial(const v1::Trial& trial) { return WriteTrial(trial); }
 
 absl::Status PostgresStore::UpsertAllocation(const v1::Allocation& allocation,
@@ -458,32 +437,76 @@ absl::Status PostgresStore::SetAgentCredential(const v1::Agent& agent,
 
 absl::Status PostgresStore::AddMetrics(const std::vector<v1::Trial>& trials,
                                        const std::vector<v1::Metrics>& metrics) {
-  Transaction tx(conn_.get());
-  RETURN_IF_ERROR(tx.status());
-  if (!metrics.empty()) {
-    ASSIGN_OR_RETURN(int64_t id, ReserveIds(conn_.get(), "metrics", metrics.size()));
-    // One INSERT for the batch; the n-th row takes the n-th reserved id.
-    std::vector<std::string> vals;
-    vals.reserve(metrics.size());
-    for (const auto& m : metrics) vals.push_back(MetricValuesJson(m));
-    using M = v1::Metrics;
-    RETURN_IF_ERROR(
-        conn_
-            ->Exec("INSERT INTO metrics (id, trial_id, run_id, grp, total_batches, time_ms, vals) "
-                   "SELECT $1::bigint + u.n - 1, u.trial_id, u.run_id, u.grp, u.total_batches, "
-                   "u.time_ms, u.vals FROM unnest($2::bigint[], $3::bigint[], $4::text[], "
-                   "$5::bigint[], $6::bigint[], $7::text[]) WITH ORDINALITY "
-                   "AS u(trial_id, run_id, grp, total_batches, time_ms, vals, n)",
-                   {id, IntArray(metrics, [](const M& m) { return m.trial_id(); }),
-                    IntArray(metrics, [](const M& m) { return m.run_id(); }),
-                    TextArray(metrics, [](const M& m) -> const std::string& { return m.group(); }),
-                    IntArray(metrics, [](const M& m) { return m.total_batches(); }),
-                    IntArray(metrics, [](const M& m) { return m.report_time_ms(); }),
-                    TextArray(vals, [](const std::string& v) -> const std::string& { return v; })})
-            .status());
+  const std::vector<MetricRecordBuilder> records = BuildMetricRecords(metrics);
+  std::vector<std::string> texts;
+  texts.reserve(records.size());
+  for (const auto& r : records) texts.push_back(r.Finish());
+  std::vector<int64_t> trial_ids, counts, min_run_ids, max_batches;
+  std::vector<std::string_view> groups, rows;
+  for (size_t i = 0; i < records.size(); ++i) {
+    trial_ids.push_back(records[i].trial_id());
+    groups.push_back(records[i].group());
+    counts.push_back(records[i].count());
+    min_run_ids.push_back(records[i].min_run_id());
+    max_batches.push_back(records[i].max_batches());
+    rows.push_back(texts[i]);
   }
-  RETURN_IF_ERROR(WriteTrials(trials));
-  return tx.Commit();
+  // Each trial once, with its last version (what writing them in order leaves).
+  absl::flat_hash_map<int64_t, size_t> last;
+  for (size_t i = 0; i < trials.size(); ++i) last[trials[i].id()] = i;
+  std::vector<int64_t> ids, states;
+  std::vector<std::string> data;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (last[trials[i].id()] != i) continue;
+    v1::Trial row = trials[i];
+    row.clear_allocation();  // Allocations have their own table.
+    ids.push_back(row.id());
+    states.push_back(row.state());
+    data.push_back(row.SerializeAsString());
+  }
+  std::vector<std::string_view> data_views(data.begin(), data.end());
+  // One statement (one round trip, its own transaction): reserve the records' ids, insert
+  // them (the k-th record takes the k-th id, so each trial's rows keep their order), write
+  // the trials, and fail the whole statement (division by zero, mapped to NotFound below)
+  // unless every trial was there to write.
+  const int64_t n = static_cast<int64_t>(records.size());
+  absl::StatusOr<Result> r = conn_->Exec(
+      "WITH reserved AS ("
+      " INSERT INTO id_sequences (name, last) VALUES ('metric_records', $1::bigint)"
+      " ON CONFLICT (name) DO UPDATE SET last = id_sequences.last + EXCLUDED.last"
+      " RETURNING last - $1::bigint AS base),"
+      " stored AS ("
+      " INSERT INTO metric_records (id, trial_id, grp, n, min_run_id, max_batches, rows)"
+      " SELECT reserved.base + u.k, u.trial_id, u.grp, u.n, u.min_run_id, u.max_batches, u.rows"
+      " FROM reserved, unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[],"
+      " $6::bigint[], $7::text[]) WITH ORDINALITY AS u(trial_id, grp, n, min_run_id,"
+      " max_batches, rows, k)),"
+      " written AS ("
+      " UPDATE trials SET state = u.state, data = u.data"
+      " FROM unnest($8::bigint[], $9::bigint[], $10::bytea[]) AS u(id, state, data)"
+      " WHERE trials.id = u.id RETURNING trials.id)"
+      " SELECT 1 / ((SELECT count(*) FROM written) = $11::bigint)::int",
+      {n, postgres_internal::Int64Array(trial_ids), postgres_internal::TextArray(groups),
+       postgres_internal::Int64Array(counts), postgres_internal::Int64Array(min_run_ids),
+       postgres_internal::Int64Array(max_batches), postgres_internal::TextArray(rows),
+       postgres_internal::Int64Array(ids), postgres_internal::Int64Array(states),
+       postgres_internal::ByteaArray(data_views), static_cast<int64_t>(ids.size())});
+  if (r.ok()) return absl::OkStatus();
+  if (r.status().code() != absl::StatusCode::kInternal ||
+      !absl::EndsWith(r.status().message(), "division by zero")) {
+    return r.status();
+  }
+  // A trial was missing: nothing was stored. Name the first.
+  ASSIGN_OR_RETURN(Result found, conn_->Exec("SELECT id FROM trials WHERE id = ANY($1::bigint[])",
+                                             {postgres_internal::Int64Array(ids)}));
+  absl::flat_hash_set<int64_t> present;
+  for (int i = 0; i < found.rows(); ++i) present.insert(found.Int(i, 0));
+  for (const auto& t : trials) {
+    if (!present.contains(t.id())) {
+      return absl::NotFoundError(absl::StrCat("trial ", t.id(), " not in the database"));
+    }
+  }
+  return absl::NotFoundError("a trial of the metric rows is not in the database");
 }
 
 absl::StatusOr<std::vector<v1::Metrics>> PostgresStore::GetMetrics(int64_t trial_id,
@@ -500,10 +523,32 @@ absl::StatusOr<int64_t> PostgresStore::SupersedeMetrics(v1::Trial* trial, int32_
                                                         int64_t after_batches) {
   Transaction tx(conn_.get());
   RETURN_IF_ERROR(tx.status());
-  ASSIGN_OR_RETURN(Result del, conn_->Exec("DELETE FROM metrics WHERE trial_id = $1 AND "
-                                           "run_id < $2 AND total_batches > $3",
-                                           {trial->id(), run_id, after_batches}));
-  const int64_t deleted = del.changed();
+  // Only records that may hold such a row are read; each is rewritten without them (in
+  // place, keeping its id and so its rows' order) or deleted when none is left.
+  ASSIGN_OR_RETURN(Result r, conn_->Exec("SELECT id, grp, rows FROM metric_records "
+                                         "WHERE trial_id = $1 AND min_run_id < $2 AND "
+                                         "max_batches > $3 ORDER BY id FOR UPDATE",
+                                         {trial->id(), run_id, after_batches}));
+  int64_t deleted = 0;
+  for (int i = 0; i < r.rows(); ++i) {
+    std::vector<v1::Metrics> rows;
+    RETURN_IF_ERROR(AppendMetricRecordRows(r.Text(i, 2), trial->id(), r.Text(i, 1), nullptr, &rows));
+    MetricRecordBuilder kept(trial->id(), "");
+    const int64_t dropped = KeepUnsupersededRows(rows, run_id, after_batches, &kept);
+    if (dropped == 0) continue;
+    deleted += dropped;
+    if (kept.count() == 0) {
+      RETURN_IF_ERROR(
+          conn_->Exec("DELETE FROM metric_records WHERE id = $1", {r.Int(i, 0)}).status());
+      continue;
+    }
+    RETURN_IF_ERROR(conn_
+                        ->Exec("UPDATE metric_records SET n = $1, min_run_id = $2, "
+                               "max_batches = $3, rows = $4 WHERE id = $5",
+                               {kept.count(), kept.min_run_id(), kept.max_batches(),
+                                kept.Finish(), r.Int(i, 0)})
+                        .status());
+  }
   v1::Trial updated = *trial;
   if (deleted > 0) {
     ASSIGN_OR_RETURN(std::vector<v1::Metrics> rows, GetMetrics(trial->id(), ""));
@@ -622,7 +667,8 @@ absl::Status PostgresStore::DeleteExperiment(int64_t experiment_id) {
   RETURN_IF_ERROR(tx.status());
   // Children before parents (foreign keys).
   for (const char* sql : {
-           "DELETE FROM metrics WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)",
+           "DELETE FROM metric_records WHERE trial_id IN "
+           "(SELECT id FROM trials WHERE experiment_id = $1)",
            "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)",
            "DELETE FROM checkpoints WHERE trial_id IN "
            "(SELECT id FROM trials WHERE experiment_id = $1)",

@@ -93,8 +93,6 @@ class PostgresStore : public Store {
                 std::string password);
   absl::Status Migrate();
   absl::Status WriteTrial(const v1::Trial& trial);
-  // WriteTrial for each of `trials` in one statement; NotFound names the first missing one.
-  absl::Status WriteTrials(const std::vector<v1::Trial>& trials);
   absl::Status WriteCheckpointGcTask(const v1::CheckpointGcTask& task);
   // Inserts `trial` (inside the caller's transaction) and returns its id.
   absl::StatusOr<int64_t> InsertTrialRow(const v1::Trial& trial);

@@ -4,11 +4,14 @@
 
 #include <postgresql/libpq-fe.h>
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -175,6 +178,104 @@ TEST_F(PostgresStoreTest, BatchedFlushesKeepEveryValueAndError) {
     EXPECT_EQ((*logs)[i].id(), lines[i].id());
     EXPECT_EQ((*logs)[i].SerializeAsString(), lines[i].SerializeAsString())
         << (*logs)[i].DebugString();
+  }
+}
+
+// Runs `sql` on the database at `url` through libpq; the first column of each row.
+std::vector<std::string> Sql(const std::string& url, const std::string& sql) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  EXPECT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+  PGresult* res = PQexec(conn, sql.c_str());
+  EXPECT_TRUE(PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK)
+      << PQerrorMessage(conn) << sql;
+  std::vector<std::string> out;
+  for (int i = 0; i < PQntuples(res); ++i) out.emplace_back(PQgetvalue(res, i, 0));
+  PQclear(res);
+  PQfinish(conn);
+  return out;
+}
+
+// The database as migration 10 left it, with metric rows of the old table (one SQL row
+// each, ids 5, 6, 7, 9), at schema `version` (10; or 11, as builds whose migration 11 did
+// nothing left it).
+void MakeOldMetricsTable(const std::string& url, int version) {
+  auto store = PostgresStore::Open(url);
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Experiment e;
+  std::vector<v1::Trial> trials(2);
+  ASSERT_TRUE((*store)->InsertExperiment(e, "ctx", &trials).ok());
+  Sql(url, absl::StrCat(R"sql(
+DROP VIEW metrics;
+DROP TABLE metric_records;
+CREATE TABLE metrics (
+  id BIGINT PRIMARY KEY,
+  trial_id BIGINT NOT NULL,
+  run_id BIGINT NOT NULL,
+  grp TEXT NOT NULL,
+  total_batches BIGINT NOT NULL,
+  time_ms BIGINT NOT NULL,
+  vals TEXT NOT NULL);
+CREATE INDEX metrics_by_trial ON metrics(trial_id, grp, id);
+INSERT INTO metrics VALUES
+  (5, 1, 0, 'training', 10, 100, '{"loss":0.5}'),
+  (6, 2, 0, 'training', 10, 101, '{"loss":"NaN"}'),
+  (7, 1, 1, 'validation', 20, 102, '{"acc":0.75}'),
+  (9, 1, 1, 'training', 30, 103, '{"loss":0.25,"lr":"Infinity"}');
+DELETE FROM id_sequences WHERE name = 'metric_records';
+INSERT INTO id_sequences (name, last) VALUES ('metrics', 9);
+UPDATE schema_version SET version = )sql",
+                        version));
+}
+
+TEST_F(PostgresStoreTest, MigrationElevenMakesTheOldMetricRowsRecordsInTheirOrder) {
+  for (int version : {10, 11}) {
+    SCOPED_TRACE(absl::StrCat("schema version ", version));
+    auto url = server_->CreateDatabase(absl::StrCat("old", version));
+    ASSERT_TRUE(url.ok()) << url.status();
+    MakeOldMetricsTable(*url, version);
+    auto store = PostgresStore::Open(*url);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->SchemaVersion(), kStoreSchemaVersion);
+    auto rows = (*store)->GetMetrics(1, "");
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(rows->size(), 3u);
+    EXPECT_EQ((*rows)[0].group(), "training");
+    EXPECT_EQ((*rows)[0].total_batches(), 10);
+    EXPECT_EQ((*rows)[0].report_time_ms(), 100);
+    EXPECT_EQ((*rows)[0].values().at("loss"), 0.5);
+    EXPECT_EQ((*rows)[1].group(), "validation");
+    EXPECT_EQ((*rows)[1].run_id(), 1);
+    EXPECT_EQ((*rows)[1].values().at("acc"), 0.75);
+    EXPECT_EQ((*rows)[2].total_batches(), 30);
+    EXPECT_EQ((*rows)[2].values().at("lr"), std::numeric_limits<double>::infinity());
+    auto other = (*store)->GetMetrics(2, "training");
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_EQ(other->size(), 1u);
+    EXPECT_TRUE(std::isnan(other->at(0).values().at("loss")));
+    // New rows go after the old ones (ids from the old rows' sequence), in every read.
+    v1::Metrics later;
+    later.set_trial_id(1);
+    later.set_group("training");
+    later.set_total_batches(40);
+    ASSERT_TRUE((*store)->AddMetrics({}, {later}).ok());
+    auto training = (*store)->GetMetrics(1, "training");
+    ASSERT_TRUE(training.ok()) << training.status();
+    ASSERT_EQ(training->size(), 3u);
+    EXPECT_EQ(training->back().total_batches(), 40);
+    auto reader = (*store)->OpenReader();
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    auto last = (*reader)->GetTrialMetrics(1, "training", 1);
+    ASSERT_TRUE(last.ok()) << last.status();
+    ASSERT_EQ(last->size(), 1u);
+    EXPECT_EQ(last->at(0).total_batches(), 40);
+    // The view `metrics` shows the records as the old table's rows, for psql.
+    EXPECT_THAT(Sql(*url, "SELECT id || ' ' || run_id || ' ' || grp || ' ' || total_batches || "
+                          "' ' || time_ms || ' ' || vals FROM metrics WHERE trial_id = 1 "
+                          "ORDER BY id"),
+                ::testing::ElementsAre("20480 0 training 10 100 {\"loss\":0.5}",
+                                       "28672 1 validation 20 102 {\"acc\":0.75}",
+                                       "36864 1 training 30 103 {\"loss\":0.25,\"lr\":\"Infinity\"}",
+                                       "40960 0 training 40 0 {}"));
   }
 }
 

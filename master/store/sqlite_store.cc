@@ -10,12 +10,10 @@
 #include <string_view>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "common/rpc/context_sha256.h"
-#include "master/metrics/downsample.h"
 #include "master/store/sqlite_internal.h"
 #include "master/store/metric_records.h"
 #include "master/store/metric_summary.h"
@@ -269,22 +267,7 @@ absl::Status SqliteStore::SetAgentCredential(const v1::Agent& agent,
 
 absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
                                      const std::vector<v1::Metrics>& metrics) {
-  // One record per run of a trial's rows of one group (the trial's rows of other trials
-  // in between do not end it), so each trial's rows keep their order by record id.
-  std::vector<MetricRecordBuilder> records;
-  absl::flat_hash_map<int64_t, size_t> open;  // trial id -> its last record
-  for (const auto& m : metrics) {
-    auto [it, inserted] = open.try_emplace(m.trial_id(), records.size());
-    if (!inserted) {
-      const MetricRecordBuilder& r = records[it->second];
-      if (r.group() != m.group() || r.count() >= kMetricRecordRowsMax) {
-        it->second = records.size();
-        inserted = true;
-      }
-    }
-    if (inserted) records.emplace_back(m.trial_id(), m.group());
-    records[it->second].Add(m);
-  }
+  const std::vector<MetricRecordBuilder> records = BuildMetricRecords(metrics);
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.status());
   Stmt s(db_,
@@ -302,32 +285,6 @@ absl::Status SqliteStore::AddMetrics(const std::vector<v1::Trial>& trials,
 
 namespace {
 
-// Appends the rows of record text `rows` (of `trial_id` and `group`) to `out`; of those only
-// the ones at ascending indexes `picks` when `picks` is not null.
-absl::Status AppendRecordRows(const std::string& rows, int64_t trial_id, const std::string& group,
-                              const std::vector<int64_t>* picks, std::vector<v1::Metrics>* out) {
-  std::vector<std::string_view> split;
-  RETURN_IF_ERROR(SplitMetricRecord(rows, trial_id, &split));
-  auto add = [&](std::string_view row) {
-    v1::Metrics& m = out->emplace_back();
-    m.set_trial_id(trial_id);
-    m.set_group(group);
-    return ParseMetricRecordRow(row, trial_id, &m);
-  };
-  if (picks == nullptr) {
-    for (std::string_view row : split) RETURN_IF_ERROR(add(row));
-    return absl::OkStatus();
-  }
-  for (int64_t k : *picks) {
-    if (k < 0 || k >= static_cast<int64_t>(split.size())) {
-      return absl::DataLossError(absl::StrCat("database: metric record of trial ", trial_id,
-                                              " has ", split.size(), " rows, fewer than its count"));
-    }
-    RETURN_IF_ERROR(add(split[k]));
-  }
-  return absl::OkStatus();
-}
-
 // Rows of `trial_id` (of `group` unless empty) on connection `db`, in report order.
 absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_id,
                                                      const std::string& group) {
@@ -336,7 +293,9 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(sqlite3* db, int64_t trial_
          "WHERE trial_id = ? AND (? = '' OR grp = ?) ORDER BY id");
   s.Bind(1, trial_id).Bind(2, group).Bind(3, group);
   std::vector<v1::Metrics> out;
-  while (s.Step()) RETURN_IF_ERROR(AppendRecordRows(s.Text(1), trial_id, s.Text(0), nullptr, &out));
+  while (s.Step()) {
+    RETURN_IF_ERROR(AppendMetricRecordRows(s.Text(1), trial_id, s.Text(0), nullptr, &out));
+  }
   RETURN_IF_ERROR(s.status());
   return out;
 }
@@ -351,8 +310,8 @@ absl::Status CheckStored(sqlite3* db, const char* table, const char* what, int64
 }
 
 // MetricsReader::GetTrialMetrics on connection `db`, in one read transaction: each group's
-// rows are counted from its records' counts, the records stepped through on the index
-// metric_records_by_trial alone, and only the records holding a row at the positions
+// rows are counted from its records' counts (the records stepped through on the index
+// metric_records_by_trial alone), and only the records holding a row at the positions
 // DownsamplePositions chooses are then read whole (and only those rows parsed).
 absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t trial_id,
                                                           const std::string& group,
@@ -361,45 +320,18 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t t
   RETURN_IF_ERROR(tx.status());
   RETURN_IF_ERROR(CheckStored(db, "trials", "trial", trial_id));
   if (max_points <= 0) return ReadMetrics(db, trial_id, group);
-  // Each group's chosen positions, then the records holding them.
-  std::map<std::string, std::vector<int64_t>> positions;
-  {
-    Stmt count(db,
-               "SELECT grp, SUM(n) FROM metric_records WHERE trial_id = ? "
-               "AND (? = '' OR grp = ?) GROUP BY grp");
-    count.Bind(1, trial_id).Bind(2, group).Bind(3, group);
-    while (count.Step()) positions[count.Text(0)] = DownsamplePositions(count.Int(1), max_points);
-    RETURN_IF_ERROR(count.status());
-  }
-  std::map<int64_t, std::vector<int64_t>> picks;  // record id -> indexes of its rows
+  // The records' counts in each group's order, then the records holding the chosen rows.
+  std::vector<MetricRecordExtent> extents;
   {
     Stmt scan(db,
               "SELECT grp, id, n FROM metric_records WHERE trial_id = ? AND (? = '' OR grp = ?) "
               "ORDER BY grp, id");
     scan.Bind(1, trial_id).Bind(2, group).Bind(3, group);
-    std::string current;
-    const std::vector<int64_t>* chosen = nullptr;
-    size_t next = 0;
-    int64_t position = 0;
-    while (scan.Step()) {
-      std::string grp = scan.Text(0);
-      if (chosen == nullptr || grp != current) {
-        current = std::move(grp);
-        auto it = positions.find(current);
-        if (it == positions.end()) break;  // a group committed after the count: none
-        chosen = &it->second;
-        next = 0;
-        position = 0;
-      }
-      const int64_t n = scan.Int(2);
-      while (next < chosen->size() && (*chosen)[next] < position + n) {
-        picks[scan.Int(1)].push_back((*chosen)[next] - position);
-        ++next;
-      }
-      position += n;
-    }
+    while (scan.Step()) extents.push_back({scan.Text(0), scan.Int(1), scan.Int(2)});
     RETURN_IF_ERROR(scan.status());
   }
+  // record id -> indexes of its rows
+  std::map<int64_t, std::vector<int64_t>> picks = PickDownsampledRows(extents, max_points);
   std::string ids = "[";
   for (const auto& [id, unused] : picks) absl::StrAppend(&ids, ids.size() > 1 ? "," : "", id);
   ids += "]";
@@ -411,7 +343,7 @@ absl::StatusOr<std::vector<v1::Metrics>> ReadTrialMetrics(sqlite3* db, int64_t t
   while (s.Step()) {
     auto it = picks.find(s.Int(0));
     if (it == picks.end()) continue;
-    RETURN_IF_ERROR(AppendRecordRows(s.Text(2), trial_id, s.Text(1), &it->second, &out));
+    RETURN_IF_ERROR(AppendMetricRecordRows(s.Text(2), trial_id, s.Text(1), &it->second, &out));
   }
   RETURN_IF_ERROR(s.status());
   return out;
@@ -556,20 +488,15 @@ absl::StatusOr<int64_t> SqliteStore::SupersedeMetrics(v1::Trial* trial, int32_t 
     std::vector<std::pair<int64_t, std::vector<v1::Metrics>>> touched;
     while (s.Step()) {
       std::vector<v1::Metrics> rows;
-      RETURN_IF_ERROR(AppendRecordRows(s.Text(2), trial->id(), s.Text(1), nullptr, &rows));
+      RETURN_IF_ERROR(AppendMetricRecordRows(s.Text(2), trial->id(), s.Text(1), nullptr, &rows));
       touched.emplace_back(s.Int(0), std::move(rows));
     }
     RETURN_IF_ERROR(s.status());
     for (auto& [id, rows] : touched) {
       MetricRecordBuilder kept(trial->id(), "");
-      for (const auto& m : rows) {
-        if (m.run_id() < run_id && m.total_batches() > after_batches) {
-          ++deleted;
-        } else {
-          kept.Add(m);
-        }
-      }
-      if (kept.count() == static_cast<int64_t>(rows.size())) continue;
+      const int64_t dropped = KeepUnsupersededRows(rows, run_id, after_batches, &kept);
+      if (dropped == 0) continue;
+      deleted += dropped;
       if (kept.count() == 0) {
         RETURN_IF_ERROR(del.Bind(1, id).Run());
         del.Reset();

@@ -795,6 +795,35 @@ TEST_P(StoreConformanceTest, SystemMetricsAreTheLatestPerAgentOldestFirstForABou
   EXPECT_TRUE(store_->GetSystemMetrics("b", 100)->empty());
 }
 
+TEST_P(StoreConformanceTest, ManySystemMetricsInOneCallKeepTheirArrivalOrderAndAgents) {
+  // One call of 600 samples of three agents, times interleaved and some too old to keep.
+  std::vector<v1::SystemMetrics> samples;
+  for (int i = 0; i < 600; ++i) {
+    v1::SystemMetrics m = Sample(absl::StrCat("agent-", i % 3), 10000 + 10 * (i / 3), i);
+    if (i % 7 == 0) m.set_time_ms(50);  // before keep_after_ms
+    samples.push_back(m);
+  }
+  ASSERT_TRUE(store_->AddSystemMetrics(samples, 100).ok());
+  for (int agent = 0; agent < 3; ++agent) {
+    std::vector<double> want;  // the kept samples of this agent, in arrival order
+    for (int i = agent; i < 600; i += 3) {
+      if (i % 7 != 0) want.push_back(i);
+    }
+    auto got = store_->GetSystemMetrics(absl::StrCat("agent-", agent), 1000);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<double> cpu;
+    for (const auto& m : *got) {
+      EXPECT_EQ(m.agent_id(), absl::StrCat("agent-", agent));
+      cpu.push_back(m.cpu_utilization_percent());
+    }
+    EXPECT_EQ(cpu, want);
+    auto latest = store_->GetSystemMetrics(absl::StrCat("agent-", agent), 5);
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    ASSERT_EQ(latest->size(), 5u);
+    EXPECT_EQ(latest->back().cpu_utilization_percent(), want.back());
+  }
+}
+
 TEST_P(StoreConformanceTest, UsersAndSessions) {
   auto admin = store_->InsertUser({0, "admin", "$argon2id$hash1", true, 1000});
   ASSERT_TRUE(admin.ok()) << admin.status();
