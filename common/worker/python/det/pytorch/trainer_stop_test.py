@@ -2,7 +2,8 @@
 every batch one collective of two flags (a tensor all-reduce, no object collectives) tells
 every rank whether to stop, and every rank stops after the same batch, checkpoints and exits
 0 when any rank asked: context.set_stop_requested(True) on one rank, or a SIGTERM to the
-chief or to another rank (should_preempt(), its reason shared).
+chief or to another rank (should_preempt(), its reason shared). The batch each rank fetches
+while the flags are exchanged is not lost when they stop: a resume trains it next.
 
 Usage: trainer_stop_test.py (runs itself as the ranks: trainer_stop_test.py --worker ...).
 """
@@ -51,7 +52,7 @@ def worker(args):
                             rank=int(os.environ["RANK"]), world_size=2)
     counts = {}
     _count_collectives(counts)
-    seen = []  # (batch_idx, collectives counted when it started)
+    seen = []  # (batch_idx, collectives counted when it started, the sum of its inputs)
 
     class StopTrial(pytorch.PyTorchTrial):
         def __init__(self, context):
@@ -75,7 +76,7 @@ def worker(args):
                                       batch_size=self.context.get_per_slot_batch_size())
 
         def train_batch(self, batch, epoch_idx, batch_idx):
-            seen.append((batch_idx, dict(counts)))
+            seen.append((batch_idx, dict(counts), float(batch[0].sum())))
             if hp.get("stop_at") == batch_idx and hp.get("stop_rank") == self.rank:
                 self.context.set_stop_requested(True)
             if hp.get("sigterm_at") == batch_idx and hp.get("sigterm_rank") == self.rank:
@@ -94,7 +95,8 @@ def worker(args):
                       checkpoint_storage=args.storage) as context:
         trial = StopTrial(context)
         pytorch.Trainer(trial, context).fit(max_length=pytorch.Batch(hp["batches"]),
-                                            reporting_period=pytorch.Batch(1000))
+                                            reporting_period=pytorch.Batch(1000),
+                                            latest_checkpoint=hp.get("latest"))
         reason = context._core.preempt.reason
         del trial
     dist.barrier()
@@ -113,7 +115,8 @@ class TwoRankStopTest(unittest.TestCase):
         self._runs = 0
 
     def train(self, **hparams):
-        """Runs 2 ranks to their exit (each must exit 0); each rank's output."""
+        """Runs 2 ranks to their exit (each must exit 0), checkpointing to self.storage; each
+        rank's output."""
         store = os.path.join(self.tmp.name, f"store{self._runs}")
         self._runs += 1
         procs = []
@@ -146,16 +149,24 @@ class TwoRankStopTest(unittest.TestCase):
 
     def checkpoints(self):
         """The steps_completed of every checkpoint written, sorted."""
-        steps = []
+        return sorted(self.checkpoint_ids())
+
+    def checkpoint_ids(self):
+        """steps_completed -> storage id of every checkpoint written."""
+        ids = {}
         for name in os.listdir(self.storage):
             metadata = os.path.join(self.storage, name, "metadata.json")
             if os.path.exists(metadata):  # Not tensorboard/.
                 with open(metadata) as f:
-                    steps.append(json.load(f)["steps_completed"])
-        return sorted(steps)
+                    ids[json.load(f)["steps_completed"]] = name
+        return ids
 
     def batches(self, result):
-        return [b for b, _ in result["seen"]]
+        return [b for b, _, _ in result["seen"]]
+
+    def inputs(self, result):
+        """batch_idx -> the sum of the inputs this rank trained it on."""
+        return {b: total for b, _, total in result["seen"]}
 
     def test_one_tensor_all_reduce_a_batch_and_no_object_collective(self):
         results = self.train(batches=10)
@@ -183,6 +194,20 @@ class TwoRankStopTest(unittest.TestCase):
         self.assertEqual([self.batches(r) for r in results], [[0, 1, 2]] * 2)
         self.assertEqual([r["reason"] for r in results], ["SIGTERM received"] * 2)
         self.assertEqual(self.checkpoints(), [3])
+
+    def test_a_stop_loses_no_batch_the_ranks_fetched_while_checking(self):
+        # Batch 6 is fetched during batch 5's stop check, which says stop: the resume trains
+        # it, on the same inputs as a run that never stopped (mid-epoch: 8 batches an epoch).
+        uninterrupted = self.train(batches=12)
+        self.storage = os.path.join(self.tmp.name, "stopped")
+        stopped = self.train(batches=12, stop_at=5, stop_rank=1)
+        self.assertEqual([self.batches(r) for r in stopped], [list(range(6))] * 2)
+        resumed = self.train(batches=12, latest=self.checkpoint_ids()[6])
+        self.assertEqual([self.batches(r) for r in resumed], [list(range(6, 12))] * 2)
+        for rank in range(2):
+            self.assertEqual({**self.inputs(stopped[rank]), **self.inputs(resumed[rank])},
+                             self.inputs(uninterrupted[rank]), rank)
+        self.assertEqual(self.checkpoints(), [6, 12])
 
     def test_sigterm_to_the_chief_preempts_both(self):
         results = self.train(batches=20, sigterm_at=4, sigterm_rank=0)

@@ -12,7 +12,7 @@ import os
 import random
 import shutil
 import sys
-from typing import Any, ContextManager, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 import torch
@@ -170,13 +170,28 @@ def _any_rank(dist: Any, device: torch.device, flags: List[bool]) -> List[bool]:
     """Each of `flags` or-ed over every rank of `dist`, in one collective: a tensor
     all-reduce (MAX) over the torch process group when dist's collectives go over it (on
     `device` when the group is NCCL's), else one allgather of the list."""
+    return _start_any_rank(dist, device, flags)[0]()
+
+
+def _start_any_rank(dist: Any, device: torch.device,
+                    flags: List[bool]) -> Tuple[Callable[[], List[bool]], bool]:
+    """_any_rank started: a function that waits for its answer, and whether the collective
+    is still running (over the torch process group the all-reduce runs while the caller
+    goes on; the allgather is done at once). Every rank must start and wait for the same
+    checks in the same order."""
     if dist._torch_ready():
         backend = torch.distributed.get_backend()
         on = device if backend == "nccl" else torch.device("cpu")
         votes = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=on)
-        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX)
-        return [bool(v) for v in votes.tolist()]
-    return [any(column) for column in zip(*dist.allgather(list(flags)))]
+        work = torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX,
+                                            async_op=True)
+
+        def wait() -> List[bool]:
+            work.wait()
+            return [bool(v) for v in votes.tolist()]
+        return wait, True
+    answer = [any(column) for column in zip(*dist.allgather(list(flags)))]
+    return (lambda: answer), False
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
@@ -223,6 +238,8 @@ class _Controller:
         # DeterministicDDP in deterministic mode (built by run()), else None.
         self.deterministic: Any = None
         self.best_validation: Optional[float] = None
+        # A training batch fetched during the last stop check, not yet trained (0 or 1).
+        self._fetched: List[Any] = []
         self.last_checkpoint_uuid: Optional[str] = None
         self.callbacks: Dict[str, PyTorchCallback] = trial.build_callbacks()
         if not context.models:
@@ -351,6 +368,7 @@ class _Controller:
 
     def _close_batches(self) -> None:
         # Shuts down the DataLoader's worker processes now, not at garbage collection.
+        self._fetched.clear()
         del self.batches
 
     def _length(self) -> TrainUnit:
@@ -420,21 +438,40 @@ class _Controller:
 
     def _stop_requested(self) -> bool:
         """Whether to checkpoint and exit: preemption (should_preempt(): the chief's answer or
-        any rank's SIGTERM) or context.set_stop_requested(True) on any rank. Every rank asks
-        after every batch; with several ranks both questions go in one collective of two
-        flags (a tensor all-reduce over the torch process group), which costs a fraction of
-        should_preempt()'s and an allgather's object collectives (four allgathers a batch:
-        docs/performance.md, the Trial runner's cost), and only a stop sends the reasons."""
+        any rank's SIGTERM) or context.set_stop_requested(True) on any rank."""
+        return self._start_stop_check()[0]()
+
+    def _start_stop_check(self) -> Tuple[Callable[[], bool], bool]:
+        """_stop_requested started: a function that answers it, and whether the ranks are
+        still exchanging their flags (then the caller can do other work before asking).
+        Every rank asks after every batch; with several ranks both questions go in one
+        collective of two flags (a tensor all-reduce over the torch process group), which
+        costs a fraction of should_preempt()'s and an allgather's object collectives (four
+        allgathers a batch: docs/performance.md, the Trial runner's cost), and only a stop
+        sends the reasons. The flags are this rank's as of the call."""
         preempt = self.core.preempt
         stop = self.context.get_stop_requested()
         if self.dist.size == 1 or preempt._mode != core.PreemptMode.WorkersAskChief:
-            preempted = preempt.should_preempt()
-            return preempted or (any(self.dist.allgather(stop)) if self.dist.size > 1 else stop)
+            answer = preempt.should_preempt() or (
+                any(self.dist.allgather(stop)) if self.dist.size > 1 else stop)
+            return (lambda: answer), False
         vote = preempt._vote()
-        any_vote, any_stop = _any_rank(self.dist, self.context.device, [vote, stop])
-        if any_vote:
-            preempt._agree(self.dist.allgather((vote, preempt.reason)))
-        return any_vote or any_stop
+        votes, in_flight = _start_any_rank(self.dist, self.context.device, [vote, stop])
+
+        def wait() -> bool:
+            any_vote, any_stop = votes()
+            if any_vote:
+                preempt._agree(self.dist.allgather((vote, preempt.reason)))
+            return any_vote or any_stop
+        return wait, in_flight
+
+    def _next_batch(self) -> Any:
+        """The next training batch: the one fetched ahead during the last stop check, else
+        the loader's next."""
+        if self._fetched:
+            return self._fetched.pop()
+        with self.core.train.timer("dataloader_next"):
+            return next(self.batches)
 
     def _train_window(self, boundaries: List[Tuple[str, TrainUnit]],
                       length: TrainUnit) -> Tuple[List[str], List[Any], bool]:
@@ -448,8 +485,7 @@ class _Controller:
         while True:
             batch_idx = self.state["batches_trained"]
             epoch_idx, in_epoch = divmod(batch_idx, epoch_len)
-            with self.core.train.timer("dataloader_next"):
-                batch = next(self.batches)
+            batch = self._next_batch()
             self.context._current_batch_idx = batch_idx
             if in_epoch == 0:
                 for callback in self.callbacks.values():
@@ -473,7 +509,14 @@ class _Controller:
                     hit = hit or self.test_mode or self._steps_until_complete(length) <= 0
                 if hit:
                     reached.append(kind)
-            if self._stop_requested():
+            stop, in_flight = self._start_stop_check()
+            if in_flight and not reached:
+                # While the ranks exchange their flags, the batch to train next unless they
+                # stop (then it goes unused: a resume starts at batches_trained, whatever
+                # the loader has read).
+                with self.core.train.timer("dataloader_next"):
+                    self._fetched.append(next(self.batches))
+            if stop():
                 return reached, metrics, True
             if reached:
                 return reached, metrics, False
