@@ -18,17 +18,20 @@ between steps (the final validation and checkpoint of fit() come after and are n
 The sides alternate, --reps runs each; the table gives the median samples/s of rank 0 and
 the Trial/hand ratio, and rank 0's CPU time per timed batch (median; all its threads),
 which a loaded machine disturbs less than samples/s: what each side computes, not what it
-waits.
+waits. A second table splits rank 0's time per batch: the main thread's CPU in the step
+(the hand loop's forward .. loss.item(), the Trial's train_batch) and between steps (the
+fetch and the loop or the runner), the other threads' CPU (Gloo's and DDP's), and the wall
+time between steps that is not on the main thread's CPU (waiting for the other rank).
 
 Like for like, except what the Trial must do by contract (docs/performance.md, "PyTorchTrial
 under the Trainer vs a hand-written loop", measures each): det's elastic order (every rank
 computes the epoch's global order, so that any rank count resumes mid-epoch at the next
 batch; DistributedSampler draws a randperm), one stop check after every batch (on 2 ranks
-a 2-flag tensor all-reduce: a preemption or set_stop_requested on any rank stops every rank
-after the same batch), the phases' timers (dataloader_next, to_device, train_batch,
-from_device) and the loss turned into a number (the hand loop's loss.item()). The model,
-data, batch, optimizer, DDP settings (torch's defaults on both sides) and collation are the
-same.
+a 2-flag tensor all-reduce, which runs while the rank fetches its next batch: a preemption
+or set_stop_requested on any rank stops every rank after the same batch), the phases'
+timers (dataloader_next, to_device, train_batch, from_device) and the loss turned into a
+number (the hand loop's loss.item()). The model, data, batch, optimizer, DDP settings
+(torch's defaults on both sides) and collation are the same.
 
 Usage: [DET_TEST_PYTHON=/usr/bin/python3] python3 tests/bench/trial_runner_bench.py
            [--reps 3] [--steps 200] [--warmup 10] [--ranks 1,2] [--batch 64]
@@ -74,22 +77,46 @@ def _data(records):
 
 class _Clock:
     """Times batches warmup .. warmup + steps: the moment each starts training; wall clock
-    and this process's CPU time (all its threads: what it computed, not what it waited)."""
+    and this process's CPU time (all its threads: what it computed, not what it waited).
+    Within them, step_begin() .. step_end() brackets each batch's step (the hand loop's
+    forward .. loss.item(); the Trial's train_batch): the main thread's CPU and the wall
+    time inside the steps, the rest being between them (the fetch, the loop or the runner,
+    waits)."""
 
     def __init__(self, warmup, steps):
         self.warmup, self.steps = warmup, steps
         self.start = self.end = self.cpu_start = self.cpu_end = None
+        self.main_start = self.main_end = None
+        self.step_wall = self.step_cpu = 0.0
+        self._timing = False
 
     def at_batch(self, batch_idx):
         if batch_idx == self.warmup:
             self.start, self.cpu_start = time.perf_counter(), time.process_time()
+            self.main_start = time.thread_time()
         elif batch_idx == self.warmup + self.steps:
             self.end, self.cpu_end = time.perf_counter(), time.process_time()
+            self.main_end = time.thread_time()
+        self._timing = self.warmup <= batch_idx < self.warmup + self.steps
+
+    def step_begin(self):
+        if self._timing:
+            self._wall, self._cpu = time.perf_counter(), time.thread_time()
+
+    def step_end(self):
+        if self._timing:
+            self.step_wall += time.perf_counter() - self._wall
+            self.step_cpu += time.thread_time() - self._cpu
 
     def result(self, global_batch):
         seconds = self.end - self.start
+        per_batch = 1000 / self.steps
         return {"seconds": seconds, "samples_per_s": self.steps * global_batch / seconds,
-                "cpu_ms_per_batch": 1000 * (self.cpu_end - self.cpu_start) / self.steps}
+                "cpu_ms_per_batch": per_batch * (self.cpu_end - self.cpu_start),
+                "main_cpu_ms_per_batch": per_batch * (self.main_end - self.main_start),
+                "step_cpu_ms_per_batch": per_batch * self.step_cpu,
+                "step_wall_ms_per_batch": per_batch * self.step_wall,
+                "wall_ms_per_batch": per_batch * seconds}
 
 
 def _hand(args, rank, world):
@@ -120,11 +147,13 @@ def _hand(args, rank, world):
         clock.at_batch(batch_idx)
         if batch_idx == args.warmup + args.steps:
             break
+        clock.step_begin()
         loss = F.nll_loss(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         loss.item()
+        clock.step_end()
     if world > 1:
         dist.barrier()
     return clock
@@ -153,10 +182,12 @@ def _trial(args, rank, world):
 
         def train_batch(self, batch, epoch_idx, batch_idx):
             clock.at_batch(batch_idx)
+            clock.step_begin()
             x, y = batch
             loss = F.nll_loss(self.model(x), y)
             self.context.backward(loss)
             self.context.step_optimizer(self.opt)
+            clock.step_end()
             return {"loss": loss}
 
         def evaluate_batch(self, batch, batch_idx):
@@ -270,6 +301,39 @@ def _run_in(args, mode, world, workdir):
     raise RuntimeError(f"{mode} on {world} ranks printed no figures:\n{outs[0]}")
 
 
+def _print_breakdown(all_figures):
+    """Where rank 0's time goes, per timed batch (medians of the runs): the main thread's
+    CPU in the step and between steps, the other threads' (Gloo's, DDP's), and wall time in
+    the step and between steps, of which not on the CPU (waiting: for the other rank, a
+    collective, the scheduler on a loaded machine)."""
+    def med(figures, key):
+        return statistics.median(f[key] for f in figures)
+    print()
+    print("Rank 0, ms per timed batch (medians): main-thread CPU in the step (hand: forward .. "
+          "loss.item(); Trial: train_batch) and between steps (the fetch, the loop or the "
+          "runner); the other threads' CPU; wall time in the step and between steps, and of "
+          "that not on the main thread's CPU")
+    print()
+    print("| ranks | side | CPU: step | CPU: between | CPU: other threads | CPU: all | "
+          "wall: step | wall: between | between, off CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (w, mode), figures in all_figures.items():
+        step_cpu = med(figures, "step_cpu_ms_per_batch")
+        between_cpu = statistics.median(f["main_cpu_ms_per_batch"] - f["step_cpu_ms_per_batch"]
+                                        for f in figures)
+        others = statistics.median(f["cpu_ms_per_batch"] - f["main_cpu_ms_per_batch"]
+                                   for f in figures)
+        step_wall = med(figures, "step_wall_ms_per_batch")
+        between_wall = statistics.median(f["wall_ms_per_batch"] - f["step_wall_ms_per_batch"]
+                                         for f in figures)
+        off_cpu = statistics.median(
+            f["wall_ms_per_batch"] - f["step_wall_ms_per_batch"] -
+            (f["main_cpu_ms_per_batch"] - f["step_cpu_ms_per_batch"]) for f in figures)
+        print(f"| {w} | {mode} | {step_cpu:.2f} | {between_cpu:.2f} | {others:.2f} | "
+              f"{med(figures, 'cpu_ms_per_batch'):.2f} | {step_wall:.2f} | {between_wall:.2f} | "
+              f"{off_cpu:.2f} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", choices=["hand", "trial", "stopcheck"],
@@ -310,12 +374,14 @@ def main():
     print("| ranks | hand-written loop samples/s | PyTorchTrial under Trainer samples/s | "
           "Trial / hand | runs (hand; trial) | rank 0 CPU ms/batch (hand; trial) |")
     print("| --- | --- | --- | --- | --- | --- |")
+    all_figures = {}
     for w in ranks:
         got = {"hand": [], "trial": []}
         cpu = {"hand": [], "trial": []}
         for _ in range(args.reps):
             for mode in ("hand", "trial"):  # Alternating: both see the same machine.
                 figures = run_once(args, mode, w)
+                all_figures.setdefault((w, mode), []).append(figures)
                 got[mode].append(figures["samples_per_s"])
                 cpu[mode].append(figures["cpu_ms_per_batch"])
         hand, trial = statistics.median(got["hand"]), statistics.median(got["trial"])
@@ -323,6 +389,7 @@ def main():
         cpus = "; ".join(f"{statistics.median(cpu[m]):.1f}" for m in ("hand", "trial"))
         print(f"| {w} | {hand:.1f} | {trial:.1f} | {100 * trial / hand:.1f}% | {runs} | "
               f"{cpus} |", flush=True)
+    _print_breakdown(all_figures)
     if args.stop_check:
         figures = run_once(args, "stopcheck", 2)
         print()
