@@ -42,8 +42,9 @@ class InitAsksTheMasterTest(StorageTest):
         # Before the script calls should_preempt(): a stop during its first checkpoint must
         # find the master knowing that this run answers it.
         with self.env(), det.core.init():
+            # Answered before init returned (the long poll may have followed already).
             requests = list(self.service.preempt_requests)
-            self.assertEqual(len(requests), 1)
+            self.assertGreaterEqual(len(requests), 1)
             self.assertEqual(requests[0].wait_ms, 0)
             self.assertEqual((requests[0].auth.allocation_id, requests[0].auth.token,
                               requests[0].auth.rank), ("7.1", "tok", 0))
@@ -54,6 +55,7 @@ class InitAsksTheMasterTest(StorageTest):
     def test_a_stop_decided_before_init_is_the_first_answer(self):
         self.service.set_preempt(True, "stopped early by the searcher")
         with self.env(), det.core.init() as core:
+            # Told at once: no long poll follows.
             self.assertEqual(len(self.service.preempt_requests), 1)
             self.assertTrue(core.preempt.should_preempt())
             self.assertEqual(core.preempt.reason, "stopped early by the searcher")
