@@ -81,12 +81,14 @@ class AllocationManager {
   // agent's default). Also ends the grace period of a cooperative stop under way.
   void Kill(TrialState& t, const std::string& reason, absl::Duration grace = absl::ZeroDuration());
   // A stop the trial can cooperate with (pause, preemption, a searcher's early stop): when
-  // its script asks should_preempt(), it is told to stop there and has the stop grace period
-  // (the experiment's stop_grace_period, else the master's; at most `timeout` when that is
-  // set) to checkpoint and exit; only then do the agents send SIGTERM (and SIGKILL after
-  // their kill_grace). The trial log says which happened. A script that never asked is
-  // killed at once, as by Kill(t, reason, timeout). `timeout`: a resource pool's
-  // preemption_timeout, the bound of the whole stop; zero: none.
+  // a worker of its run has called ShouldPreempt (det.core does in det.core.init(), before
+  // the script's first should_preempt(); the C++ harness from its first check), it is told
+  // to stop there and has the stop grace period (the experiment's stop_grace_period, else
+  // the master's; at most `timeout` when that is set) to checkpoint and exit; only then do
+  // the agents send SIGTERM (and SIGKILL after their kill_grace). The trial log says which
+  // happened. A run that never asked (a plain script) is killed at once, as by Kill(t,
+  // reason, timeout). `timeout`: a resource pool's preemption_timeout, the bound of the
+  // whole stop; zero: none.
   void Stop(TrialState& t, const std::string& reason,
             absl::Duration timeout = absl::ZeroDuration());
   // master.yaml's stop_grace_period (default 5 minutes).

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/clock/clock.h"
 #include "common/testing/status_matchers.h"
@@ -440,6 +442,89 @@ TEST_F(AllocationManagerTest, InvalidHyperparametersEndTheTrialAndRandomSearchRe
   // The two valid trials trained 20 and 0 of their 100 batches; the invalid one's 50
   // count for nothing (with it: (50 + 20 + 0) / 300).
   EXPECT_DOUBLE_EQ(done.progress(), 0.1);
+}
+
+// Determined's Core API tutorial, stage 3: adaptive_asha stops a trial at its first
+// validation, while its script stores the checkpoint of that step and before it first calls
+// should_preempt(). det.core.init() asked the master at once (ShouldPreempt, not waiting),
+// so the stop is a cooperative one: no signal, the checkpoint reported during the grace
+// period is recorded, and the run's clean exit ends the trial COMPLETED, stopped early.
+TEST_F(AllocationManagerTest, ASearcherStopDuringTheFirstCheckpointWaitsForItAndRecordsIt) {
+  std::string session = h_.Register("a1", 1);
+  std::string yaml = testing::ExperimentYaml("asha-first-rung");
+  const std::string single = "name: single";
+  yaml.replace(yaml.find(single), single.size(),
+               "name: adaptive_asha\n  max_trials: 2\n  max_rungs: 2\n  divisor: 2\n"
+               "  mode: aggressive\n  max_concurrent_trials: 1");
+  v1::CreateExperimentRequest create;
+  create.set_config_yaml(yaml);
+  v1::CreateExperimentResponse created;
+  ASSERT_TRUE(h_.Create(create, &created).ok());
+  const int64_t experiment = created.experiment().id();
+  h_.Turn([&] { h_.allocations.SetStopGracePeriod(absl::Minutes(3)); });
+
+  // det.core.init()'s ask: answered at once.
+  auto init_asks = [&](const v1::LaunchCommand& l) {
+    v1::ShouldPreemptRequest ask;
+    ask.mutable_auth()->set_allocation_id(l.allocation_id());
+    ask.mutable_auth()->set_token(l.env().at("DET_ALLOCATION_TOKEN"));
+    ask.set_wait_ms(0);
+    v1::ShouldPreemptResponse answer;
+    std::optional<absl::Status> done;
+    h_.Turn([&] { h_.allocations.ShouldPreempt(ask, &answer, [&](absl::Status st) { done = st; }); });
+    EXPECT_TRUE(done.has_value() && done->ok());
+    return answer;
+  };
+  auto validation = [&](const v1::LaunchCommand& l, int64_t batches, double loss) {
+    v1::Metrics m;
+    m.set_trial_id(l.trial_id());
+    m.set_group("validation");
+    m.set_total_batches(batches);
+    (*m.mutable_values())["validation_loss"] = loss;
+    return h_.ReportMetrics(l, {m});
+  };
+
+  // Rungs at 50 and 100 batches. The first trial leads rung 0 and trains to the end.
+  v1::LaunchCommand first = h_.NextLaunch("a1", session);
+  EXPECT_FALSE(init_asks(first).preempt());
+  ASSERT_TRUE(validation(first, 50, 0.1).ok());
+  ASSERT_TRUE(validation(first, 100, 0.1).ok());
+  ASSERT_TRUE(h_.ReportExit("a1", session, first.allocation_id(), 0).ok());
+  ASSERT_EQ(h_.Trial(first.trial_id()).state(), v1::STATE_COMPLETED);
+
+  // The second ranks behind it at rung 0: stopped at its first validation.
+  v1::LaunchCommand second = h_.NextLaunch("a1", session);
+  const int64_t trial = second.trial_id();
+  EXPECT_FALSE(init_asks(second).preempt());
+  ASSERT_TRUE(validation(second, 50, 0.9).ok());
+  EXPECT_TRUE(h_.Trial(trial).search().stopped_early());
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("stopped by adaptive_asha at rung 0"));
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("through should_preempt(): it has 3m to checkpoint"));
+  EXPECT_EQ(Kills(h_.Commands("a1", session)), 0);  // no SIGTERM mid-store
+
+  // The checkpoint it was storing is reported within the grace period: recorded.
+  ASSERT_TRUE(h_.ReportCheckpoint(second, "c-50", 50).ok());
+  EXPECT_EQ(h_.Trial(trial).latest_checkpoint(), "/ckpt/c-50");
+  absl::StatusOr<std::vector<v1::Checkpoint>> stored;
+  h_.loop.RunSync([&] { stored = store_.GetCheckpoints(trial); });
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(stored->at(0).total_batches(), 50);
+  // Its first should_preempt() says stop; it exits 0 and is not signalled.
+  v1::ShouldPreemptResponse told = init_asks(second);
+  EXPECT_TRUE(told.preempt());
+  EXPECT_EQ(told.reason(), "stopped early by the searcher");
+  EXPECT_EQ(AdvancePolling(h_, absl::Minutes(1), "a1", session), 0);
+  ASSERT_TRUE(h_.ReportExit("a1", session, second.allocation_id(), 0).ok());
+  EXPECT_EQ(AdvancePolling(h_, absl::Minutes(3), "a1", session), 0);
+  v1::Trial ended = h_.Trial(trial);
+  EXPECT_EQ(ended.state(), v1::STATE_COMPLETED);
+  EXPECT_TRUE(ended.search().stopped_early());
+  EXPECT_EQ(ended.latest_checkpoint(), "/ckpt/c-50");
+  EXPECT_THAT(h_.Logs(trial), ::testing::Not(HasSubstr("did not exit within")));
+  v1::State done = v1::STATE_UNSPECIFIED;
+  h_.Turn([&] { done = h_.registry.experiments.at(experiment).experiment.state(); });
+  EXPECT_EQ(done, v1::STATE_COMPLETED);
 }
 
 }  // namespace

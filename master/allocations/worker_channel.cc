@@ -172,8 +172,8 @@ void AllocationManager::ShouldPreempt(const v1::ShouldPreemptRequest& req,
     return;
   }
   TrialState& t = **t_or;
-  // det's Python package polls only once the script has called should_preempt(): from now
-  // on a stop gives it the grace period to checkpoint (Stop).
+  // det.core asks from det.core.init() (one ask that does not wait, then long polls): from
+  // now on a stop gives the run the grace period to checkpoint (Stop).
   t.asks_should_preempt = true;
   if (t.killing || req.wait_ms() <= 0 || registry_.shutting_down) {
     resp->set_preempt(t.killing);
