@@ -26,35 +26,7 @@ bool SameAgent(const AgentView& a, const AgentView& b) {
          a.enabled == b.enabled && a.free_slots == b.free_slots;
 }
 
-bool SameRequest(const Request& a, const Request& b) {
-  return a.id == b.id && a.slots == b.slots && a.priority == b.priority && a.seq == b.seq &&
-         a.pool == b.pool && a.group == b.group && a.group_max_slots == b.group_max_slots;
-}
-
 }  // namespace
-
-struct IncrementalScheduler::Agent {
-  AgentView view;
-  Pool* pool = nullptr;
-  // Slots the running pass has taken, from the front of view.free_slots; 0 between passes.
-  int taken = 0;
-  int free() const { return view.enabled ? static_cast<int>(view.free_slots.size()) - taken : 0; }
-};
-
-struct IncrementalScheduler::Req {
-  Request r;
-  Key key{};
-  // The last pass that visited this request, and what became of it there.
-  uint64_t pass = 0;
-  Outcome out;
-  // Reason reporting: what the last ChangedReasons() passed (or learnt) for it, the last
-  // report that checked it, whether it was set since, whether it was removed since.
-  Outcome reported{Outcome::kNone};
-  uint64_t checked = 0;
-  bool dirty = false, removed = false;
-  size_t group_pos = kNoPos;  // In by_group_[r.group], if there.
-  static constexpr size_t kNoPos = ~size_t{0};
-};
 
 namespace {
 struct AgentById {
@@ -65,10 +37,55 @@ struct AgentById {
 };
 }  // namespace
 
+struct IncrementalScheduler::Agent {
+  using ById = std::set<Agent*, AgentById>;
+  AgentView view;
+  Pool* pool = nullptr;
+  // Slots the running pass has taken, from the front of view.free_slots; 0 between passes.
+  int taken = 0;
+  int free() const { return view.enabled ? static_cast<int>(view.free_slots.size()) - taken : 0; }
+  // Its nodes of the pool's indexes while out of them (Unindex): moved back by Index, so
+  // that a placement's re-indexing allocates nothing.
+  ById::node_type free_node, idle_node;
+};
+
+// A request as set, compactly (one per queued trial of a large site): its priority and
+// seq are in `key`, its pool and group shared, its label (if any) in labels_.
+struct IncrementalScheduler::Req {
+  std::string id;
+  int slots = 0;
+  int group_max_slots = 0;
+  Pool* pool = nullptr;
+  const std::string* group = nullptr;  // In groups_; nullptr for none.
+  uint64_t tag = 0;
+  Key key{};
+  // The last pass that visited this request, and what became of it there.
+  uint64_t pass = 0;
+  Outcome out;
+  // Reason reporting: what the last ChangedReasons() passed (or learnt) for it, the last
+  // report that checked it, whether it was set since, whether it was removed since.
+  Outcome reported{Outcome::kNone};
+  uint64_t checked = 0;
+  bool dirty = false, removed = false;
+  uint32_t group_pos = kNoPos;  // In by_group_[group], if there.
+  static constexpr uint32_t kNoPos = ~uint32_t{0};
+  int priority() const { return key.priority; }
+};
+
+absl::string_view IncrementalScheduler::ById::Id(const std::unique_ptr<Req>& q) { return q->id; }
+
+struct IncrementalScheduler::Stream {
+  absl::btree_set<Key>::const_iterator it, end;
+  Pool* pool;
+  StreamKind kind;
+  int slots;  // kSize: the size.
+};
+
+
 struct IncrementalScheduler::Pool {
   // No agents yet: no sizes, as number 0.
   explicit Pool(std::string n) : name(std::move(n)) { sizes_ids.emplace("", 0); }
-  using ById = std::set<Agent*, AgentById>;
+  using ById = Agent::ById;
 
   std::string name;
   int agents = 0, enabled = 0, total_free = 0;
@@ -98,7 +115,7 @@ struct IncrementalScheduler::Pool {
   struct Snapshot {
     Key after;  // Holds for requests after this one (until the next snapshot).
     int most_free = 0, total_free = 0;
-    std::vector<std::pair<int, int>> idle;  // (size, idle agents), sizes largest first.
+    absl::InlinedVector<std::pair<int, int>, 4> idle;  // (size, idle agents), largest first.
     bool operator==(const Snapshot& o) const {
       return after == o.after && most_free == o.most_free && total_free == o.total_free &&
              idle == o.idle;
@@ -177,17 +194,24 @@ void IncrementalScheduler::Index(Agent* a) {
   Pool& p = *a->pool;
   int f = a->free();
   if (static_cast<int>(p.by_free.size()) <= f) p.by_free.resize(f + 1);
-  p.by_free[f].insert(a);
+  auto insert = [a](Pool::ById& set, Pool::ById::node_type& node) {
+    if (node.empty()) {
+      set.insert(a);
+    } else {
+      set.insert(std::move(node));
+    }
+  };
+  insert(p.by_free[f], a->free_node);
   p.total_free += f;
-  if (f == a->view.num_slots && f > 0) p.idle_by_size[f].insert(a);
+  if (f == a->view.num_slots && f > 0) insert(p.idle_by_size[f], a->idle_node);
 }
 
 void IncrementalScheduler::Unindex(Agent* a) {
   Pool& p = *a->pool;
   int f = a->free();
-  p.by_free[f].erase(a);
+  a->free_node = p.by_free[f].extract(a);
   p.total_free -= f;
-  if (f == a->view.num_slots && f > 0) p.idle_by_size[f].erase(a);
+  if (f == a->view.num_slots && f > 0) a->idle_node = p.idle_by_size[f].extract(a);
 }
 
 void IncrementalScheduler::AddAgentToPool(Agent* a) {
@@ -234,29 +258,84 @@ void IncrementalScheduler::RemoveAgent(const std::string& id) {
   Changed();
 }
 
-void IncrementalScheduler::SetRequest(const Request& request) {
-  auto it = requests_.find(request.id);
+const std::string* IncrementalScheduler::InternGroup(const std::string& group) {
+  if (group.empty()) return nullptr;
+  auto it = groups_.try_emplace(group, 0).first;
+  ++it->second;
+  return &it->first;
+}
+
+void IncrementalScheduler::ReleaseGroup(const std::string* group) {
+  if (group == nullptr) return;
+  auto it = groups_.find(*group);
+  if (--it->second == 0) groups_.erase(it);
+}
+
+const std::string& IncrementalScheduler::GroupOf(const Req& q) const {
+  static const std::string* const kNone = new std::string();
+  return q.group ? *q.group : *kNone;
+}
+
+Request IncrementalScheduler::AsRequest(const Req& q) const {
+  Request r;
+  r.id = q.id;
+  r.slots = q.slots;
+  r.priority = q.key.priority;
+  r.seq = q.key.seq;
+  r.pool = q.pool->name;
+  r.group = GroupOf(q);
+  r.group_max_slots = q.group_max_slots;
+  if (auto l = labels_.find(&q); l != labels_.end()) r.label = l->second;
+  return r;
+}
+
+void IncrementalScheduler::SetRequest(const Request& request, uint64_t tag) {
+  auto it = requests_.find(absl::string_view(request.id));
   Req* q;
   if (it != requests_.end()) {
-    q = it->second.get();
-    if (SameRequest(q->r, request)) return;
-    PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+    q = it->get();
+    if (q->slots == request.slots && q->key.priority == request.priority &&
+        q->key.seq == request.seq && q->pool->name == request.pool &&
+        GroupOf(*q) == request.group && q->group_max_slots == request.group_max_slots &&
+        q->tag == tag) {
+      return;
+    }
+    q->pool->Dequeue(q->key, q->slots);
     GroupIndexRemove(q);
-    q->r = request;
+    if (GroupOf(*q) != request.group) {
+      ReleaseGroup(q->group);
+      q->group = InternGroup(request.group);
+    }
+    if (request.label.empty()) {
+      labels_.erase(q);
+    } else {
+      labels_[q] = request.label;
+    }
   } else {
     auto owned = std::make_unique<Req>();
     q = owned.get();
-    q->r = request;
+    q->id = request.id;
     q->key.arrival = next_arrival_++;
     q->key.req = q;
-    requests_.emplace(request.id, std::move(owned));
+    q->group = InternGroup(request.group);
+    requests_.insert(std::move(owned));
+    if (!request.label.empty()) labels_[q] = request.label;
   }
+  q->slots = request.slots;
+  q->group_max_slots = request.group_max_slots;
+  q->pool = &PoolNamed(request.pool);
+  q->tag = tag;
   q->key.priority = request.priority;
   q->key.seq = request.seq;
-  PoolNamed(request.pool).Enqueue(q->key, request.slots);
+  q->pool->Enqueue(q->key, q->slots);
   GroupIndexAdd(q);
   Dirty(q);
   Changed();
+}
+
+uint64_t IncrementalScheduler::Tag(const std::string& id) const {
+  auto it = requests_.find(absl::string_view(id));
+  return it == requests_.end() ? 0 : (*it)->tag;
 }
 
 void IncrementalScheduler::Dirty(Req* q) {
@@ -266,15 +345,15 @@ void IncrementalScheduler::Dirty(Req* q) {
 }
 
 void IncrementalScheduler::GroupIndexAdd(Req* q) {
-  if (q->r.group_max_slots <= 0 || q->r.slots <= 0) return;
-  std::vector<Req*>& v = by_group_[q->r.group];
-  q->group_pos = v.size();
+  if (q->group_max_slots <= 0 || q->slots <= 0) return;
+  std::vector<Req*>& v = by_group_[q->group];
+  q->group_pos = static_cast<uint32_t>(v.size());
   v.push_back(q);
 }
 
 void IncrementalScheduler::GroupIndexRemove(Req* q) {
   if (q->group_pos == Req::kNoPos) return;
-  auto it = by_group_.find(q->r.group);
+  auto it = by_group_.find(q->group);
   std::vector<Req*>& v = it->second;
   v[q->group_pos] = v.back();
   v[q->group_pos]->group_pos = q->group_pos;
@@ -284,17 +363,21 @@ void IncrementalScheduler::GroupIndexRemove(Req* q) {
 }
 
 void IncrementalScheduler::RemoveRequest(const std::string& id) {
-  auto it = requests_.find(id);
+  auto it = requests_.find(absl::string_view(id));
   if (it == requests_.end()) return;
-  Req* q = it->second.get();
-  PoolNamed(q->r.pool).Dequeue(q->key, q->r.slots);
+  Req* q = it->get();
+  q->pool->Dequeue(q->key, q->slots);
   GroupIndexRemove(q);
+  labels_.erase(q);
+  // The group by its name: GroupIndexRemove above needed the pointer.
+  ReleaseGroup(q->group);
+  q->group = nullptr;
+  auto node = requests_.extract(it);
   if (reporting_) {
     // Lists of the last report may still point at it (ChangedReasons skips it).
     q->removed = true;
-    graveyard_.push_back(std::move(it->second));
+    graveyard_.push_back(std::move(node.value()));
   }
-  requests_.erase(it);
   Changed();
 }
 
@@ -312,7 +395,29 @@ void IncrementalScheduler::SetGroupUsed(const std::string& group, int slots) {
 }
 
 bool IncrementalScheduler::Place(Pool& p, Req& q, Placement* out) {
-  const int slots = q.r.slots;
+  const int slots = q.slots;
+  // out->agents[shares]: the next share, its buffers reused from an earlier pass.
+  size_t shares = 0;
+  auto share = [&](const std::string& agent_id) -> AgentShare& {
+    if (shares == out->agents.size()) {
+      if (spare_shares_.empty()) {
+        out->agents.emplace_back();
+      } else {
+        out->agents.push_back(std::move(spare_shares_.back()));
+        spare_shares_.pop_back();
+      }
+    }
+    AgentShare& s = out->agents[shares++];
+    s.agent_id = agent_id;
+    return s;
+  };
+  auto placed = [&] {
+    while (out->agents.size() > shares) {
+      if (spare_shares_.size() < kMaxSpare) spare_shares_.push_back(std::move(out->agents.back()));
+      out->agents.pop_back();
+    }
+    return true;
+  };
   if (p.agents == 0) {
     q.out = {Outcome::kNoAgents};
     return false;
@@ -325,8 +430,8 @@ bool IncrementalScheduler::Place(Pool& p, Req& q, Placement* out) {
   if (slots == 0) {
     for (int f = top; f >= 0; --f) {
       if (!p.by_free[f].empty()) {
-        out->agents.push_back({(*p.by_free[f].begin())->view.id, {}});
-        return true;
+        share((*p.by_free[f].begin())->view.id).slots.clear();
+        return placed();
       }
     }
     q.out = {Outcome::kNoAgents};
@@ -357,10 +462,10 @@ bool IncrementalScheduler::Place(Pool& p, Req& q, Placement* out) {
     if (chosen->taken == 0) touched_.push_back(chosen);
     Unindex(chosen);
     auto first = chosen->view.free_slots.begin() + chosen->taken;
-    out->agents.push_back({chosen->view.id, std::vector<std::string>(first, first + slots)});
+    share(chosen->view.id).slots.assign(first, first + slots);
     chosen->taken += slots;
     Index(chosen);
-    return true;
+    return placed();
   }
   // Multi-agent: whole idle agents of one size, the largest size that can provide N.
   bool why = false;
@@ -371,18 +476,18 @@ bool IncrementalScheduler::Place(Pool& p, Req& q, Placement* out) {
     auto idle_it = p.idle_by_size.find(size);
     const int idle = idle_it == p.idle_by_size.end() ? 0 : static_cast<int>(idle_it->second.size());
     if (idle >= needed) {
-      std::vector<Agent*> take;
-      for (auto a = idle_it->second.begin(); static_cast<int>(take.size()) < needed; ++a) {
-        take.push_back(*a);
+      take_.clear();
+      for (auto a = idle_it->second.begin(); static_cast<int>(take_.size()) < needed; ++a) {
+        take_.push_back(*a);
       }
-      for (Agent* a : take) {
+      for (Agent* a : take_) {
         touched_.push_back(a);  // Idle: nothing taken from it yet in this pass.
         Unindex(a);
-        out->agents.push_back({a->view.id, a->view.free_slots});
+        share(a->view.id).slots = a->view.free_slots;
         a->taken = static_cast<int>(a->view.free_slots.size());
         Index(a);
       }
-      return true;
+      return placed();
     }
     if (!why) {
       q.out = {Outcome::kMulti, needed, size, idle, it->second};
@@ -397,8 +502,8 @@ const std::vector<Placement>& IncrementalScheduler::Schedule() {
   if (fresh_) return placements_;
   ++pass_;
   visited_ = 0;
-  placements_.clear();
-  group_pass_.clear();
+  // placements_[placed]: the next placement, its buffers reused from an earlier pass.
+  size_t placed = 0;
   touched_.clear();
   visited_list_.clear();
 
@@ -408,81 +513,100 @@ const std::vector<Placement>& IncrementalScheduler::Schedule() {
   // stream per size among the rest of the blocker's priority; a size's stream ends when
   // the pool can no longer fit that size (free slots only shrink during a pass, so none
   // after it would fit either: they wait for the reason the pool's snapshot gives).
-  enum class Kind { kWithSlots, kZeroSlot, kSize };
-  struct Stream {
-    absl::btree_set<Key>::const_iterator it, end;
-    Pool* pool;
-    Kind kind;
-    int slots;  // kSize: the size.
-  };
-  std::vector<Stream> streams;
+  std::vector<Stream>& streams = streams_;
+  streams.clear();
   for (auto& [name, p] : pools_) {
     p->blocker = nullptr;
     p->since_blocker.clear();
     if (!p->with_slots.empty()) {
-      streams.push_back({p->with_slots.begin(), p->with_slots.end(), p.get(), Kind::kWithSlots, 0});
+      streams.push_back({p->with_slots.begin(), p->with_slots.end(), p.get(), StreamKind::kWithSlots, 0});
     }
     if (!p->zero_slot.empty()) {
-      streams.push_back({p->zero_slot.begin(), p->zero_slot.end(), p.get(), Kind::kZeroSlot, 0});
+      streams.push_back({p->zero_slot.begin(), p->zero_slot.end(), p.get(), StreamKind::kZeroSlot, 0});
     }
   }
+  // A min-heap of each stream's next request.
   auto later = [](const std::pair<Key, size_t>& a, const std::pair<Key, size_t>& b) {
     return b.first < a.first;
   };
-  std::priority_queue<std::pair<Key, size_t>, std::vector<std::pair<Key, size_t>>, decltype(later)>
-      heap(later);
-  for (size_t i = 0; i < streams.size(); ++i) heap.push({*streams[i].it, i});
+  std::vector<std::pair<Key, size_t>>& heap = heap_;
+  heap.clear();
+  auto push = [&](const Key& k, size_t i) {
+    heap.emplace_back(k, i);
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  for (size_t i = 0; i < streams.size(); ++i) push(*streams[i].it, i);
 
   while (!heap.empty()) {
-    auto [key, i] = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const auto [key, i] = heap.back();
+    heap.pop_back();
     Stream* s = &streams[i];
-    if (s->kind == Kind::kSize && !s->pool->Fits(s->slots)) continue;
+    if (s->kind == StreamKind::kSize && !s->pool->Fits(s->slots)) continue;
     Req& q = *key.req;
     ++visited_;
     visited_list_.push_back(&q);
     q.pass = pass_;
     bool capped = false;
-    if (q.r.group_max_slots > 0 && q.r.slots > 0) {
+    if (q.group_max_slots > 0 && q.slots > 0) {
       const int held = HeldBefore(q);
-      if (held + q.r.slots > q.r.group_max_slots) {
+      if (held + q.slots > q.group_max_slots) {
         q.out = {Outcome::kCapped, held};
         capped = true;
       }
     }
     Pool& pool = *s->pool;
     if (!capped) {
-      Placement pl;
-      pl.request_id = q.r.id;
+      if (placed == placements_.size()) {
+        if (spare_.empty()) {
+          placements_.emplace_back();
+        } else {
+          placements_.push_back(std::move(spare_.back()));
+          spare_.pop_back();
+        }
+      }
+      Placement& pl = placements_[placed];
+      pl.request_id = q.id;
       if (Place(pool, q, &pl)) {
+        ++placed;
         q.out = {Outcome::kPlaced};
-        if (!q.r.group.empty() && q.r.slots > 0) {
-          GroupPass& g = group_pass_[q.r.group];
+        if (q.group != nullptr && q.slots > 0) {
+          GroupPass& g = group_pass_[*q.group];
+          if (g.pass != pass_) {
+            g.pass = pass_;
+            g.keys.clear();
+            g.slots_after.clear();
+          }
           g.keys.push_back(key);
-          g.slots_after.push_back((g.slots_after.empty() ? 0 : g.slots_after.back()) + q.r.slots);
+          g.slots_after.push_back((g.slots_after.empty() ? 0 : g.slots_after.back()) + q.slots);
         }
-        placements_.push_back(std::move(pl));
-        if (pool.blocker && q.r.slots > 0) pool.Snap(key);
-      } else if (s->kind == Kind::kSize) {
-        Impossible("a request of a size the pool fits was not placed");
-      } else if (q.r.slots > 0 && !pool.blocker) {
-        pool.blocker = &q;
-        pool.Snap(key);
-        // The rest of the blocker's priority, one stream per size (this may grow
-        // `streams`: `s` is not used after).
-        auto first = pool.by_priority_size.lower_bound({q.r.priority, 0});
-        for (auto it = first; it != pool.by_priority_size.end() && it->first.first == q.r.priority; ++it) {
-          auto next = it->second.upper_bound(key);
-          if (next == it->second.end()) continue;
-          streams.push_back({next, it->second.end(), &pool, Kind::kSize, it->first.second});
-          heap.push({*next, streams.size() - 1});
+        if (pool.blocker && q.slots > 0) pool.Snap(key);
+      } else {
+        if (s->kind == StreamKind::kSize) {
+          Impossible("a request of a size the pool fits was not placed");
+        } else if (q.slots > 0 && !pool.blocker) {
+          pool.blocker = &q;
+          pool.Snap(key);
+          // The rest of the blocker's priority, one stream per size (this may grow
+          // `streams`: `s` is not used after).
+          auto first = pool.by_priority_size.lower_bound({q.priority(), 0});
+          for (auto it = first; it != pool.by_priority_size.end() && it->first.first == q.priority(); ++it) {
+            auto next = it->second.upper_bound(key);
+            if (next == it->second.end()) continue;
+            streams.push_back({next, it->second.end(), &pool, StreamKind::kSize, it->first.second});
+            push(*next, streams.size() - 1);
+          }
+          continue;  // The stream of requests with slots ends here.
         }
-        continue;  // The stream of requests with slots ends here.
       }
     }
     s = &streams[i];
     if (++s->it == s->end) continue;
-    heap.push({*s->it, i});
+    push(*s->it, i);
+  }
+  while (placements_.size() > placed) {
+    if (spare_.size() < kMaxSpare) spare_.push_back(std::move(placements_.back()));
+    placements_.pop_back();
   }
   // Back to the state between passes: the caller reports what it starts (SetAgent).
   for (Agent* a : touched_) {
@@ -497,32 +621,32 @@ const std::vector<Placement>& IncrementalScheduler::Schedule() {
 
 int IncrementalScheduler::HeldBefore(const Req& q) const {
   int held = 0;
-  if (auto u = group_used_.find(q.r.group); u != group_used_.end()) held = u->second;
-  if (q.r.group.empty()) return held;
-  auto g = group_pass_.find(q.r.group);
-  if (g == group_pass_.end()) return held;
+  const std::string& group = GroupOf(q);
+  if (auto u = group_used_.find(group); u != group_used_.end()) held = u->second;
+  if (q.group == nullptr) return held;
+  auto g = group_pass_.find(group);
+  if (g == group_pass_.end() || g->second.pass != pass_) return held;
   const auto& keys = g->second.keys;
   size_t n = std::lower_bound(keys.begin(), keys.end(), q.key) - keys.begin();
   return n == 0 ? held : held + g->second.slots_after[n - 1];
 }
 
 IncrementalScheduler::Outcome IncrementalScheduler::Summarize(const Req& q) const {
-  const Request& r = q.r;
   Outcome out = q.out;
+  const Pool& pl = *q.pool;
   if (q.pass != pass_) {
     // Not visited: held back by max_slots, or else waiting behind its pool's blocker.
-    const int held = r.group_max_slots > 0 && r.slots > 0 ? HeldBefore(q) : 0;
-    if (r.group_max_slots > 0 && r.slots > 0 && held + r.slots > r.group_max_slots) {
+    const bool limited = q.group_max_slots > 0 && q.slots > 0;
+    const int held = limited ? HeldBefore(q) : 0;
+    if (limited && held + q.slots > q.group_max_slots) {
       out = {Outcome::kCapped, held};
     } else {
-      auto p = pools_.find(r.pool);
-      if (p == pools_.end() || !p->second->blocker || r.slots == 0) {
+      if (!pl.blocker || q.slots == 0) {
         Impossible("a request the pass did not visit has no blocker");
       }
-      const Pool& pl = *p->second;
       const Req* b = pl.blocker;
-      if (r.priority > b->r.priority) {
-        out = {Outcome::kBehind, b->r.priority};
+      if (q.priority() > b->priority()) {
+        out = {Outcome::kBehind, b->priority()};
         out.x = b->key.arrival;
         return out;
       }
@@ -536,24 +660,24 @@ IncrementalScheduler::Outcome IncrementalScheduler::Summarize(const Req& q) cons
         out = {Outcome::kNoAgents};
       } else if (pl.enabled == 0) {
         out = {Outcome::kDisabled, pl.agents};
-      } else if (r.slots <= pl.largest()) {
+      } else if (q.slots <= pl.largest()) {
         out = {Outcome::kSingle, snap->most_free, snap->total_free};
       } else {
         out = {Outcome::kSizes};
         for (const auto& [size, idle] : snap->idle) {
-          if (r.slots % size != 0) continue;
-          out = {Outcome::kMulti, r.slots / size, size, idle, pl.count_by_size.at(size)};
+          if (q.slots % size != 0) continue;
+          out = {Outcome::kMulti, q.slots / size, size, idle, pl.count_by_size.at(size)};
           break;
         }
       }
     }
   }
   // What else the text says: the request's own fields, its pool, the pool's sizes.
-  const uint64_t pool = reinterpret_cast<uintptr_t>(pools_.at(r.pool).get());
+  const uint64_t pool = reinterpret_cast<uintptr_t>(&pl);
   switch (out.kind) {
     case Outcome::kCapped:
-      out.b = r.group_max_slots;
-      out.c = r.slots;
+      out.b = q.group_max_slots;
+      out.c = q.slots;
       break;
     case Outcome::kNoAgents:
     case Outcome::kDisabled:
@@ -561,12 +685,12 @@ IncrementalScheduler::Outcome IncrementalScheduler::Summarize(const Req& q) cons
       out.x = pool;
       break;
     case Outcome::kSingle:
-      out.c = r.slots;
+      out.c = q.slots;
       out.x = pool;
       break;
     case Outcome::kSizes:
-      out.a = r.slots;
-      out.b = static_cast<int>(pools_.at(r.pool)->sizes_id);
+      out.a = q.slots;
+      out.b = static_cast<int>(pl.sizes_id);
       out.x = pool;
       break;
     default:
@@ -576,91 +700,115 @@ IncrementalScheduler::Outcome IncrementalScheduler::Summarize(const Req& q) cons
 }
 
 std::string IncrementalScheduler::Format(const Req& q, const Outcome& out) const {
-  const Request& r = q.r;
-  const std::string& pool = r.pool;
+  std::string text;
+  FormatTo(q, out, &text);
+  return text;
+}
+
+void IncrementalScheduler::FormatTo(const Req& q, const Outcome& out, std::string* text) const {
+  text->clear();
+  const std::string& pool = q.pool->name;
   switch (out.kind) {
     case Outcome::kPlaced:
     case Outcome::kNone:
-      return "";
+      return;
     case Outcome::kBehind:
-      return BehindText(*pools_.at(pool)->blocker);
+      *text = BehindText(*q.pool->blocker);
+      return;
     case Outcome::kCapped:
-      return absl::StrCat("max_slots ", r.group_max_slots, " of its experiment reached (",
-                          Plural(out.a, "slot"), " in use, needs ", r.slots, " more)");
+      absl::StrAppend(text, "max_slots ", q.group_max_slots, " of its experiment reached (",
+                      Plural(out.a, "slot"), " in use, needs ", q.slots, " more)");
+      return;
     case Outcome::kNoAgents:
-      return absl::StrCat("no agents in resource pool '", pool, "'");
+      absl::StrAppend(text, "no agents in resource pool '", pool, "'");
+      return;
     case Outcome::kDisabled:
-      return absl::StrCat("all ", Plural(out.a, "agent"), " in resource pool '", pool,
-                          "' are disabled");
+      absl::StrAppend(text, "all ", Plural(out.a, "agent"), " in resource pool '", pool,
+                      "' are disabled");
+      return;
     case Outcome::kSingle:
-      return absl::StrCat("needs ", Plural(r.slots, "free slot"),
-                          " on one agent; the most free on any agent in resource pool '", pool,
-                          "' is ", out.a, " (", out.b, " free in all)");
+      absl::StrAppend(text, "needs ", q.slots, q.slots == 1 ? " free slot" : " free slots",
+                      " on one agent; the most free on any agent in resource pool '", pool,
+                      "' is ", out.a, " (", out.b, " free in all)");
+      return;
     case Outcome::kMulti:
-      return absl::StrCat("needs ", out.a, " idle ", out.b, "-slot agents in resource pool '",
-                          pool, "'; ", out.c, " of ", out.d, " are idle");
+      absl::StrAppend(text, "needs ", out.a, " idle ", out.b, "-slot agents in resource pool '",
+                      pool, "'; ", out.c, " of ", out.d, " are idle");
+      return;
     case Outcome::kSizes:
-      return absl::StrCat(r.slots, " slots requested; agents in resource pool '", pool,
-                          "' have ", pools_.at(pool)->sizes,
-                          " slots; a multi-agent trial must use a multiple of that");
+      absl::StrAppend(text, q.slots, " slots requested; agents in resource pool '", pool,
+                      "' have ", q.pool->sizes,
+                      " slots; a multi-agent trial must use a multiple of that");
+      return;
   }
-  return "";
 }
 
 std::string IncrementalScheduler::WaitingReason(const std::string& id) const {
   if (!fresh_) Impossible("WaitingReason() about a pass the state has changed since");
-  auto it = requests_.find(id);
-  return it == requests_.end() ? "" : Reason(*it->second);
+  auto it = requests_.find(absl::string_view(id));
+  return it == requests_.end() ? "" : Reason(**it);
 }
 
 bool IncrementalScheduler::Capped(const std::string& id) const {
   if (!fresh_) Impossible("Capped() about a pass the state has changed since");
-  auto it = requests_.find(id);
+  auto it = requests_.find(absl::string_view(id));
   if (it == requests_.end()) return false;
-  const Req& q = *it->second;
+  const Req& q = **it;
   if (q.pass == pass_) return q.out.kind == Outcome::kCapped;
-  return q.r.group_max_slots > 0 && q.r.slots > 0 &&
-         HeldBefore(q) + q.r.slots > q.r.group_max_slots;
+  return q.group_max_slots > 0 && q.slots > 0 && HeldBefore(q) + q.slots > q.group_max_slots;
 }
 
 Decision IncrementalScheduler::ToDecision() const {
   if (!fresh_) Impossible("ToDecision() about a pass the state has changed since");
   Decision d;
   d.placements = placements_;
-  for (const auto& [id, q] : requests_) {
+  for (const auto& q : requests_) {
     if (q->pass == pass_ && q->out.kind == Outcome::kPlaced) continue;
-    d.waiting[id] = Reason(*q);
-    if (Capped(id)) d.capped.insert(id);
+    d.waiting[q->id] = Reason(*q);
+    if (Capped(q->id)) d.capped.insert(q->id);
   }
   return d;
 }
 
 std::string IncrementalScheduler::BehindText(const Req& blocker) const {
-  const Request& r = blocker.r;
-  return absl::StrCat("waiting behind ", r.label.empty() && labeler_ ? labeler_(r) : r.Label(),
-                      " (priority ", r.priority, ")");
+  std::string text;
+  BehindTextTo(blocker, &text);
+  return text;
+}
+
+void IncrementalScheduler::BehindTextTo(const Req& blocker, std::string* text) const {
+  text->clear();
+  const auto l = labels_.find(&blocker);
+  if (l != labels_.end()) {
+    absl::StrAppend(text, "waiting behind ", l->second);
+  } else if (labeler_) {
+    absl::StrAppend(text, "waiting behind ", labeler_(AsRequest(blocker), blocker.tag));
+  } else {
+    absl::StrAppend(text, "waiting behind ", blocker.id);
+  }
+  absl::StrAppend(text, " (priority ", blocker.priority(), ")");
 }
 
 IncrementalScheduler::Outcome IncrementalScheduler::Reported(const Req& q) const {
   Outcome out = Summarize(q);
   if (out.kind == Outcome::kBehind) {
     out = {Outcome::kBehind};
-    out.x = reinterpret_cast<uintptr_t>(pools_.at(q.r.pool).get());
+    out.x = reinterpret_cast<uintptr_t>(q.pool);
   }
   return out;
 }
 
 void IncrementalScheduler::PassReason(const std::string& id, const ReasonSink& sink) const {
   if (!fresh_) Impossible("PassReason() about a pass the state has changed since");
-  auto it = requests_.find(id);
+  auto it = requests_.find(absl::string_view(id));
   if (it == requests_.end()) return;
-  const Req& q = *it->second;
+  const Req& q = **it;
   const Outcome out = Summarize(q);
   if (out.kind == Outcome::kPlaced) return;
   if (out.kind == Outcome::kBehind) {
-    sink.behind(q.r.id, q.r.pool);
+    sink.behind(q.id, q.pool->name);
   } else {
-    sink.changed(q.r.id, Format(q, out));
+    sink.changed(q.id, Format(q, out));
   }
 }
 
@@ -669,14 +817,19 @@ void IncrementalScheduler::ChangedReasons(const ReasonSink& sink) {
   ++report_;
   const bool all = report_all_;
   // First each pool's text for the requests behind its blocker: one string however many
-  // wait behind it.
+  // wait behind it (made only when the blocker is another than the last report's).
   for (auto& [name, p] : pools_) {
     if (all) p->reported_behind.clear();  // The caller's record of the texts is lost too.
-    if (!p->blocker) continue;
-    std::string text = BehindText(*p->blocker);
-    if (!all && text == p->reported_behind) continue;
-    sink.behind_reason(name, text);
-    p->reported_behind = std::move(text);
+    const Req* b = p->blocker;
+    if (!b) continue;
+    if (!p->reported_behind.empty() && b->key.arrival == p->reported_blocker &&
+        b->priority() == p->reported_blocker_priority && !b->dirty) {
+      continue;
+    }
+    BehindTextTo(*b, &text_);
+    if (text_ == p->reported_behind) continue;
+    sink.behind_reason(name, text_);
+    p->reported_behind = text_;
   }
   auto check = [&](Req* q) {
     if (q->removed || q->checked == report_) return;
@@ -688,9 +841,10 @@ void IncrementalScheduler::ChangedReasons(const ReasonSink& sink) {
     }
     q->reported = out;
     if (out.kind == Outcome::kBehind) {
-      sink.behind(q->r.id, q->r.pool);
+      sink.behind(q->id, q->pool->name);
     } else {
-      sink.changed(q->r.id, Format(*q, out));
+      FormatTo(*q, out, &text_);
+      sink.changed(q->id, text_);
     }
   };
   // The requests of `priority` in pool `p`.
@@ -701,7 +855,7 @@ void IncrementalScheduler::ChangedReasons(const ReasonSink& sink) {
     }
   };
   if (all) {
-    for (auto& [id, q] : requests_) check(q.get());
+    for (auto& q : requests_) check(q.get());
   } else {
     for (Req* q : dirty_) check(q);
     for (Req* q : reported_visited_) check(q);
@@ -709,51 +863,68 @@ void IncrementalScheduler::ChangedReasons(const ReasonSink& sink) {
     for (auto& [name, p] : pools_) {
       const Req* b = p->blocker;
       const uint64_t arrival = b ? b->key.arrival : Pool::kNoBlocker;
-      if (arrival != p->reported_blocker || (b && (b->dirty || b->r.priority != p->reported_blocker_priority))) {
+      if (arrival != p->reported_blocker || (b && (b->dirty || b->priority() != p->reported_blocker_priority))) {
         // Another blocker. A request neither pass visited, set since or of a group whose
         // context changed was held back by max_slots in both (the same held slots), or
         // waited behind in both (its text is the pool's), unless it is of the old or the
         // new blocker's priority (then the slots the pool offered may be its reason). With
         // no blocker in either pass, that pass visited every request of the pool.
         if (p->reported_blocker != Pool::kNoBlocker) check_priority(*p, p->reported_blocker_priority);
-        if (b) check_priority(*p, b->r.priority);
+        if (b) check_priority(*p, b->priority());
       } else if (b && (p->since_blocker != p->reported_since_blocker ||
                        p->agents != p->reported_agents || p->enabled != p->reported_enabled ||
                        p->count_by_size != p->reported_count_by_size)) {
         // The blocker's priority: what the pool offered after the blocker changed.
-        for (auto it = p->by_priority_size.lower_bound({b->r.priority, 0});
-             it != p->by_priority_size.end() && it->first.first == b->r.priority; ++it) {
+        for (auto it = p->by_priority_size.lower_bound({b->priority(), 0});
+             it != p->by_priority_size.end() && it->first.first == b->priority(); ++it) {
           for (auto k = it->second.upper_bound(b->key); k != it->second.end(); ++k) check(k->req);
         }
       }
     }
     // Groups whose max_slots context changed: every request it may hold back.
-    auto same_pass = [](const GroupPass& a, const GroupPass& b) {
-      return a.keys == b.keys && a.slots_after == b.slots_after;
-    };
     auto recheck_group = [&](const std::string& group) {
-      auto it = by_group_.find(group);
+      const std::string* key = nullptr;  // The requests of no group ("").
+      if (!group.empty()) {
+        auto g = groups_.find(group);
+        if (g == groups_.end()) return;
+        key = &g->first;
+      }
+      auto it = by_group_.find(key);
       if (it == by_group_.end()) return;
       for (Req* q : it->second) check(q);
     };
     for (const std::string& g : used_changed_) recheck_group(g);
-    for (const auto& [g, pass] : group_pass_) {
-      auto old = reported_group_pass_.find(g);
-      if (old == reported_group_pass_.end() || !same_pass(old->second, pass)) recheck_group(g);
-    }
-    for (const auto& [g, pass] : reported_group_pass_) {
-      if (!group_pass_.count(g)) recheck_group(g);
+    for (const auto& [g, gp] : group_pass_) {
+      const bool now = gp.pass == pass_;
+      if (now != gp.reported ||
+          (now && (gp.keys != gp.reported_keys || gp.slots_after != gp.reported_slots_after))) {
+        recheck_group(g);
+      }
     }
   }
-  // What this report saw, for the next.
+  // What this report saw, for the next (buffers reused). Groups placed in neither pass are
+  // forgotten once there are many.
   for (Req* q : dirty_) q->dirty = false;
   dirty_.clear();
   reported_visited_ = visited_list_;
-  reported_group_pass_ = group_pass_;
+  constexpr size_t kMaxIdleGroups = 1024;
+  const bool prune = group_pass_.size() > kMaxIdleGroups;
+  for (auto it = group_pass_.begin(); it != group_pass_.end();) {
+    GroupPass& gp = it->second;
+    gp.reported = gp.pass == pass_;
+    if (gp.reported) {
+      gp.reported_keys = gp.keys;
+      gp.reported_slots_after = gp.slots_after;
+    } else if (prune) {
+      group_pass_.erase(it++);
+      continue;
+    }
+    ++it;
+  }
   used_changed_.clear();
   for (auto& [name, p] : pools_) {
     p->reported_blocker = p->blocker ? p->blocker->key.arrival : Pool::kNoBlocker;
-    p->reported_blocker_priority = p->blocker ? p->blocker->r.priority : 0;
+    p->reported_blocker_priority = p->blocker ? p->blocker->priority() : 0;
     p->reported_since_blocker = p->since_blocker;
     p->reported_agents = p->agents;
     p->reported_enabled = p->enabled;

@@ -17,6 +17,10 @@
 // (the tie-break between equal (priority, seq)) — incremental_test checks this on
 // randomized sequences of changes.
 //
+// Memory: per request its id, a few numbers and its place in two ordered indexes (its pool
+// and group are shared; a label is kept only when set). A pass allocates nothing once the
+// buffers it reuses have grown to the site's size (placements, streams, snapshots).
+//
 // Not thread-safe: one owner calls everything.
 #ifndef DET_MASTER_SCHEDULER_INCREMENTAL_H_
 #define DET_MASTER_SCHEDULER_INCREMENTAL_H_
@@ -32,6 +36,8 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "master/scheduler/scheduler.h"
 
 namespace det::master::scheduler {
@@ -48,9 +54,11 @@ class IncrementalScheduler {
   // No-op for an unknown id.
   void RemoveAgent(const std::string& id);
   // Adds the request or replaces the one with its id; a replaced request keeps its place
-  // among requests of equal (priority, seq).
+  // among requests of equal (priority, seq). `tag`: the caller's number for it (Tag()).
   // REQUIRES: a request's label stays the same while it is set (ChangedReasons).
-  void SetRequest(const Request& request);
+  void SetRequest(const Request& request, uint64_t tag = 0);
+  // The tag request `id` was set with; 0 for an unknown id.
+  uint64_t Tag(const std::string& id) const;
   // No-op for an unknown id.
   void RemoveRequest(const std::string& id);
   // Slots the group's running allocations hold (Schedule's `group_used`); 0 clears it.
@@ -106,8 +114,11 @@ class IncrementalScheduler {
 
   // How a blocker is named in the reasons of the requests behind it, when its Request's
   // label is empty (instead of its id): the label is then made only for a blocker, not
-  // kept for every request (a large queue's memory).
-  void SetLabeler(std::function<std::string(const Request&)> labeler) { labeler_ = std::move(labeler); }
+  // kept for every request (a large queue's memory). The labeler gets the request as set
+  // (its label empty) and its tag.
+  void SetLabeler(std::function<std::string(const Request&, uint64_t tag)> labeler) {
+    labeler_ = std::move(labeler);
+  }
 
   size_t num_agents() const { return agents_.size(); }
   size_t num_requests() const { return requests_.size(); }
@@ -118,6 +129,16 @@ class IncrementalScheduler {
   struct Agent;
   struct Req;
   struct Pool;
+  // Orders requests_ by id; finds by id without a copy of it.
+  struct ById {
+    using is_transparent = void;
+    static absl::string_view Id(absl::string_view id) { return id; }
+    static absl::string_view Id(const std::unique_ptr<Req>& q);
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Id(a) < Id(b);
+    }
+  };
   struct Key {
     int priority;
     int64_t seq;
@@ -150,11 +171,21 @@ class IncrementalScheduler {
     bool operator!=(const Outcome& o) const { return !(*this == o); }
   };
   // A group's placements in the last pass, in pass order, for the max_slots check of
-  // requests the pass did not visit.
+  // requests the pass did not visit; kept across passes (their buffers reused), current
+  // only when `pass` is the last pass.
   struct GroupPass {
+    uint64_t pass = 0;
     std::vector<Key> keys;
     std::vector<int> slots_after;  // Slots given to the group up to and including keys[i].
+    // What the last ChangedReasons() saw: whether the group was placed in the reported
+    // pass, and then its keys and slots_after.
+    bool reported = false;
+    std::vector<Key> reported_keys;
+    std::vector<int> reported_slots_after;
   };
+  // One request stream of a pass's k-way merge (Schedule()).
+  enum class StreamKind : uint8_t { kWithSlots, kZeroSlot, kSize };
+  struct Stream;
 
   Pool& PoolNamed(const std::string& name);
   void Unindex(Agent* a);
@@ -162,24 +193,34 @@ class IncrementalScheduler {
   void AddAgentToPool(Agent* a);
   void RemoveAgentFromPool(Agent* a);
   bool Place(Pool& p, Req& q, Placement* out);
+  const std::string& GroupOf(const Req& q) const;
+  // The request as set (for the labeler).
+  Request AsRequest(const Req& q) const;
+  // A group name shared by the requests of that group; Release when a request drops it.
+  const std::string* InternGroup(const std::string& group);
+  void ReleaseGroup(const std::string* group);
   int HeldBefore(const Req& q) const;  // Group slots in use when the pass reached q.
   Outcome Summarize(const Req& q) const;  // Why q waits, compactly.
   std::string Format(const Req& q, const Outcome& out) const;
+  void FormatTo(const Req& q, const Outcome& out, std::string* text) const;
   std::string Reason(const Req& q) const { return Format(q, Summarize(q)); }
   // Summarize() as ChangedReasons compares it: kBehind names the pool, not the blocker.
   Outcome Reported(const Req& q) const;
   std::string BehindText(const Req& blocker) const;
+  void BehindTextTo(const Req& blocker, std::string* text) const;
   void Dirty(Req* q);
   void GroupIndexAdd(Req* q);
   void GroupIndexRemove(Req* q);
   void Changed() { fresh_ = false; }
 
   Fit fit_;
-  std::function<std::string(const Request&)> labeler_;
+  std::function<std::string(const Request&, uint64_t)> labeler_;
   // B-trees, not hash maps: no rehash of the whole table inside a turn's changes.
   absl::btree_map<std::string, std::unique_ptr<Agent>> agents_;
-  absl::btree_map<std::string, std::unique_ptr<Req>> requests_;
-  std::map<std::string, std::unique_ptr<Pool>> pools_;
+  absl::btree_set<std::unique_ptr<Req>, ById> requests_;
+  std::map<std::string, std::unique_ptr<Pool>> pools_;  // Never removed (Req::pool).
+  std::map<std::string, int> groups_;  // Group -> requests of it (Req::group points here).
+  absl::flat_hash_map<const Req*, std::string> labels_;  // Requests set with a label.
   absl::flat_hash_map<std::string, int> group_used_;
   uint64_t next_arrival_ = 0;
 
@@ -191,6 +232,16 @@ class IncrementalScheduler {
   std::vector<Agent*> touched_;  // Agents the running pass took slots from.
   absl::flat_hash_map<std::string, GroupPass> group_pass_;
   std::vector<Req*> visited_list_;  // The requests the last pass visited.
+  // Reused by every pass (besides placements_): placements and shares of earlier passes
+  // (at most kMaxSpare each), the merge's streams and heap, the agents a multi-agent
+  // placement takes, a reason's text.
+  static constexpr size_t kMaxSpare = 256;
+  std::vector<Placement> spare_;
+  std::vector<AgentShare> spare_shares_;
+  std::vector<Stream> streams_;
+  std::vector<std::pair<Key, size_t>> heap_;
+  std::vector<Agent*> take_;
+  std::string text_;
 
   // Reason reporting (ChangedReasons): what the last report saw.
   bool reporting_ = false;  // ChangedReasons() was called: removed requests wait in graveyard_.
@@ -198,10 +249,9 @@ class IncrementalScheduler {
   uint64_t report_ = 0;                // Stamps Req::checked.
   std::vector<Req*> dirty_;            // Set since the last report.
   std::vector<Req*> reported_visited_;  // Visited by the last reported pass.
-  absl::flat_hash_map<std::string, GroupPass> reported_group_pass_;
   std::vector<std::string> used_changed_;  // Groups SetGroupUsed changed since.
   // Requests that can be held back by max_slots (group_max_slots > 0, slots > 0), by group.
-  absl::flat_hash_map<std::string, std::vector<Req*>> by_group_;
+  absl::flat_hash_map<const std::string*, std::vector<Req*>> by_group_;
   std::vector<std::unique_ptr<Req>> graveyard_;  // Removed since the last report.
 };
 

@@ -4,6 +4,9 @@
 #include "master/scheduler/incremental.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <map>
 #include <random>
 #include <string>
@@ -15,6 +18,21 @@
 #include "gtest/gtest.h"
 #include "master/scheduler/scheduler.h"
 #include "master/scheduler/scheduler_testing.h"
+
+// Counts this binary's allocations while counting_allocations is set (a pass that must
+// allocate nothing, below).
+namespace {
+std::atomic<bool> counting_allocations{false};
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (counting_allocations.load(std::memory_order_relaxed)) allocations.fetch_add(1);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace det::master::scheduler {
 namespace {
@@ -385,6 +403,71 @@ TEST(IncrementalScheduler, AFreedAgentThatMovesTheBlockerChangesOneTextForEveryR
     const std::string id = absl::StrCat("low-", i);
     ASSERT_EQ(shown(id), "waiting behind big2 (priority 20)") << id;
     ASSERT_EQ(shown(id), s.WaitingReason(id)) << id;
+  }
+}
+
+TEST(IncrementalScheduler, KeepsEachRequestsTagAndGivesItToTheLabeler) {
+  IncrementalScheduler s(Fit::kBestFit);
+  s.SetLabeler([](const Request& r, uint64_t tag) {
+    return absl::StrCat("request ", r.id, " tagged ", tag, " of group ", r.group);
+  });
+  s.SetAgent(Agent("a", 4, 2));
+  auto big = Req("big", 4, 10, 1);
+  big.group = "exp-3";
+  s.SetRequest(big, 77);
+  s.SetRequest(Req("low", 1, 50, 2), 78);
+  EXPECT_EQ(s.Tag("big"), 77u);
+  EXPECT_EQ(s.Tag("low"), 78u);
+  EXPECT_EQ(s.Tag("unknown"), 0u);
+  s.Schedule();
+  EXPECT_EQ(s.WaitingReason("low"), "waiting behind request big tagged 77 of group exp-3 (priority 10)");
+  // Set again with another tag: the new one.
+  s.SetRequest(big, 79);
+  EXPECT_EQ(s.Tag("big"), 79u);
+  s.RemoveRequest("big");
+  EXPECT_EQ(s.Tag("big"), 0u);
+}
+
+// Each pass reuses the buffers of the last (placements, the merge's streams, the pool's
+// snapshots, the groups' placements, a reason's text): once they have grown, a pass and its
+// changed reasons allocate nothing (a malloc inside a pass can take milliseconds when the
+// process has freed much since).
+TEST(IncrementalScheduler, APassAndItsChangedReasonsAllocateNothingOnceWarm) {
+  IncrementalScheduler s(Fit::kBestFit);
+  for (int i = 0; i < 20; ++i) s.SetAgent(Agent(absl::StrCat("agent-", i), 8, i % 8));
+  s.SetAgent(Agent("pair-0", 4, 4, "multi"));
+  s.SetAgent(Agent("pair-1", 4, 4, "multi"));
+  for (int i = 0; i < 200; ++i) {
+    auto r = Req(absl::StrCat("t", i), i % 3 == 0 ? 8 : 2, 10 + i % 5, i);
+    r.group = absl::StrCat("exp-", i % 4);
+    r.group_max_slots = 24;
+    s.SetRequest(r);
+  }
+  auto multi = Req("m", 8, 10, 1000);
+  multi.pool = "multi";
+  s.SetRequest(multi);
+  IncrementalScheduler::ReasonSink sink;
+  sink.changed = [](const std::string&, const std::string&) {};
+  sink.behind = [](const std::string&, const std::string&) {};
+  sink.behind_reason = [](const std::string&, const std::string&) {};
+  // Each round: the same agents' slots freed and taken back, so every pass places again.
+  auto round = [&](int round, bool count) {
+    const int used = round % 2 == 0 ? 0 : 3;
+    for (int i = 0; i < 4; ++i) s.SetAgent(Agent(absl::StrCat("agent-", i), 8, used));
+    s.SetAgent(Agent("pair-0", 4, round % 2 == 0 ? 0 : 4, "multi"));
+    s.SetAgent(Agent("pair-1", 4, round % 2 == 0 ? 0 : 4, "multi"));
+    s.SetGroupUsed("exp-1", round % 2 == 0 ? 0 : 8);
+    allocations = 0;
+    counting_allocations = count;
+    const size_t placed = s.Schedule().size();
+    s.ChangedReasons(sink);
+    counting_allocations = false;
+    return placed;
+  };
+  for (int r = 0; r < 6; ++r) round(r, false);
+  for (int r = 6; r < 10; ++r) {
+    EXPECT_GT(round(r, true), 0u) << "round " << r;
+    EXPECT_EQ(allocations.load(), 0) << "round " << r;
   }
 }
 

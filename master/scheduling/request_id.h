@@ -28,6 +28,13 @@ struct RequestId {
   std::string Key() const {
     return kind == Kind::kTrial ? absl::StrCat(id) : absl::StrCat("gc-", id);
   }
+  // A number standing for it (the scheduler's per-request tag), and back.
+  uint64_t Tag() const {
+    return static_cast<uint64_t>(id) << 1 | (kind == Kind::kGc ? 1 : 0);
+  }
+  static RequestId FromTag(uint64_t tag) {
+    return {tag & 1 ? Kind::kGc : Kind::kTrial, static_cast<int64_t>(tag >> 1)};
+  }
   bool operator<(const RequestId& o) const {
     return std::tie(kind, id) < std::tie(o.kind, o.id);
   }
@@ -38,7 +45,7 @@ struct RequestId {
   }
 };
 
-// The typed ids of the keys handed to the scheduler (the requests it holds).
+// The typed ids of keys handed out (SelectPreemptions' running allocations).
 class RequestIds {
  public:
   // The key of `id`, remembered for At().

@@ -16,5 +16,13 @@ TEST(RequestIdTest, KeysAreDistinctPerKindAndMapBackWithoutParsing) {
   EXPECT_TRUE(RequestId::Trial(7) < RequestId::Gc(1));
 }
 
+TEST(RequestIdTest, TagsAreDistinctPerKindAndMapBack) {
+  for (int64_t id : {int64_t{0}, int64_t{7}, int64_t{1} << 40}) {
+    EXPECT_NE(RequestId::Trial(id).Tag(), RequestId::Gc(id).Tag());
+    EXPECT_EQ(RequestId::FromTag(RequestId::Trial(id).Tag()), RequestId::Trial(id));
+    EXPECT_EQ(RequestId::FromTag(RequestId::Gc(id).Tag()), RequestId::Gc(id));
+  }
+}
+
 }  // namespace
 }  // namespace det::master

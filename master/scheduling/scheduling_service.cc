@@ -57,7 +57,7 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
         const RequestId rid = RequestId::Trial(id);
         const int64_t trial_id = id;  // A structured binding cannot be captured in C++17.
         auto request = [&] {
-          scheduler::Request r{ids_.Add(rid), e.slots_per_trial(), e.priority(), trial_id,
+          scheduler::Request r{rid.Key(), e.slots_per_trial(), e.priority(), trial_id,
                                e.resource_pool()};
           r.group = Group(e.id());
           r.group_max_slots = es->config.resources.max_slots;
@@ -65,7 +65,7 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
         };
         if (!SeenUnchanged(rid, {e.slots_per_trial(), e.priority(),
                                  es->config.resources.max_slots, PoolId(e.resource_pool())})) {
-          scheduler_->SetRequest(request());
+          scheduler_->SetRequest(request(), rid.Tag());
         } else if (t.waiting_reason().empty()) {
           fresh->lost.push_back(id);
         }
@@ -99,9 +99,9 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
     auto es = experiments_.find(g.task.experiment_id());
     const int priority = es == experiments_.end() ? 42 : es->second.experiment.priority();
     const RequestId rid = RequestId::Gc(id);
-    scheduler::Request r{ids_.Add(rid), 0, priority, id, g.task.resource_pool()};
+    scheduler::Request r{rid.Key(), 0, priority, id, g.task.resource_pool()};
     if (!SeenUnchanged(rid, {0, priority, 0, PoolId(g.task.resource_pool())})) {
-      scheduler_->SetRequest(r);
+      scheduler_->SetRequest(r, rid.Tag());
     }
     fresh->gc.push_back(id);
     if (preemption) fresh->queue.push_back(std::move(r));
@@ -113,7 +113,6 @@ void SchedulingService::FeedQueue(bool preemption, Fresh* fresh) {
       continue;
     }
     scheduler_->RemoveRequest(it->first.Key());
-    ids_.Remove(it->first);
     fed_.erase(it++);
   }
 }
@@ -145,8 +144,8 @@ void SchedulingService::SchedulePass() {
   if (scheduler_ == nullptr) {
     scheduler_ = std::make_unique<scheduler::IncrementalScheduler>(fit);
     // "trial 27 of experiment 5", made for a blocker only (not kept per queued trial).
-    scheduler_->SetLabeler([this](const scheduler::Request& r) {
-      const RequestId& rid = ids_.At(r.id);
+    scheduler_->SetLabeler([this](const scheduler::Request& r, uint64_t tag) {
+      const RequestId rid = RequestId::FromTag(tag);
       auto t = trials_.find(rid.id);
       if (rid.kind != RequestId::Kind::kTrial || t == trials_.end()) return r.id;
       return absl::StrCat("trial ", rid.id, " of experiment ", t->second.trial.experiment_id());
@@ -166,7 +165,7 @@ void SchedulingService::SchedulePass() {
   std::map<std::string, int> stopping_for;  // waiting request -> trials being preempted
   // Records why request `key` waits.
   auto record = [&](const std::string& key, std::string why) {
-    const RequestId& rid = ids_.At(key);
+    const RequestId rid = IdOf(key);
     if (rid.kind == RequestId::Kind::kGc) {
       checkpoints_.SetPendingReason(rid.id, why);
       return;
@@ -180,7 +179,7 @@ void SchedulingService::SchedulePass() {
   scheduler::IncrementalScheduler::ReasonSink sink;
   sink.changed = record;
   sink.behind = [&](const std::string& key, const std::string& pool) {
-    const RequestId& rid = ids_.At(key);
+    const RequestId rid = IdOf(key);
     auto text = behind_.find(pool);
     // The scheduler passes a pool's text before any request behind it, and never holds
     // back a GC task; either way the reason as it reads now.
@@ -223,7 +222,7 @@ void SchedulingService::SchedulePass() {
     for (int64_t id : fresh.gc) scheduler_->PassReason(RequestId::Gc(id).Key(), sink);
   }
   for (const auto& p : placements) {
-    const RequestId& rid = ids_.At(p.request_id);
+    const RequestId rid = IdOf(p.request_id);
     if (rid.kind == RequestId::Kind::kGc) {
       checkpoints_.Start(rid.id, p.agents.at(0).agent_id);
       continue;

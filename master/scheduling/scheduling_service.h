@@ -103,9 +103,11 @@ class SchedulingService {
     return pool_ids_.try_emplace(pool, static_cast<uint32_t>(pool_ids_.size())).first->second;
   }
 
-  std::unique_ptr<scheduler::IncrementalScheduler> scheduler_;
+  // What the scheduler's key `key` stands for (its tag). REQUIRES: the scheduler holds it.
+  RequestId IdOf(const std::string& key) const { return RequestId::FromTag(scheduler_->Tag(key)); }
+
+  std::unique_ptr<scheduler::IncrementalScheduler> scheduler_;  // Requests tagged RequestId::Tag.
   uint64_t pass_ = 0;
-  RequestIds ids_;  // Every request the scheduler holds.
   absl::flat_hash_map<RequestId, Fed> fed_;
   absl::flat_hash_map<std::string, uint32_t> pool_ids_;
   absl::flat_hash_map<std::string, uint64_t> agents_fed_;  // agent id -> last pass that saw it

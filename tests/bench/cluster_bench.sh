@@ -11,10 +11,14 @@
 # only, scram-sha-256 password read by the master from password_file), then one table side
 # by side: rows/s, rows lost, list p50/p99, master CPU (and the PostgreSQL server's CPU).
 #
-# With --baseline DIR: only the ingestion run, once on the masters of DIR (DIR/bin/det-master
+# With --baseline DIR: the ingestion run, once on the masters of DIR (DIR/bin/det-master
 # and DIR/bin/det, e.g. .det-local/baseline-COMMIT) and once on this tree's, both driven by
-# this tree's det-load, then one table side by side: rows/s, rows lost, list p50/p99, master
-# and det-load CPU, and the load average before each run.
+# this tree's det-load, then one table side by side: rows/s, rows lost, list p50/p99 (issue
+# 27's target: under 50 ms), master and det-load CPU, and the load average before each run.
+# Then the master's RSS with 1,000 agents and 100,000 queued trials, BENCH_RSS_RUNS times
+# (default 3) for each master, alternating, each on a fresh master: RSS when the trials are
+# queued and 10 s later, and whether this tree's is at or under the baseline's in each pair.
+# BENCH_RSS_RUNS=0 skips it; BENCH_SECONDS=0 skips the ingestion run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DB=sqlite
@@ -222,17 +226,54 @@ side_by_side() {
   echo "| before the run | ${load_avg[$1]} | ${load_avg[$2]} |"
 }
 
+# queue_rss NAME: a fresh master of $MASTER_BIN with 1,000 agents and 100,000 trials queued
+# in an agentless pool; writes "RSS_MIB RSS_10S_LATER_MIB SECONDS_TO_QUEUE LOAD_AVERAGE" to
+# $WORK/NAME/rss.
+queue_rss() {
+  start_master "$1"
+  local load_avg start end now later
+  load_avg="$(cut -d' ' -f1 /proc/loadavg)"
+  start="$(date +%s.%N)"
+  "$LOAD" --master "$MASTER" --secret "$SECRET" --token "$TOKEN" --mode queue --agents 1000 \
+    --trials 100000 --pool idle >/dev/null
+  end="$(date +%s.%N)"
+  now="$(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$MASTER_PID/status")"
+  sleep 10  # The figure a while after the burst, too (what the allocator has handed back).
+  later="$(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$MASTER_PID/status")"
+  stop_master
+  awk -v n="$now" -v l="$later" -v s="$start" -v e="$end" -v a="$load_avg" \
+    'BEGIN { printf "%d %d %.0f %s\n", n, l, e - s, a }' >"$WORK/$1/rss"
+}
+
 if [[ -n "$BASELINE" ]]; then
   echo "| benchmark | setup | result | notes |"
   echo "| --- | --- | --- | --- |"
-  echo "| baseline ($BASELINE) | ingestion and list latency |  |  |"
-  MASTER_BIN="$BASELINE/bin"
-  ingest ingest-baseline || true
-  echo "| this tree | ingestion and list latency |  |  |"
-  MASTER_BIN="$BIN"
-  ingest ingest-tree || true
-  echo
-  side_by_side baseline tree baseline "this tree"
+  if [[ "$SECONDS_TO_RUN" != 0 ]]; then
+    echo "| baseline ($BASELINE) | ingestion and list latency |  |  |"
+    MASTER_BIN="$BASELINE/bin"
+    ingest ingest-baseline || true
+    echo "| this tree | ingestion and list latency |  |  |"
+    MASTER_BIN="$BIN"
+    ingest ingest-tree || true
+    echo
+    side_by_side baseline tree baseline "this tree"
+  fi
+  RSS_RUNS="${BENCH_RSS_RUNS:-3}"
+  if ((RSS_RUNS > 0)); then
+    echo
+    echo "| master RSS, 1,000 agents, 100,000 trials queued (run) | baseline: RSS, 10 s later, time to queue, load | this tree: RSS, 10 s later, time to queue, load | this tree at or under the baseline |"
+    echo "| --- | --- | --- | --- |"
+    for run in $(seq "$RSS_RUNS"); do
+      MASTER_BIN="$BASELINE/bin"
+      queue_rss "rss-baseline-$run"
+      read -r b_now b_later b_s b_load <"$WORK/rss-baseline-$run/rss"
+      MASTER_BIN="$BIN"
+      queue_rss "rss-tree-$run"
+      read -r t_now t_later t_s t_load <"$WORK/rss-tree-$run/rss"
+      verdict="$( ((t_now <= b_now)) && echo yes || echo NO) ($((t_now - b_now)) MiB)"
+      echo "| $run | $b_now MiB, $b_later MiB, $b_s s, load $b_load | $t_now MiB, $t_later MiB, $t_s s, load $t_load | $verdict |"
+    done
+  fi
   exit 0
 fi
 
