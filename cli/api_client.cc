@@ -359,6 +359,12 @@ absl::Status ApiClient::ActivateExperiment(int64_t id) {
       .status();
 }
 
+absl::StatusOr<v1::ContinueExperimentResponse> ApiClient::ContinueExperiment(
+    const v1::ContinueExperimentRequest& request) {
+  return Call(*rpc_, &v1::Api::Stub::ContinueExperiment, "ContinueExperiment", request,
+              options_.deadline);
+}
+
 absl::StatusOr<v1::SetExperimentSlotsResponse> ApiClient::SetExperimentSlots(int64_t id,
                                                                              int32_t slots,
                                                                              bool force) {

@@ -90,6 +90,8 @@ class ApiClient {
   absl::StatusOr<v1::DeleteCheckpointsResponse> DeleteCheckpoints(
       const v1::DeleteCheckpointsRequest& request);
   absl::Status ActivateExperiment(int64_t id);
+  absl::StatusOr<v1::ContinueExperimentResponse> ContinueExperiment(
+      const v1::ContinueExperimentRequest& request);
   absl::StatusOr<v1::SetExperimentSlotsResponse> SetExperimentSlots(int64_t id, int32_t slots,
                                                                     bool force);
   absl::StatusOr<v1::GetTrialResponse> GetTrial(int64_t id);

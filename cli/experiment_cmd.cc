@@ -361,6 +361,38 @@ absl::Status Activate(CliContext& ctx, int64_t id) {
   return absl::OkStatus();
 }
 
+// --config KEY.PATH=VALUE (repeatable) of `cmd`, appended to `into`.
+void AddConfigOverrides(CLI::App& cmd, std::vector<std::string>& into, const std::string& help) {
+  cmd.add_option("--config", into, help)->take_all()->expected(1);
+}
+
+struct ContinueOptions {
+  int64_t id = 0;
+  // --config-file: a YAML config merged over the experiment's.
+  std::string config_file;
+  // --config KEY.PATH=VALUE, applied after it.
+  std::vector<std::string> config_overrides;
+  bool follow = false;
+};
+
+// det experiment continue: an ended experiment runs again (Determined's
+// ContinueExperiment); its trial resumes from its latest checkpoint.
+absl::Status Continue(CliContext& ctx, const ContinueOptions& options) {
+  ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+  v1::ContinueExperimentRequest request;
+  request.set_id(options.id);
+  if (!options.config_file.empty()) {
+    ASSIGN_OR_RETURN(*request.mutable_override_config(), ReadConfigFile(options.config_file));
+  }
+  for (const std::string& item : options.config_overrides) request.add_config_overrides(item);
+  ASSIGN_OR_RETURN(v1::ContinueExperimentResponse response, api->ContinueExperiment(request));
+  if (ctx.json) return WriteJson(response, ctx.out);
+  ctx.out << "Continued experiment " << options.id << '\n';
+  PrintWarnings(ctx, response.warnings());
+  if (!options.follow) return absl::OkStatus();
+  return FollowExperiment(ctx, *api, options.id);
+}
+
 }  // namespace
 
 absl::Status ListExperimentCheckpoints(CliContext& ctx, const CheckpointsOptions& options) {
@@ -458,11 +490,9 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
                      "stored template to merge the config over (det template list)");
   create->add_flag("--paused", create_options->paused,
                    "create it paused: its trials start at det e activate");
-  create->add_option("--config", create_options->config_overrides,
+  AddConfigOverrides(*create, create_options->config_overrides,
                      "override a config value after the template: KEY.PATH=VALUE (VALUE is "
-                     "YAML; repeatable)")
-      ->take_all()
-      ->expected(1);
+                     "YAML; repeatable)");
   create->add_flag("--test-mode,--test", create_options->test_mode,
                    "check the config and model definition: one trial of " +
                        std::to_string(kTestModeBatches) +
@@ -498,10 +528,8 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   fork->add_option("-t,--template", fork_options->create.template_name,
                    "stored template to merge the config over");
   fork->add_flag("--paused", fork_options->create.paused, "create it paused");
-  fork->add_option("--config", fork_options->create.config_overrides,
-                   "override a config value: KEY.PATH=VALUE (VALUE is YAML; repeatable)")
-      ->take_all()
-      ->expected(1);
+  AddConfigOverrides(*fork, fork_options->create.config_overrides,
+                     "override a config value: KEY.PATH=VALUE (VALUE is YAML; repeatable)");
   fork->callback([&ctx, fork_options] {
     ctx.action = [&ctx, fork_options] { return Fork(ctx, *fork_options); };
   });
@@ -549,6 +577,25 @@ void RegisterExperimentCommands(CLI::App& app, CliContext& ctx) {
   AddIdCommand(*group, ctx, "kill", "kill an experiment", Kill);
   AddIdCommand(*group, ctx, "pause", "pause an experiment: its trials checkpoint and stop", Pause);
   AddIdCommand(*group, ctx, "activate", "resume a paused experiment", Activate);
+  auto continue_options = std::make_shared<ContinueOptions>();
+  CLI::App* cont = group->add_subcommand(
+      "continue",
+      "run an ended experiment again: a single-trial one's trial resumes from its latest "
+      "checkpoint (with --config/--config-file changes); a grid or random search's trials "
+      "that did not complete resume");
+  cont->add_option("ID", continue_options->id, "the experiment to continue")->required();
+  cont->add_option("--config-file", continue_options->config_file,
+                   "a YAML config merged over the experiment's (single-trial experiments)");
+  AddConfigOverrides(*cont, continue_options->config_overrides,
+                     "override a config value: KEY.PATH=VALUE (VALUE is YAML; repeatable; "
+                     "single-trial experiments)");
+  CLI::Option* cont_follow =
+      cont->add_flag("-f,--follow-first-trial,--follow", continue_options->follow,
+                     "follow the trials' logs until it ends");
+  cont->add_flag("--json", ctx.json, kJsonHelp)->excludes(cont_follow);
+  cont->callback([&ctx, continue_options] {
+    ctx.action = [&ctx, continue_options] { return Continue(ctx, *continue_options); };
+  });
   // det experiment set slots ID N [--force]
   CLI::App* set = group->add_subcommand("set", "change a paused experiment");
   set->require_subcommand(1);

@@ -172,6 +172,7 @@ class ApiService final : public v1::Api::CallbackService {
   DET_SERVE_API(KillExperiment)
   DET_SERVE_API(PauseExperiment)
   DET_SERVE_API(ActivateExperiment)
+  DET_SERVE_API(ContinueExperiment)
   DET_SERVE_API(SetExperimentSlots)
   DET_SERVE_API(GetTrial)
   DET_SERVE_API(GetTrialMetrics)

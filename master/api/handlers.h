@@ -40,6 +40,7 @@ class ApiHandler {
   virtual void KillExperiment(const Caller& caller, const v1::KillExperimentRequest& request, v1::KillExperimentResponse* response, Done done) = 0;
   virtual void PauseExperiment(const Caller& caller, const v1::PauseExperimentRequest& request, v1::PauseExperimentResponse* response, Done done) = 0;
   virtual void ActivateExperiment(const Caller& caller, const v1::ActivateExperimentRequest& request, v1::ActivateExperimentResponse* response, Done done) = 0;
+  virtual void ContinueExperiment(const Caller& caller, const v1::ContinueExperimentRequest& request, v1::ContinueExperimentResponse* response, Done done) = 0;
   virtual void SetExperimentSlots(const Caller& caller, const v1::SetExperimentSlotsRequest& request, v1::SetExperimentSlotsResponse* response, Done done) = 0;
   virtual void ArchiveExperiment(const Caller& caller, const v1::ArchiveExperimentRequest& request, v1::ArchiveExperimentResponse* response, Done done) = 0;
   virtual void UnarchiveExperiment(const Caller& caller, const v1::UnarchiveExperimentRequest& request, v1::UnarchiveExperimentResponse* response, Done done) = 0;

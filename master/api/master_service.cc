@@ -209,6 +209,15 @@ void MasterService::ActivateExperiment(const Caller& caller,
   });
 }
 
+void MasterService::ContinueExperiment(const Caller& caller,
+                                       const v1::ContinueExperimentRequest& req,
+                                       v1::ContinueExperimentResponse* resp, Done done) {
+  turns_.OnLoop(std::move(done), [this, &caller, &req, resp]() -> absl::Status {
+    RETURN_IF_ERROR(MayChange(caller, req.id(), "continue"));
+    return m_.experiments.Continue(req, resp);
+  });
+}
+
 void MasterService::SetExperimentSlots(const Caller& caller,
                                        const v1::SetExperimentSlotsRequest& req,
                                        v1::SetExperimentSlotsResponse* resp, Done done) {

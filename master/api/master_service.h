@@ -86,6 +86,8 @@ class MasterService : public ApiHandler, public AgentHandler, public WorkerHandl
                        v1::PauseExperimentResponse*, Done) override;
   void ActivateExperiment(const Caller&, const v1::ActivateExperimentRequest&,
                           v1::ActivateExperimentResponse*, Done) override;
+  void ContinueExperiment(const Caller&, const v1::ContinueExperimentRequest&,
+                          v1::ContinueExperimentResponse*, Done) override;
   void SetExperimentSlots(const Caller&, const v1::SetExperimentSlotsRequest&,
                           v1::SetExperimentSlotsResponse*, Done) override;
   void ArchiveExperiment(const Caller&, const v1::ArchiveExperimentRequest&,

@@ -110,8 +110,13 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
   v1::Experiment updated = es.experiment;
   double progress = 0;
   int done = 0, completed = 0, killed = 0, invalid = 0;
+  // The first failed trial's error, for the experiment's ("trial 5: rank 0 exit code 3").
+  std::string first_error;
   for (int64_t tid : es.trial_ids) {
     const v1::Trial& t = trials_.at(tid).trial;
+    if (first_error.empty() && t.state() == v1::STATE_ERROR && !t.error().empty()) {
+      first_error = absl::StrCat("trial ", tid, ": ", t.error());
+    }
     if (IsInvalidTrial(t)) ++invalid;  // Replaced or not, it counts for no progress.
     if (Terminal(t.state())) {
       ++done;
@@ -143,7 +148,8 @@ void ExperimentManager::UpdateExperiment(ExperimentState& es) {
       updated.set_state(v1::STATE_CANCELED);  // Its trials were killed, none failed alone.
     } else {
       updated.set_state(v1::STATE_ERROR);
-      updated.set_error("every trial failed");
+      updated.set_error(first_error.empty() ? "every trial failed"
+                                            : absl::StrCat("every trial failed; ", first_error));
     }
     updated.set_end_time_ms(clock_.NowMs());
     Logger("master")->info("experiment {} {}", updated.id(), StateName(updated.state()));

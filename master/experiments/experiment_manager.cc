@@ -79,17 +79,7 @@ absl::Status ExperimentManager::Create(const std::string& owner,
     ASSIGN_OR_RETURN(parsed, config::ParseExperimentConfig(input, templates_.Lookup(), seed));
   }
   const config::ExperimentConfig& c = parsed.config;
-  // Its checkpoints, and what their GC deletes, stay under a root the cluster allows.
-  if (absl::Status st = checkpoints_.StorageRoot(c).status(); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": ", st.message()));
-  }
-  if (!FindPool(config_, c.resources.resource_pool)) {
-    std::vector<std::string> names;
-    for (const auto& p : config_.resource_pools) names.push_back(p.name);
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": resources.resource_pool: unknown pool '", c.resources.resource_pool,
-        "' (the master has ", absl::StrJoin(names, ", "), ")"));
-  }
+  RETURN_IF_ERROR(CheckStorageAndPool(file, c));
   if (std::string why = NeverFits(agents_.List(), c.resources.resource_pool, c.resources.slots_per_trial);
       !why.empty() && !req.force()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -149,6 +139,22 @@ absl::Status ExperimentManager::Create(const std::string& owner,
   *resp->mutable_experiment() = e;
   for (const auto& w : parsed.warnings) resp->add_warnings(w);
   turns_.RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status ExperimentManager::CheckStorageAndPool(const std::string& file,
+                                                   const config::ExperimentConfig& c) const {
+  // Its checkpoints, and what their GC deletes, stay under a root the cluster allows.
+  if (absl::Status st = checkpoints_.StorageRoot(c).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", st.message()));
+  }
+  if (!FindPool(config_, c.resources.resource_pool)) {
+    std::vector<std::string> names;
+    for (const auto& p : config_.resource_pools) names.push_back(p.name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": resources.resource_pool: unknown pool '", c.resources.resource_pool,
+        "' (the master has ", absl::StrJoin(names, ", "), ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -63,6 +63,18 @@ class ExperimentManager {
   absl::Status Kill(const v1::KillExperimentRequest& req);
   absl::Status Pause(const v1::PauseExperimentRequest& req, v1::PauseExperimentResponse* resp);
   absl::Status Activate(const v1::ActivateExperimentRequest& req);
+  // det experiment continue (Determined's ContinueExperiment): ended experiment `req.id()`
+  // becomes ACTIVE again and ends as a run does. Only the single, grid and random searchers
+  // (InvalidArgument naming the searcher otherwise); only an ended experiment
+  // (FailedPrecondition naming its state). A single-trial experiment takes the override
+  // config and KEY.PATH=VALUE items (merged over its config; the searcher stays single) and
+  // its trial is revived with the new length and hyperparameters; a grid or random one takes
+  // none (InvalidArgument) and its trials that did not complete are revived
+  // (FailedPrecondition when every one COMPLETED). A revived trial resumes from its latest
+  // checkpoint. The experiment is stored first, then each trial (TrialManager::Revive).
+  // experiment_continue.cc.
+  absl::Status Continue(const v1::ContinueExperimentRequest& req,
+                        v1::ContinueExperimentResponse* resp);
   absl::Status SetSlots(const v1::SetExperimentSlotsRequest& req,
                         v1::SetExperimentSlotsResponse* resp);
   absl::Status UpdateJobPriority(const v1::UpdateJobPriorityRequest& req);
@@ -110,6 +122,9 @@ class ExperimentManager {
   // es's stored config parsed again with `overrides` (KEY.PATH=VALUE) on top.
   static absl::StatusOr<config::ParsedExperiment> Reparse(const ExperimentState& es,
                                                           std::vector<std::string> overrides);
+  // InvalidArgument "FILE: ..." when c's checkpoint storage is outside the roots the cluster
+  // allows or its resource pool is unknown.
+  absl::Status CheckStorageAndPool(const std::string& file, const config::ExperimentConfig& c) const;
   // FailedPrecondition "experiment N is COMPLETED" once es has ended.
   static absl::Status RefuseEnded(const ExperimentState& es);
   // Moves experiment `id` from state `from` to `to`, persisted first. nullptr when it is

@@ -1,6 +1,7 @@
 // ExperimentManager on the manager harness (FakeClock loop over an InMemoryStore): what a
 // pause, a preemption and a resize cost a trial without checkpoint storage, ended
-// experiments refusing changes, progress as batches trained, limits at submit.
+// experiments refusing changes, progress as batches trained, limits at submit, an ended
+// experiment continued (det experiment continue).
 #include "master/experiments/experiment_manager.h"
 
 #include <string>
@@ -14,6 +15,7 @@
 #include "master/store/in_memory_store.h"
 #include "master/testing/manager_harness.h"
 #include "master/testing/master_testing.h"
+#include "master/views/views.h"
 
 namespace det::master {
 namespace {
@@ -634,6 +636,216 @@ TEST_F(ExperimentManagerTest, GetTrialShowsTheSystemMetricsOfItsLastRunOnceEnded
   ASSERT_EQ(ended.system_metrics_size(), 1);
   EXPECT_EQ(ended.system_metrics(0).agent_id(), "a");
   EXPECT_EQ(ended.system_metrics(0).cpu_utilization_percent(), 42);
+}
+
+// The same searcher section with `searcher` lines instead of the single searcher's name.
+std::string WithSearcher(std::string yaml, const std::string& searcher) {
+  const std::string single = "  name: single\n";
+  yaml.replace(yaml.find(single), single.size(), searcher);
+  return yaml;
+}
+
+absl::Status ContinueExperiment(ManagerHarness& h, int64_t id, std::vector<std::string> overrides,
+                                v1::ContinueExperimentResponse* resp,
+                                const std::string& override_config = "") {
+  v1::ContinueExperimentRequest req;
+  req.set_id(id);
+  req.set_override_config(override_config);
+  for (auto& o : overrides) req.add_config_overrides(o);
+  absl::Status st;
+  h.Turn([&] { st = h.experiments.Continue(req, resp); });
+  return st;
+}
+
+// det experiment continue of a single-trial experiment: refused while it is ACTIVE; once
+// COMPLETED at 100 batches it continues with searcher.max_length 200 (stored), its trial
+// queued again and launched with the new target from its latest checkpoint, and it
+// COMPLETES again at 200; a restarted master shows what was stored.
+TEST_F(ExperimentManagerTest, AContinuedSingleTrialResumesFromItsCheckpointToTheNewLength) {
+  const int64_t trial = h_.CreateExperiment("to-continue");
+  const int64_t e = h_.Trial(trial).experiment_id();
+  v1::ContinueExperimentResponse resp;
+  absl::Status st = ContinueExperiment(h_, e, {}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(st.message(), absl::StrCat("experiment ", e, " is ACTIVE: only an ended experiment "
+                                       "(COMPLETED, CANCELED or ERROR) can be continued"));
+
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand first = h_.NextLaunch("a", session);
+  EXPECT_EQ(first.env().at("DET_TRIAL_TARGET_BATCHES"), "100");
+  ASSERT_TRUE(h_.ReportMetrics(first, {Training(100)}).ok());
+  ASSERT_TRUE(h_.ReportCheckpoint(first, "u-100", 100).ok());
+  ASSERT_TRUE(h_.ReportExit("a", session, first.allocation_id(), 0).ok());
+  ASSERT_EQ(Experiment(e).state(), v1::STATE_COMPLETED);
+  const v1::Trial ended = h_.Trial(trial);
+  ASSERT_FALSE(ended.latest_checkpoint().empty());
+
+  st = ContinueExperiment(h_, e, {"searcher.max_length.batches=200"}, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(resp.warnings(), ::testing::IsEmpty());
+  EXPECT_EQ(resp.experiment().state(), v1::STATE_ACTIVE);
+  EXPECT_EQ(resp.experiment().end_time_ms(), 0);
+  EXPECT_DOUBLE_EQ(resp.experiment().progress(), 0.5);
+  EXPECT_THAT(resp.experiment().config_yaml(), HasSubstr("batches: 200"));
+  v1::Trial revived = h_.Trial(trial);
+  // Queued, and placed at once on the free agent.
+  EXPECT_THAT(revived.state(), ::testing::AnyOf(v1::STATE_QUEUED, v1::STATE_STARTING));
+  EXPECT_EQ(revived.target_batches(), 200);
+  EXPECT_EQ(revived.total_batches(), 100);
+  EXPECT_EQ(revived.latest_checkpoint(), ended.latest_checkpoint());
+  EXPECT_EQ(revived.end_time_ms(), 0);
+  EXPECT_THAT(h_.Logs(trial), HasSubstr("experiment continued: trial queued again; it resumes "
+                                        "from its latest checkpoint toward 200 batches"));
+
+  h_.Turn([] {});  // The scheduling turn it asked for.
+  v1::LaunchCommand second = h_.NextLaunch("a", session);
+  ASSERT_EQ(second.trial_id(), trial);
+  EXPECT_NE(second.allocation_id(), first.allocation_id());
+  EXPECT_EQ(second.env().at("DET_TRIAL_TARGET_BATCHES"), "200");
+  EXPECT_EQ(second.env().at("DET_LATEST_CHECKPOINT"), ended.latest_checkpoint());
+  EXPECT_EQ(std::stoi(second.env().at("DET_TRIAL_RUN_ID")),
+            std::stoi(first.env().at("DET_TRIAL_RUN_ID")) + 1);
+  ASSERT_TRUE(h_.ReportMetrics(second, {Training(150), Training(200)}).ok());
+  ASSERT_TRUE(h_.ReportExit("a", session, second.allocation_id(), 0).ok());
+  EXPECT_EQ(h_.Trial(trial).state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(h_.Trial(trial).total_batches(), 200);
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(Experiment(e).progress(), 1.0);
+
+  {
+    ManagerHarness restarted(testing::LoopbackMasterConfig("/unused"), store_, clock_);
+    ASSERT_TRUE(restarted.Start().ok());
+    v1::Experiment after;
+    restarted.Turn([&] { after = restarted.registry.experiments.at(e).experiment; });
+    EXPECT_EQ(after.state(), v1::STATE_COMPLETED);
+    EXPECT_THAT(after.config_yaml(), HasSubstr("batches: 200"));
+  }
+
+  // Continued again without a longer length: it ends at once, and says so.
+  st = ContinueExperiment(h_, e, {}, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(resp.warnings(),
+              ElementsAre(absl::StrCat("trial ", trial, " already trained 200 of its 200 batches: "
+                                       "it ends at once (raise searcher.max_length, e.g. --config "
+                                       "searcher.max_length.batches=N, to train more)")));
+}
+
+// What continue refuses, naming why: an unknown experiment, another searcher, overrides of a
+// search, a change of the single searcher, a bad override; a search whose trials all
+// COMPLETED. A search's failed trial is continued alone (its COMPLETED sibling stays).
+TEST_F(ExperimentManagerTest, ContinueRefusesNamingWhyAndContinuesOnlyASearchsUnfinishedTrials) {
+  v1::ContinueExperimentResponse resp;
+  absl::Status st = ContinueExperiment(h_, 999, {}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+
+  // Ended before any agent could run them: CANCELED at once.
+  const int64_t asha = Create(WithSearcher(testing::ExperimentYaml("asha"),
+                                           "  name: adaptive_asha\n  max_trials: 2\n"));
+  ASSERT_TRUE(Kill(asha).ok());
+  const int64_t single = Create(testing::ExperimentYaml("single"));
+  ASSERT_TRUE(Kill(single).ok());
+  ASSERT_EQ(Experiment(single).state(), v1::STATE_CANCELED);
+
+  // One slot: the trials run one after the other.
+  const std::string session = h_.Register("a", 1);
+  auto run_all = [&](int64_t e, std::vector<int> exit_codes) {
+    for (int code : exit_codes) {
+      v1::LaunchCommand l = h_.NextLaunch("a", session);
+      ASSERT_TRUE(h_.ReportMetrics(l, {Training(100)}).ok());
+      ASSERT_TRUE(h_.ReportExit("a", session, l.allocation_id(), code).ok());
+    }
+    ASSERT_TRUE(views::Terminal(Experiment(e).state())) << e;
+  };
+
+  // adaptive_asha: refused, as Determined does.
+  st = ContinueExperiment(h_, asha, {}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(), absl::StrCat("experiment ", asha, " uses the adaptive_asha searcher: "
+                                       "only an experiment of the single, grid or random "
+                                       "searcher can be continued (det experiment fork ", asha,
+                                       " runs it again as a new experiment)"));
+
+  // random, 2 trials: one fails (no restarts), one COMPLETES: the experiment COMPLETED.
+  const int64_t search = Create(WithSearcher(testing::ExperimentYaml("search", 1, 0),
+                                             "  name: random\n  max_trials: 2\n"));
+  run_all(search, {1, 0});
+  ASSERT_EQ(Experiment(search).state(), v1::STATE_COMPLETED);
+  std::vector<int64_t> ids;
+  h_.Turn([&] { ids = h_.registry.experiments.at(search).trial_ids; });
+  ASSERT_EQ(ids.size(), 2u);
+  ASSERT_EQ(h_.Trial(ids[0]).state(), v1::STATE_ERROR);
+  st = ContinueExperiment(h_, search, {"searcher.max_length.batches=200"}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(),
+            absl::StrCat("experiment ", search, " uses the random searcher (2 trials): only a "
+                         "single-searcher experiment takes an override config when continued; "
+                         "continue it without --config and --config-file, or fork it to change "
+                         "its config (det experiment fork ", search, " --config KEY=VALUE)"));
+  st = ContinueExperiment(h_, search, {}, &resp, "searcher: {max_length: {batches: 200}}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(Experiment(search).state(), v1::STATE_COMPLETED);
+
+  st = ContinueExperiment(h_, search, {}, &resp, " {} ");  // An empty override is none.
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FALSE(views::Terminal(h_.Trial(ids[0]).state()));
+  EXPECT_EQ(h_.Trial(ids[0]).error(), "");
+  EXPECT_EQ(h_.Trial(ids[1]).state(), v1::STATE_COMPLETED);
+  h_.Turn([] {});
+  run_all(search, {0});
+  EXPECT_EQ(h_.Trial(ids[0]).state(), v1::STATE_COMPLETED);
+  EXPECT_EQ(Experiment(search).state(), v1::STATE_COMPLETED);
+  // Every trial COMPLETED: nothing left.
+  st = ContinueExperiment(h_, search, {}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(st.message(), absl::StrCat("experiment ", search, " has been completed: each of its "
+                                       "2 trials COMPLETED, so nothing is left to continue "
+                                       "(det experiment fork ", search,
+                                       " runs it again as a new experiment)"));
+
+  // single: the searcher stays single; a bad override names where it is.
+  st = ContinueExperiment(h_, single, {"searcher.name=random", "searcher.max_trials=3"}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(), absl::StrCat("searcher.name: experiment ", single, " continues with "
+                                       "the single searcher, got 'random' (det experiment fork ",
+                                       single, " --config searcher.name=random starts a search)"));
+  st = ContinueExperiment(h_, single, {"searcher.max_length.batches=-3"}, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("searcher.max_length"));
+  st = ContinueExperiment(h_, single, {}, &resp, "searcher: [unclosed");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("override config"));
+  EXPECT_EQ(Experiment(single).state(), v1::STATE_CANCELED);
+  // A killed single trial continues (its kill forgotten) with a changed hyperparameter.
+  st = ContinueExperiment(h_, single, {}, &resp,
+                          "hyperparameters:\n  global_batch_size: 64\n");
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Experiment(single).state(), v1::STATE_ACTIVE);
+  const v1::Trial t = h_.Trial(FirstTrial(single));
+  EXPECT_FALSE(views::Terminal(t.state())) << t.ShortDebugString();
+  EXPECT_FALSE(t.search().stopped_early());
+  EXPECT_THAT(t.hparams_json(), HasSubstr("64"));
+}
+
+// An experiment whose trials all failed names the first failure (det e describe shows it);
+// continued, it is ACTIVE again without it.
+TEST_F(ExperimentManagerTest, AFailedExperimentNamesItsFirstFailedTrialAndContinuesWithoutIt) {
+  const int64_t e = Create(testing::ExperimentYaml("fails", 1, 0));
+  const int64_t trial = FirstTrial(e);
+  const std::string session = h_.Register("a", 1);
+  v1::LaunchCommand launch = h_.NextLaunch("a", session);
+  ASSERT_TRUE(h_.ReportExit("a", session, launch.allocation_id(), 3).ok());
+  ASSERT_EQ(Experiment(e).state(), v1::STATE_ERROR);
+  EXPECT_EQ(Experiment(e).error(), absl::StrCat("every trial failed; trial ", trial, ": ",
+                                                h_.Trial(trial).error()));
+  EXPECT_THAT(Experiment(e).error(), HasSubstr("exit code 3"));
+
+  v1::ContinueExperimentResponse resp;
+  absl::Status st = ContinueExperiment(h_, e, {}, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Experiment(e).state(), v1::STATE_ACTIVE);
+  EXPECT_EQ(Experiment(e).error(), "");
+  EXPECT_EQ(h_.Trial(trial).error(), "");
+  EXPECT_EQ(h_.Trial(trial).restarts(), 0);
 }
 
 }  // namespace

@@ -98,6 +98,8 @@ void AddApiRoutes(httplib::Server& srv, rest::RouteTable& routes_, ApiHandler& a
            HandlerRoute(api, &ApiHandler::PauseExperiment, {"id"}), users);
   Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/activate",
            HandlerRoute(api, &ApiHandler::ActivateExperiment, {"id"}), users);
+  Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/continue",
+           HandlerRoute(api, &ApiHandler::ContinueExperiment, {"id"}), users);
   Register(srv, routes_, "POST", v1 + "/experiments/" + id + "/slots",
            HandlerRoute(api, &ApiHandler::SetExperimentSlots, {"id"}), users);
 
