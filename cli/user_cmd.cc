@@ -189,7 +189,7 @@ absl::Status Rename(CliContext& ctx, const std::string& from, const std::string&
   ASSIGN_OR_RETURN(v1::RenameUserResponse r, api->RenameUser(req));
   if (ctx.json) return WriteJson(r.user(), ctx.out);
   ctx.out << "Renamed user " << from << " to " << r.user().username()
-          << ": their sessions, experiments and models carry over\n";
+          << ": their sessions, experiments, models and templates carry over\n";
   return absl::OkStatus();
 }
 

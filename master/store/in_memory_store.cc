@@ -654,6 +654,10 @@ absl::Status InMemoryStore::SetUsername(int64_t user_id, const std::string& user
       return absl::AlreadyExistsError(absl::StrCat("user '", username, "' already exists"));
     }
   }
+  // The templates the user owns (by name) follow the new name.
+  for (auto& [name, t] : templates_) {
+    if (t.owner() == it->second.username) t.set_owner(username);
+  }
   it->second.username = username;
   return absl::OkStatus();
 }

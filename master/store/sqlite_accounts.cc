@@ -185,6 +185,12 @@ absl::Status SqliteStore::SetUserAgentUserGroup(int64_t user_id,
 }
 
 absl::Status SqliteStore::SetUsername(int64_t user_id, const std::string& username) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(tx.status());
+  // The templates the user owns (by name) follow the new name.
+  Stmt templates(db_, "UPDATE templates SET owner = ? "
+                      "WHERE owner = (SELECT username FROM users WHERE id = ?)");
+  RETURN_IF_ERROR(templates.Bind(1, username).Bind(2, user_id).Run());
   Stmt s(db_, "UPDATE users SET username = ? WHERE id = ?");
   if (absl::Status st = s.Bind(1, username).Bind(2, user_id).Run(); !st.ok()) {
     if (absl::IsAlreadyExists(st)) {
@@ -195,7 +201,7 @@ absl::Status SqliteStore::SetUsername(int64_t user_id, const std::string& userna
   if (sqlite3_changes(db_) != 1) {
     return absl::NotFoundError(absl::StrCat("user ", user_id, " does not exist"));
   }
-  return absl::OkStatus();
+  return tx.Commit();
 }
 
 absl::StatusOr<std::vector<SessionRow>> SqliteStore::LoadSessions(int64_t now_ms) {

@@ -242,6 +242,7 @@ class Store {
   virtual absl::Status SetUserAgentUserGroup(int64_t user_id, const v1::AgentUserGroup& link) {
     return NoUsers();
   }
+  // Renames the user; the templates they own (owner, a name) follow, in one transaction.
   // AlreadyExists "user 'NAME' already exists" when another user has `username`.
   virtual absl::Status SetUsername(int64_t user_id, const std::string& username) {
     return NoUsers();

@@ -5,11 +5,14 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock/clock.h"
 #include "common/config/experiment_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/store/in_memory_store.h"
 #include "master/store/sqlite_store.h"
 
 namespace det::master {
@@ -125,6 +128,43 @@ TEST_F(TemplatesTest, ExperimentsMergeTheStoredTemplate) {
   auto missing = config::ParseExperimentConfig(input, templates_->Lookup(), 3);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("template 'missing' does not exist"));
+}
+
+// det user rename: a renamed user's templates follow the new name, stored with the rename
+// (Store::SetUsername), in SQLite as in memory; others' stay theirs, and a refused rename
+// (a taken name) moves none.
+TEST_F(TemplatesTest, ARenamedUsersTemplatesFollowTheNewName) {
+  InMemoryStore memory;
+  Templates in_memory(memory, clock_);
+  const std::vector<std::pair<Store*, Templates*>> backends = {{store_.get(), templates_.get()},
+                                                                {&memory, &in_memory}};
+  for (const auto& [store, templates] : backends) {
+    UserRow bob;
+    bob.username = "bob";
+    bob.password_hash = "x";
+    absl::StatusOr<int64_t> id = store->InsertUser(bob);
+    ASSERT_TRUE(id.ok()) << id.status();
+    UserRow alice = bob;
+    alice.username = "alice";
+    ASSERT_TRUE(store->InsertUser(alice).ok());
+    bool created = false;
+    ASSERT_TRUE(templates->Set("bobs", "description: b\n", "", "bob", &created).ok());
+    ASSERT_TRUE(templates->Set("alices", "description: a\n", "", "alice", &created).ok());
+
+    ASSERT_TRUE(store->SetUsername(*id, "robert").ok());
+    EXPECT_EQ(templates->Get("bobs")->owner(), "robert");
+    EXPECT_EQ(templates->Get("alices")->owner(), "alice");
+    // Replaced by its owner under the new name, it stays theirs.
+    ASSERT_TRUE(templates->Set("bobs", "description: c\n", "", "robert", &created).ok());
+    EXPECT_EQ(templates->Get("bobs")->owner(), "robert");
+
+    absl::Status taken = store->SetUsername(*id, "alice");
+    EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists) << taken;
+    EXPECT_EQ(templates->Get("bobs")->owner(), "robert");
+    EXPECT_EQ(templates->Get("alices")->owner(), "alice");
+  }
+  Open();  // Stored.
+  EXPECT_EQ(templates_->Get("bobs")->owner(), "robert");
 }
 
 }  // namespace
