@@ -209,19 +209,40 @@ def _stop_checks(args, rank):
     """The Trainer's stop check after a batch, alone, --steps times in a row on every rank:
     as det checks now (its preemption vote and set_stop_requested in one 2-flag tensor
     all-reduce) and as it checked before (should_preempt()'s object allgather, then an
-    allgather of the stop flag); per check, wall and CPU milliseconds, 3 alternating rounds."""
+    allgather of the stop flag); and the all-reduce with the fetch of a batch of the bench's
+    data (--batch / 2 records): waited for, then the fetch (as before e34d2c7), or running
+    while the batch is fetched (as the Trainer does now). Per check, wall and CPU
+    milliseconds, 3 alternating rounds."""
     import torch
     import torch.distributed as dist
     from det import core
     from det.pytorch._harness import trainer
     dist.init_process_group("gloo")
     d = core.DistributedContext.from_torch_distributed()
+    cpu = torch.device("cpu")
+    loader = torch.utils.data.DataLoader(_data(args.records), batch_size=args.batch // 2,
+                                         shuffle=True, drop_last=True)
+
+    def endless():
+        while True:
+            yield from loader
+    batches = endless()
+
+    def check_then_fetch():
+        trainer._any_rank(d, cpu, [preempt._vote(), False])
+        next(batches)
+
+    def check_during_fetch():
+        wait, _ = trainer._start_any_rank(d, cpu, [preempt._vote(), False])
+        next(batches)
+        wait()
     with core.PreemptContext(None, d, core.PreemptMode.WorkersAskChief,
                              on_cluster=False) as preempt:
         checks = {
-            "all_reduce": lambda: trainer._any_rank(d, torch.device("cpu"),
-                                                    [preempt._vote(), False]),
+            "all_reduce": lambda: trainer._any_rank(d, cpu, [preempt._vote(), False]),
             "objects": lambda: preempt.should_preempt() or any(d.allgather(False)),
+            "check_then_fetch": check_then_fetch,
+            "check_during_fetch": check_during_fetch,
         }
         got = {name: [] for name in checks}
         for _ in range(3):
@@ -397,7 +418,12 @@ def main():
               "check, wall / CPU of rank 0: one 2-flag tensor all-reduce (now) "
               f"{figures['all_reduce'][0]:.3f} / {figures['all_reduce'][1]:.3f}; "
               "should_preempt() + allgather of the stop flag (before) "
-              f"{figures['objects'][0]:.3f} / {figures['objects'][1]:.3f}")
+              f"{figures['objects'][0]:.3f} / {figures['objects'][1]:.3f}. With the fetch of "
+              "a batch: the all-reduce waited for, then the fetch "
+              f"{figures['check_then_fetch'][0]:.3f} / {figures['check_then_fetch'][1]:.3f}; "
+              "the all-reduce running during the fetch (the Trainer now) "
+              f"{figures['check_during_fetch'][0]:.3f} / "
+              f"{figures['check_during_fetch'][1]:.3f}")
     print()
     print(f"load average after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
