@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/fashion_mnist_subset.h"
 #include "tests/integration/test_cluster.h"
 
 namespace det::testing {
@@ -78,11 +79,29 @@ class PyTorchTrialTest : public ::testing::Test {
     context_ = cluster_.WriteFile("context/logged_trial.py", kLoggedTrial);
     context_ = context_.substr(0, context_.rfind('/'));
     configs_ = Runfiles() + "configs/examples/";
+    data_ = cluster_.dir() + "/fashion-mnist";
+    ASSERT_EQ(mkdir(data_.c_str(), 0755), 0);
+    absl::Status data = WriteFashionMnistSubset(kFashionMnistDir, data_, 10000, 2000);
+    ASSERT_TRUE(data.ok()) << data;
+  }
+
+  // The example's CNN at an eighth of its shipped width (n_filters 32/64, hidden 128), for
+  // the cases whose checks (stops, resumes, the searcher's decisions) do not depend on the
+  // model's size: the shipped one's batches and validations are most of their CPU time.
+  static std::vector<std::string> SmallCnn(std::vector<std::string> overrides) {
+    for (const char* o : {"hyperparameters.n_filters1=8", "hyperparameters.n_filters2=16",
+                          "hyperparameters.hidden=32"}) {
+      overrides.push_back(o);
+    }
+    return overrides;
   }
 
   // Creates an experiment of the shipped config `name` (configs/examples/) with the
-  // test's checkpoint storage and `overrides` (--config KEY.PATH=VALUE); its id, or -1.
-  int64_t Create(const std::string& name, const std::vector<std::string>& overrides) {
+  // test's checkpoint storage, its smaller Fashion-MNIST (10,000 training and 2,000 test
+  // images: the example's accuracy is not what these cases check) and `overrides`
+  // (--config KEY.PATH=VALUE); its id, or -1.
+  int64_t Create(const std::string& name, std::vector<std::string> overrides) {
+    overrides.insert(overrides.begin(), "data={dir: '" + data_ + "'}");
     return CreateFrom(configs_ + name, context_, overrides);
   }
 
@@ -195,6 +214,7 @@ class PyTorchTrialTest : public ::testing::Test {
   std::string storage_;
   std::string context_;
   std::string configs_;
+  std::string data_;  // The smaller data set of Create's experiments.
 };
 
 // trial-const.yaml: `entrypoint: model_def:FashionTrial` on one slot trains to the
@@ -254,13 +274,15 @@ TEST_F(PyTorchTrialTest, TrainerApiScriptCompletesOnTwoSlots) {
 // checkpoints there, and after activate resumes at the next batch: every batch is trained
 // exactly once.
 TEST_F(PyTorchTrialTest, PauseAndActivateContinueWithoutRepeatingABatch) {
-  constexpr int kLength = 120;
+  // The pause comes after batch 10; the rest (7 s of batch_sleep alone) is the margin for
+  // it to land before the end.
+  constexpr int kLength = 80;
   int64_t id = Create("trial-const.yaml",
-                      {"entrypoint=logged_trial:LoggedTrial",
-                       absl::StrCat("searcher.max_length={batches: ", kLength, "}"),
-                       "min_validation_period={batches: 1000}",
-                       "hyperparameters.global_batch_size=16",
-                       "hyperparameters.batch_sleep=0.1"});
+                      SmallCnn({"entrypoint=logged_trial:LoggedTrial",
+                                absl::StrCat("searcher.max_length={batches: ", kLength, "}"),
+                                "min_validation_period={batches: 1000}",
+                                "hyperparameters.global_batch_size=16",
+                                "hyperparameters.batch_sleep=0.1"}));
   ASSERT_EQ(id, 1);
   ASSERT_TRUE(WaitUntil([&] { return TrainedBatches(Logs(1)).size() >= 10; }, absl::Minutes(3)))
       << Logs(1);
@@ -313,15 +335,15 @@ TEST_F(PyTorchTrialTest, AdaptiveAshaTimeMetricStopsTrialsAtRungs) {
   // (it has barely trained); of trials 1 and 2 the later to get there goes on only if it
   // is the better.
   int64_t id = Create("trial-adaptive.yaml",
-                      {absl::StrCat("searcher.max_time=", kMaxTime),
-                       "searcher.max_trials=3", "searcher.max_rungs=2", "searcher.divisor=4",
-                       "searcher.mode=aggressive", "searcher.max_concurrent_trials=2",
-                       "min_validation_period={batches: 10}",
-                       "reproducibility={experiment_seed: 6}",
-                       "hyperparameters.learning_rate={type: categorical, vals: [0.003, "
-                       "0.0000001]}",
-                       "hyperparameters.n_filters1=16", "hyperparameters.n_filters2=32",
-                       "hyperparameters.hidden=64", "hyperparameters.dropout=0.25"});
+                      SmallCnn({absl::StrCat("searcher.max_time=", kMaxTime),
+                                "searcher.max_trials=3", "searcher.max_rungs=2",
+                                "searcher.divisor=4", "searcher.mode=aggressive",
+                                "searcher.max_concurrent_trials=2",
+                                "min_validation_period={batches: 10}",
+                                "reproducibility={experiment_seed: 6}",
+                                "hyperparameters.learning_rate={type: categorical, vals: [0.003, "
+                                "0.0000001]}",
+                                "hyperparameters.dropout=0.25"}));
   ASSERT_EQ(id, 1);
   nlohmann::json d = WaitEnded(1, absl::Minutes(8));
   ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2);
@@ -359,38 +381,42 @@ TEST_F(PyTorchTrialTest, AdaptiveAshaTimeMetricStopsTrialsAtRungs) {
 TEST_F(PyTorchTrialTest, DeterminedCifar10ExampleCompletes) {
   const std::string dir = "common/worker/python/examples/determined/cifar10_pytorch";
   std::string context = CopyContext("cifar10", dir, {"model_def.py", "data.py"});
-  // 320 records of 32: 10 batches an epoch.
+  // 160 records of 32: 5 batches an epoch.
   int64_t id = CreateFrom(Runfiles() + dir + "/const.yaml", context,
-                          {"records_per_epoch=320", "searcher.max_length={epochs: 2}"});
+                          {"records_per_epoch=160", "searcher.max_length={epochs: 2}"});
   ASSERT_EQ(id, 1);
   nlohmann::json d = WaitEnded(id);
   ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << Logs(1);
   const nlohmann::json t = Trial(1);
-  EXPECT_EQ(Int(t["total_batches"]), 20) << t.dump();
+  EXPECT_EQ(Int(t["total_batches"]), 10) << t.dump();
   // A validation each epoch, with the example's metrics.
   EXPECT_EQ(Int(t["validation_summary"]["validation_error"]["count"]), 2) << t.dump();
   EXPECT_TRUE(t["validation_summary"].contains("validation_accuracy")) << t.dump();
   EXPECT_TRUE(t["training_summary"].contains("train_accuracy")) << t.dump();
   std::map<int64_t, nlohmann::json> checkpoints = Checkpoints(1);
-  ASSERT_TRUE(checkpoints.count(20)) << cluster_.Det({"e", "lc", "1"}).out;
-  EXPECT_TRUE(checkpoints[20]["metrics"].contains("validation_error")) << checkpoints[20].dump();
+  ASSERT_TRUE(checkpoints.count(10)) << cluster_.Det({"e", "lc", "1"}).out;
+  EXPECT_TRUE(checkpoints[10]["metrics"].contains("validation_error")) << checkpoints[10].dump();
   // The model definition travels with the checkpoint (code/), as in Determined.
-  EXPECT_TRUE(Exists(checkpoints[20]["storage_path"].get<std::string>() + "/code/model_def.py"));
+  EXPECT_TRUE(Exists(checkpoints[10]["storage_path"].get<std::string>() + "/code/model_def.py"));
 }
 
 // mnist_pytorch in both of Determined's forms at once (the agent has two slots): the
 // pre-0.38 `entrypoint: model_def:MNistTrial` with max_length in batches, and the 0.38
-// Trainer-API script (`python3 train.py`, no searcher length: the script's --batches).
+// Trainer-API script (`python3 train.py`, no searcher length: the script's --batches). Both
+// with the CNN's filters at a quarter of the config's (32/64): what is checked does not
+// depend on them, and the config's convolutions are most of the runs' CPU time.
 TEST_F(PyTorchTrialTest, DeterminedMnistExampleCompletesInBothForms) {
   const std::string dir = "common/worker/python/examples/determined/mnist_pytorch";
   std::string context =
       CopyContext("mnist", dir, {"model_def.py", "train.py", "model.py", "data.py", "const.yaml"});
   const std::string configs = Runfiles() + dir + "/";
   ASSERT_EQ(CreateFrom(configs + "const-legacy.yaml", context,
-                       {"searcher.max_length={batches: 30}"}),
+                       {"searcher.max_length={batches: 30}", "hyperparameters.n_filters1=8",
+                        "hyperparameters.n_filters2=16"}),
             1);
   ASSERT_EQ(CreateFrom(configs + "const.yaml", context,
-                       {"entrypoint=python3 train.py --batches 30"}),
+                       {"entrypoint=python3 train.py --batches 30", "hyperparameters.n_filters1=8",
+                        "hyperparameters.n_filters2=16"}),
             2);
   for (int64_t id : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("experiment ", id));
@@ -421,10 +447,11 @@ class InvalidFirstTrial(model_def.FashionTrial):
         return super().train_batch(batch, epoch_idx, batch_idx)
 )");
   int64_t id = Create("trial-const.yaml",
-                      {"entrypoint=invalid_trial:InvalidFirstTrial", "searcher.name=random",
-                       "searcher.max_trials=2", "searcher.max_concurrent_trials=1",
-                       "searcher.max_length={batches: 10}", "min_validation_period={batches: 10}",
-                       "max_restarts=2"});
+                      SmallCnn({"entrypoint=invalid_trial:InvalidFirstTrial",
+                                "searcher.name=random", "searcher.max_trials=2",
+                                "searcher.max_concurrent_trials=1",
+                                "searcher.max_length={batches: 10}",
+                                "min_validation_period={batches: 10}", "max_restarts=2"}));
   ASSERT_EQ(id, 1);
   nlohmann::json d = WaitEnded(1, absl::Minutes(8));
   ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << d.dump(2) << Logs(1);
@@ -458,9 +485,9 @@ class InvalidFirstTrial(model_def.FashionTrial):
 TEST_F(PyTorchTrialTest, DeterminedCifar10AdaptiveMaxLengthFormStopsTrialsAtRungs) {
   const std::string dir = "common/worker/python/examples/determined/cifar10_pytorch";
   std::string context = CopyContext("cifar10", dir, {"model_def.py", "data.py"});
-  // 320 records an epoch: 5 to 20 batches, as the searched batch size (16-64) has it.
+  // 160 records an epoch: 2 to 10 batches, as the searched batch size (16-64) has it.
   int64_t id = CreateFrom(Runfiles() + dir + "/adaptive.yaml", context,
-                          {"records_per_epoch=320", "searcher.max_length={epochs: 4}",
+                          {"records_per_epoch=160", "searcher.max_length={epochs: 4}",
                            "searcher.max_trials=4", "searcher.max_rungs=2", "searcher.divisor=4",
                            "searcher.mode=aggressive", "searcher.max_concurrent_trials=1",
                            "reproducibility={experiment_seed: 17}"});
@@ -475,7 +502,7 @@ TEST_F(PyTorchTrialTest, DeterminedCifar10AdaptiveMaxLengthFormStopsTrialsAtRung
     const int64_t trial = Int(t["id"]);
     const bool early = t.contains("search") && t["search"].value("stopped_early", false);
     const nlohmann::json hparams = nlohmann::json::parse(t.value("hparams_json", "{}"));
-    const int64_t batches_per_epoch = 320 / Int(hparams["global_batch_size"]);
+    const int64_t batches_per_epoch = 160 / Int(hparams["global_batch_size"]);
     if (early) {
       ++stopped;
       EXPECT_GE(Int(t["total_batches"]), batches_per_epoch);

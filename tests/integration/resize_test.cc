@@ -1,5 +1,6 @@
 // Pause, resize and activate: a paused 2-slot trial resumes from its latest checkpoint on
 // 1 slot with the same global batch, and its loss curve keeps one value per step.
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -9,6 +10,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The trial's length: the pause comes after batch 1000 (a checkpoint at 500 and 1000),
+// and what follows on 1 slot needs only to be more than one checkpoint period long.
+constexpr int64_t kBatches = 6000;
+
 TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
   TestCluster cluster("resize");
   ASSERT_TRUE(cluster.StartMaster().ok());
@@ -16,7 +21,7 @@ TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
   ExampleExperiment exp;
   exp.name = "resize";
   exp.global_batch_size = 64;
-  exp.batches = 20000;
+  exp.batches = kBatches;
   exp.checkpoint_period = 500;
   exp.scheduling_unit = 100;
   exp.max_restarts = 0;
@@ -38,7 +43,7 @@ TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
     return t.is_object() && t["trial"]["state"] == "STATE_PAUSED";
   }, absl::Seconds(30))) << cluster.LogTail("master");
   nlohmann::json paused = cluster.DetJson({"trial", "describe", "1"});
-  EXPECT_LT(Int(paused["trial"]["total_batches"]), 20000);
+  EXPECT_LT(Int(paused["trial"]["total_batches"]), kBatches);
 
   // 64 does not split over 3 slots: refused with the reason; nothing changes.
   CommandResult three = cluster.Det({"experiment", "set", "slots", "1", "3"});
@@ -58,14 +63,15 @@ TEST(Resize, PausedTrialResumesOnAnotherSlotCountFromItsCheckpoint) {
   nlohmann::json t = cluster.DetJson({"trial", "describe", "1"});
   EXPECT_EQ(t["trial"]["restarts"], 0);  // Pausing is not a failure.
   EXPECT_EQ(t["trial"]["run_id"], 1);
-  EXPECT_EQ(Int(t["trial"]["total_batches"]), 20000);
+  EXPECT_EQ(Int(t["trial"]["total_batches"]), kBatches);
   EXPECT_EQ(t["trial"]["allocation"]["ranks"].size(), 1u);  // The last run had 1 rank.
   // One training row per reported step: what run 0 reported after its checkpoint was
   // superseded by run 1.
   std::string db = cluster.db_path();
-  EXPECT_EQ(Sql(db, "SELECT COUNT(*) FROM metrics WHERE trial_id = 1 AND grp = 'training'"), "200");
-  EXPECT_EQ(Sql(db, "SELECT COUNT(DISTINCT total_batches) FROM metrics WHERE trial_id = 1 AND grp = 'training'"), "200");
-  EXPECT_EQ(Int(t["trial"]["training_summary"]["loss"]["count"]), 200);
+  const std::string steps = absl::StrCat(kBatches / 100);  // scheduling_unit 100
+  EXPECT_EQ(Sql(db, "SELECT COUNT(*) FROM metrics WHERE trial_id = 1 AND grp = 'training'"), steps);
+  EXPECT_EQ(Sql(db, "SELECT COUNT(DISTINCT total_batches) FROM metrics WHERE trial_id = 1 AND grp = 'training'"), steps);
+  EXPECT_EQ(Int(t["trial"]["training_summary"]["loss"]["count"]), kBatches / 100);
   // Run 1 resumed past batch 0: it reported no step it did not need to.
   EXPECT_NE(Sql(db, "SELECT MIN(total_batches) FROM metrics WHERE trial_id = 1 AND run_id = 1"), "100");
 

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/fashion_mnist_subset.h"
 #include "tests/integration/test_cluster.h"
 
 namespace det::testing {
@@ -20,8 +21,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The example's trial with a sleep per batch: a 200-batch run lasts well over the agent's
-// sampling period.
+// The example's trial with a sleep per batch: a 100-batch run (5 s of sleeps alone) lasts
+// well over the agent's sampling period (500ms here).
 constexpr char kSlowTrial[] = R"(import time
 
 import model_def
@@ -50,19 +51,30 @@ class TrialProfilingTest : public ::testing::Test {
     std::string path = cluster_.WriteFile("context/slow_trial.py", kSlowTrial);
     context_ = path.substr(0, path.rfind('/'));
     config_ = runfiles + "configs/examples/trial-const.yaml";
+    // 10,000 training and 2,000 test images: loading the full set and validating over
+    // 10,000 would be most of the run's CPU time.
+    data_ = cluster_.dir() + "/fashion-mnist";
+    ASSERT_EQ(mkdir(data_.c_str(), 0755), 0);
+    absl::Status data = WriteFashionMnistSubset(kFashionMnistDir, data_, 10000, 2000);
+    ASSERT_TRUE(data.ok()) << data;
   }
 
   TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
   std::string context_;
   std::string config_;
+  std::string data_;
 };
 
 TEST_F(TrialProfilingTest, DescribeShowsTimingsAndSystemMetricsOfAPyTorchTrial) {
   CommandResult created = cluster_.Det(
       {"experiment", "create", config_, context_, "--config", "entrypoint=slow_trial:SlowTrial",
        "--config", "profiling={enabled: true}", "--config",
-       "searcher.max_length={batches: 200}", "--config", "min_validation_period={batches: 0}",
+       "searcher.max_length={batches: 100}", "--config", "min_validation_period={batches: 0}",
        "--config", "scheduling_unit=20", "--config",
+       // The CNN at an eighth of its default width: the timings and samples do not depend on
+       // its size, and the default's batches and validation are most of the run's CPU time.
+       "hyperparameters.n_filters1=8", "--config", "hyperparameters.n_filters2=16", "--config",
+       "hyperparameters.hidden=32", "--config", "data={dir: '" + data_ + "'}", "--config",
        "checkpoint_storage={type: shared_fs, host_path: '" + cluster_.dir() + "/checkpoints'}"});
   ASSERT_TRUE(created.exit.ok()) << created.out << created.err;
 
@@ -116,7 +128,7 @@ TEST_F(TrialProfilingTest, DescribeShowsTimingsAndSystemMetricsOfAPyTorchTrial) 
   ASSERT_TRUE(e.is_object()) << wait.out << wait.err;
   EXPECT_EQ(e["experiment"]["state"], "STATE_COMPLETED")
       << cluster_.Det({"trial", "logs", "1"}).out;
-  // After the run, the timings stay: every report of the 200 batches; and the COMPLETED
+  // After the run, the timings stay: every report of the 100 batches; and the COMPLETED
   // trial shows the system metrics of the agent of its last run.
   CommandResult done = cluster_.Det({"trial", "describe", "1"});
   EXPECT_THAT(done.out, HasSubstr("Timings (per batch, over ")) << done.out;

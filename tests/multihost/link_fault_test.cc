@@ -47,7 +47,8 @@ class LinkFault : public ::testing::Test {
   }
 
   // Submits the example on `slots` ranks for `batches`, a checkpoint every 25 batches
-  // (every one kept), no restarts allowed: a failure counted as one ends the trial.
+  // (every one kept), no restarts allowed: a failure counted as one ends the trial;
+  // experiment_yaml_ appended to its config.
   void Submit(int slots, int64_t batches) {
     ExampleExperiment exp;
     exp.name = "faults";
@@ -60,6 +61,7 @@ class LinkFault : public ::testing::Test {
     exp.experiment_seed = 11;
     exp.checkpoint_host_path = cluster_->dir() + "/checkpoints";
     exp.save_trial_latest = 1000;
+    exp.extra_yaml = experiment_yaml_;
     CommandResult create =
         cluster_->Det({"experiment", "create", cluster_->WriteFile("exp.yaml", exp.Yaml())});
     ASSERT_TRUE(create.exit.ok()) << create.out << create.err << cluster_->Diagnostics();
@@ -116,6 +118,8 @@ class LinkFault : public ::testing::Test {
   }
 
   std::unique_ptr<MultiHostCluster> cluster_;
+  // Whole lines appended to the experiment's config by Submit.
+  std::string experiment_yaml_;
   std::map<int, int> pids_;
   std::map<int, std::string> agents_;
 };
@@ -206,9 +210,12 @@ TEST_F(LinkFault, MasterHostUnreachableForAWhileLosesNothingAcknowledged) {
 }
 
 // A rank whose peer's host vanishes (its link down: no FIN, no RST) mid all-reduce exits
-// within seconds (the collective's peer timeout, 15s by default), naming the peer.
-// agent_reconnect_wait is long here so that the master does not end the run first.
+// within seconds (the collective's peer timeout, 15s by default, 4s here through the
+// experiment's environment_variables: the kernel answers its keepalives, so a loaded
+// machine does not trip it), naming the peer. agent_reconnect_wait is long here so that
+// the master does not end the run first.
 TEST_F(LinkFault, RankWhosePeerHostVanishesExitsWithinSecondsNamingThePeer) {
+  experiment_yaml_ = "environment:\n  environment_variables: [DET_COLLECTIVE_PEER_TIMEOUT=4s]\n";
   if (!TrainOnTwoRanks("agent_reconnect_wait: 600s\n", {"a", "b"}, 5000)) return;
   std::map<int, int> pids = pids_;
   const std::string peer = agents_[1];

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/fashion_mnist_subset.h"
 #include "tests/integration/test_cluster.h"
 
 namespace det::testing {
@@ -20,15 +21,25 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The example's CNN at an eighth of its default width (filters 32/64, hidden 128), for
+// the cases whose checks (reports, checkpoints, stops, resumes) do not depend on the model's
+// size: the default's batches and validations are most of their CPU time.
+constexpr char kSmallCnn[] = R"(
+  filters1: 8
+  filters2: 16
+  hidden: 32)";
+
 // An experiment of the example on `slots` slots, `batches` long, validated (and so
-// checkpointed) every `validation` batches; `extra` is appended.
+// checkpointed) every `validation` batches, on the data set in `data_dir`; `hparams` (YAML
+// lines) are added to its hyperparameters and `extra` is appended.
 std::string CnnConfig(int slots, int64_t batches, int64_t validation, const std::string& storage,
+                      const std::string& data_dir, const std::string& hparams,
                       const std::string& extra = "") {
   return absl::StrCat(R"(name: core-api
 entrypoint: python3 -m det.launch.torch_distributed python3 train.py
 hyperparameters:
   global_batch_size: 64
-  learning_rate: 0.002
+  learning_rate: 0.002)", hparams, R"(
 records_per_epoch: 60000
 searcher:
   name: single
@@ -37,7 +48,7 @@ searcher:
 min_validation_period: {batches: )", validation, R"(}
 resources: {slots_per_trial: )", slots, R"(}
 checkpoint_storage: {type: shared_fs, host_path: ')", storage, R"('}
-data: {dir: /usr/share/datasets/fashion-mnist}
+data: {dir: ')", data_dir, R"('}
 )", extra);
 }
 
@@ -63,6 +74,16 @@ class CoreApi : public ::testing::Test {
       context_ = cluster_.WriteFile(std::string("context/") + f, text);
     }
     context_ = context_.substr(0, context_.rfind('/'));
+    small_data_ = cluster_.dir() + "/fashion-mnist";
+    ASSERT_EQ(mkdir(small_data_.c_str(), 0755), 0);
+    absl::Status data = WriteFashionMnistSubset(kFashionMnistDir, small_data_, 10000, 2000);
+    ASSERT_TRUE(data.ok()) << data;
+  }
+
+  // CnnConfig of the small CNN on 10,000 training and 2,000 test images.
+  std::string SmallConfig(int slots, int64_t batches, int64_t validation,
+                          const std::string& extra = "") {
+    return CnnConfig(slots, batches, validation, storage_, small_data_, kSmallCnn, extra);
   }
 
   // Creates the experiment of `config` (experiment 1).
@@ -118,10 +139,13 @@ class CoreApi : public ::testing::Test {
   TestCluster cluster_{::testing::UnitTest::GetInstance()->current_test_info()->name()};
   std::string storage_;
   std::string context_;
+  // The data set of SmallConfig (WriteFashionMnistSubset).
+  std::string small_data_;
 };
 
+// The example as shipped (its CNN, the full data set); the other cases run it smaller.
 TEST_F(CoreApi, ExampleReportsMetricsValidationCheckpointsAndTimings) {
-  ASSERT_TRUE(Create(CnnConfig(2, 200, 100, storage_)));
+  ASSERT_TRUE(Create(CnnConfig(2, 200, 100, storage_, kFashionMnistDir, "")));
   nlohmann::json d = WaitEnded(1);
   ASSERT_EQ(d["experiment"]["state"], "STATE_COMPLETED") << Logs(1);
   const nlohmann::json t = Trial(1);
@@ -177,7 +201,7 @@ TEST_F(CoreApi, ExampleReportsMetricsValidationCheckpointsAndTimings) {
 }
 
 TEST_F(CoreApi, KilledRankResumesFromTheLatestCheckpoint) {
-  ASSERT_TRUE(Create(CnnConfig(2, 300, 100, storage_, "max_restarts: 1\n")));
+  ASSERT_TRUE(Create(SmallConfig(2, 300, 100, "max_restarts: 1\n")));
   // Once a checkpoint is registered, kill rank 1.
   ASSERT_TRUE(WaitUntil([&] { return !Trial(1).value("latest_checkpoint", "").empty(); },
                         absl::Minutes(5)))
@@ -199,7 +223,7 @@ TEST_F(CoreApi, KilledRankResumesFromTheLatestCheckpoint) {
 }
 
 TEST_F(CoreApi, PauseIsSeenByShouldPreemptThenResizeAndActivateContinue) {
-  ASSERT_TRUE(Create(CnnConfig(2, 500, 100, storage_)));
+  ASSERT_TRUE(Create(SmallConfig(2, 500, 100)));
   ASSERT_TRUE(WaitUntil([&] { return Int(Trial(1)["total_batches"]) >= 100; }, absl::Minutes(5)))
       << Logs(1);
   CommandResult pause = cluster_.Det({"experiment", "pause", "1"});
@@ -237,7 +261,7 @@ entrypoint: python3 train.py
 hyperparameters:
   global_batch_size: 64
   hidden_size: {type: categorical, vals: [16, 32]}
-  learning_rate: {type: categorical, vals: [0.002, 0.0000001]}
+  learning_rate: {type: categorical, vals: [0.002, 0.0000001]})", kSmallCnn, R"(
 records_per_epoch: 60000
 searcher:
   name: adaptive_asha
@@ -251,7 +275,7 @@ searcher:
 reproducibility: {experiment_seed: 31}
 min_validation_period: {batches: 25}
 checkpoint_storage: {type: shared_fs, host_path: ')", storage_, R"('}
-data: {dir: /usr/share/datasets/fashion-mnist}
+data: {dir: ')", small_data_, R"('}
 )"));
   CommandResult r = cluster_.Det({"experiment", "create", path, context_});
   ASSERT_TRUE(r.exit.ok()) << r.out << r.err;
