@@ -8,10 +8,11 @@ const isDiag = (k) => String(k).startsWith('diag/');
 
 // What the charts and tables show; a view's toggles change it, and "?diagnostics=1",
 // "?log=1", "?metric=NAME", "?sort=COLUMN&dir=-1", "?trials=all|best|selected",
-// "?best=N", "?sel=ID,ID", "?logq=TEXT", "?level=info|warning|error" in the address set it.
+// "?best=N", "?sel=ID,ID", "?logq=TEXT", "?level=info|warning|error", "?follow=0" in the
+// address set it.
 const prefs = {
   metric: '', log: false, diagnostics: false, sort: { key: 'id', dir: 1 }, scatterHp: '',
-  trials: 'all', bestN: 5, selected: [], logq: '', level: '',
+  trials: 'all', bestN: 5, selected: [], logq: '', level: '', follow: true,
 };
 
 function prefsFrom(params) {
@@ -25,6 +26,7 @@ function prefsFrom(params) {
   prefs.selected = (params.get('sel') || '').split(',').filter((s) => /^\d+$/.test(s));
   prefs.logq = params.get('logq') || '';
   prefs.level = params.get('level') || '';
+  prefs.follow = params.get('follow') !== '0';
 }
 
 const shownMetric = (k) => prefs.diagnostics || !isDiag(k);
@@ -81,16 +83,25 @@ function fmtHparam(v) {
   return esc(JSON.stringify(v));
 }
 
-// searcher.metric and searcher.smaller_is_better (default true) of an experiment's
-// effective config (YAML, block or flow style); null when it names no metric.
-function searcherMetric(yaml) {
+// The text of top-level key `key` of a YAML document (block or flow style): what follows
+// "key:" on its line, then its lines indented by two (its direct members); null when the
+// document has no such key.
+function yamlSection(yaml, key) {
   const lines = String(yaml || '').split('\n');
-  const i = lines.findIndex((l) => /^searcher:/.test(l));
+  const i = lines.findIndex((l) => l.startsWith(key + ':'));
   if (i < 0) return null;
-  let text = lines[i].slice('searcher:'.length);
+  let text = lines[i].slice(key.length + 1);
   for (let j = i + 1; j < lines.length && (/^\s/.test(lines[j]) || lines[j] === ''); j++) {
     if (/^\s{2}\S/.test(lines[j]) || /^\s*$/.test(lines[j])) text += '\n' + lines[j];
   }
+  return text;
+}
+
+// searcher.metric and searcher.smaller_is_better (default true) of an experiment's
+// effective config (YAML, block or flow style); null when it names no metric.
+function searcherMetric(yaml) {
+  const text = yamlSection(yaml, 'searcher');
+  if (text === null) return null;
   const m = text.match(/(?:^|[\s{,])metric:\s*["']?([^"',}\s]+)/);
   if (!m) return null;
   const s = text.match(/smaller_is_better:\s*["']?(true|false)/i);

@@ -1,4 +1,4 @@
-// det's web page: the trial view (#/trials/ID): metrics, timings, system metrics and followed logs.
+// det's web page: the trial view (#/trials/ID): metrics, the profiler (profiler.js) and followed logs.
 'use strict';
 
 let logRun = null;  // the current log follower; a new one (rank filter, navigation) ends it
@@ -48,7 +48,8 @@ function applyLogFilter() {
 }
 
 // Follows the trial's logs (only `rank`'s when not ''), long polling, until the trial ends,
-// the page navigates or another follower starts.
+// the page navigates or another follower starts; with the Follow box unchecked
+// (prefs.follow false), reads the lines there are now and stops.
 async function followLogs(trialId, gen, rank) {
   const run = { afterId: 0, lines: 0 };
   logRun = run;
@@ -59,7 +60,8 @@ async function followLogs(trialId, gen, rank) {
   while (live()) {
     let r;
     try {
-      r = await api(`/trials/${trialId}/logs?after_id=${run.afterId}&limit=1000&follow=true&wait_ms=15000${filter}`);
+      const wait = prefs.follow ? '&follow=true&wait_ms=15000' : '';
+      r = await api(`/trials/${trialId}/logs?after_id=${run.afterId}&limit=1000${wait}${filter}`);
     } catch (e) {
       if (!live()) return;
       setHtml('logs-status', `<span class="error">${esc(e.message)}</span>`);
@@ -88,8 +90,9 @@ async function followLogs(trialId, gen, rank) {
       if (atBottom) pre.scrollTop = pre.scrollHeight;
     }
     const which = filter ? ` of rank ${esc(rank)}` : '';
-    setHtml('logs-status', `${run.lines} line(s)${which}${r.done ? ' — the trial has ended' : ' — following'}`);
-    if (r.done) return;
+    const paused = !r.done && !prefs.follow && lines.length < 1000;
+    setHtml('logs-status', `${run.lines} line(s)${which}${r.done ? ' — the trial has ended' : paused ? ' — not following' : ' — following'}`);
+    if (r.done || paused) return;
   }
 }
 
@@ -101,60 +104,19 @@ function noteRank(rank) {
   setOptions(pick, ranks.map(String), 'all ranks');
 }
 
-// The timings table: one row per timed operation (mean, p50, p90, p99, max of the latest
-// report, and reports), slowest mean first; then the rates.
-function timingsTable(summary) {
-  const ops = new Map(), rates = [], other = [];
-  for (const [k, v] of Object.entries(summary || {})) {
-    const m = k.match(/^(.*)_(mean|p50|p90|p99|max)_ms$/) || k.match(/^(.*)_(count)$/);
-    if (m) {
-      if (!ops.has(m[1])) ops.set(m[1], {});
-      ops.get(m[1])[m[2]] = v;
-    } else if (/_per_second$/.test(k)) {
-      rates.push([k, v]);
-    } else {
-      other.push([k, v]);
-    }
-  }
-  if (!ops.size && !rates.length && !other.length) return '';
-  const rows = [...ops.entries()].sort((a, b) => num(b[1].mean && b[1].mean.last) - num(a[1].mean && a[1].mean.last) || a[0].localeCompare(b[0]));
-  const cell = (s) => `<td class="num">${s ? fmtMs(s.last) : ''}</td>`;
-  let h = '<table id="timings-table" class="kv"><thead><tr><th>Operation</th><th class="num">Mean</th><th class="num">p50</th><th class="num">p90</th>' +
-    '<th class="num">p99</th><th class="num">Max</th><th class="num">Samples (last report)</th><th class="num">Mean over reports</th></tr></thead><tbody>';
-  if (rows.length) h += '<tr class="group"><th colspan="8">time per operation (latest report), slowest first</th></tr>';
-  for (const [op, s] of rows) {
-    h += `<tr><td>${esc(op)}</td>${cell(s.mean)}${cell(s.p50)}${cell(s.p90)}${cell(s.p99)}${cell(s.max)}` +
-      `<td class="num">${s.count ? fmt(s.count.last) : ''}</td><td class="num">${s.mean ? `${fmtMs(s.mean.min)} – ${fmtMs(s.mean.max)}` : ''}</td></tr>`;
-  }
-  if (rates.length) {
-    h += '<tr class="group"><th colspan="8">throughput (latest report; lowest – highest)</th></tr>';
-    for (const [k, v] of rates.sort((a, b) => a[0].localeCompare(b[0]))) {
-      const unit = k.replace(/_per_second$/, '') + '/s';
-      h += `<tr><td>${esc(k)}</td><td class="num">${fmtRate(v.last, unit)}</td><td colspan="5"></td><td class="num">${fmtRate(v.min, unit)} – ${fmtRate(v.max, unit)}</td></tr>`;
-    }
-  }
-  if (other.length) {
-    h += '<tr class="group"><th colspan="8">other</th></tr>';
-    for (const [k, v] of other.sort((a, b) => a[0].localeCompare(b[0]))) {
-      h += `<tr><td>${esc(k)}</td><td class="num">${fmt(v.last)}</td><td colspan="5"></td><td class="num">${fmt(v.min)} – ${fmt(v.max)}</td></tr>`;
-    }
-  }
-  return h + '</tbody></table>';
-}
-
 async function trialView(id, params) {
   prefsFrom(params);
   const gen = generation;
   $('view').innerHTML =
     `<h1>Trial ${esc(id)} <span id="trial-exp"></span></h1><div id="trial-detail"></div>` +
     '<h2>Metrics</h2>' + chartControls() + '<div class="charts" id="trial-charts"></div>' +
-    '<h2>Timings</h2><div id="timings"></div>' +
-    '<h2>System metrics</h2><div class="charts" id="system"></div>' +
+    '<h2>Profiler</h2><div id="profiler"></div>' +
     '<h2>Logs <span id="logs-status" class="muted"></span></h2>' +
     '<div class="toolbar"><label>Rank <select id="log-rank"><option value="">all ranks</option></select></label>' +
     `<label>Search <input id="log-search" type="search" placeholder="text in the line" value="${esc(prefs.logq)}"></label>` +
     '<label>Level <select id="log-level"><option value="">all</option><option value="info">info and above</option>' +
     '<option value="warning">warnings and errors</option><option value="error">errors</option></select></label>' +
+    `<label title="read new lines as they come"><input type="checkbox" id="log-follow"${prefs.follow ? ' checked' : ''}> follow</label>` +
     '<span id="logs-match" class="muted"></span></div>' +
     '<pre class="logs" id="logs"></pre>';
   wireChartControls();
@@ -163,7 +125,10 @@ async function trialView(id, params) {
   prefs.level = $('log-level').value;
   $('log-search').addEventListener('input', (ev) => { prefs.logq = ev.target.value; applyLogFilter(); });
   $('log-level').addEventListener('change', (ev) => { prefs.level = ev.target.value; applyLogFilter(); });
+  $('log-follow').addEventListener('change', (ev) => { prefs.follow = ev.target.checked; followLogs(id, gen, $('log-rank').value); });
   followLogs(id, gen, '');
+  // Whether the trial's experiment turns profiling on: read once per view.
+  const profiling = { experiment: null, enabled: null };
   return async () => {
     const [r, m] = await Promise.all([api('/trials/' + id), api(`/trials/${id}/metrics?max_points=500`)]);
     const t = r.trial || {};
@@ -194,32 +159,11 @@ async function trialView(id, params) {
       (vs ? `<tr class="group"><th colspan="5">validation</th></tr>${vs}` : '') + (ts ? `<tr class="group"><th colspan="5">training</th></tr>${ts}` : '') + '</tbody></table>' : ''));
     const rows = m.metrics || [];
     setHtml('trial-charts', metricCharts([{ rows, prefix: '' }]));
-    const timing = seriesFrom(rows, 'timings', (k) => /_mean_ms$/.test(k), '', false);
-    setHtml('timings', timingsTable(t.timings_summary) + '<div class="charts">' +
-      lineChart('Mean time per operation (ms)', timing, { log: prefs.log }) + '</div>');
-    const sys = r.system_metrics || [];
-    const t0 = sys.length ? num(sys[0].time_ms) : 0;
-    const byAgent = (f) => {
-      const out = new Map();
-      for (const s of sys) {
-        if (!out.has(s.agent_id)) out.set(s.agent_id, []);
-        out.get(s.agent_id).push([(num(s.time_ms) - t0) / 1000, f(s)]);
-      }
-      return [...out.entries()].map(([agent, points]) => ({ name: agent, points }));
-    };
-    const gpuSeries = new Map();
-    for (const s of sys) {
-      for (const g of s.gpus || []) {
-        const k = `${s.agent_id} gpu ${g.slot_id}`;
-        if (!gpuSeries.has(k)) gpuSeries.set(k, []);
-        gpuSeries.get(k).push([(num(s.time_ms) - t0) / 1000, num(g.utilization_percent)]);
-      }
+    if (profiling.experiment !== t.experiment_id) {
+      const e = await api('/experiments/' + t.experiment_id);
+      profiling.experiment = t.experiment_id;
+      profiling.enabled = profilingEnabled((e.experiment || {}).config_yaml);
     }
-    setHtml('system', sys.length
-      ? lineChart('CPU utilisation (%)', byAgent((s) => num(s.cpu_utilization_percent)), { xLabel: 'seconds', zeroBased: true }) +
-        lineChart('Free memory (GiB)', byAgent((s) => num(s.memory_free_bytes) / 2 ** 30), { xLabel: 'seconds' }) +
-        lineChart('Network (MB/s sent + received)', byAgent((s) => (num(s.network_sent_bytes_per_second) + num(s.network_received_bytes_per_second)) / 1e6), { xLabel: 'seconds', zeroBased: true }) +
-        (gpuSeries.size ? lineChart('GPU utilisation (%)', [...gpuSeries.entries()].map(([name, points]) => ({ name, points })), { xLabel: 'seconds', zeroBased: true }) : '')
-      : '<p class="muted">No recent system metrics (shown while the trial runs).</p>');
+    setHtml('profiler', profilerHtml(t, rows, r.system_metrics || [], profiling.enabled));
   };
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -178,15 +179,15 @@ absl::StatusOr<Image> Browser::Screenshot(const std::string& fragment, const std
   return DecodePng(bytes.str());
 }
 
-WebTest::WebTest(const std::string& name, int agent_slots)
-    : cluster_(name), agent_slots_(agent_slots) {}
+WebTest::WebTest(const std::string& name, int agent_slots, const std::string& agent_yaml)
+    : cluster_(name), agent_slots_(agent_slots), agent_yaml_(agent_yaml) {}
 
 void WebTest::SetUp() {
   ASSERT_FALSE(Browser::Path().empty())
       << "chromium is not installed (deploy/setup.sh installs it): the web page cannot be "
          "tested";
   ASSERT_TRUE(cluster_.StartMaster().ok()) << cluster_.LogTail("master");
-  ASSERT_TRUE(cluster_.StartAgent("agent-a", agent_slots_).ok()) << cluster_.LogTail("agent-a");
+  ASSERT_TRUE(cluster_.StartAgent("agent-a", agent_slots_, agent_yaml_).ok()) << cluster_.LogTail("agent-a");
   const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   outputs_ = out ? out : cluster_.dir();
 }
@@ -221,6 +222,12 @@ std::optional<Box> ChartBox(const std::string& chart_html) {
     return std::nullopt;
   }
   return b;
+}
+
+std::string SeriesPath(const std::string& html, const std::string& series) {
+  std::regex path_re("<path class=\"series[^\"]*\" [^>]*data-series=\"" + series + "\"[^>]*>");
+  std::smatch m;
+  return std::regex_search(html, m, path_re) ? m.str() : "";
 }
 
 std::string Attr(const std::string& html, const std::string& name) {

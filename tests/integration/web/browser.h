@@ -68,11 +68,12 @@ class Browser {
 };
 
 // A browser test: SetUp checks that Chromium is installed and starts the cluster's master
-// and one agent, "agent-a", of `agent_slots` slots; screenshots go to outputs_
+// and one agent, "agent-a", of `agent_slots` slots (with `agent_yaml`, more keys of its
+// agent.yaml, e.g. "system_metrics_period: 500ms\n"); screenshots go to outputs_
 // (TEST_UNDECLARED_OUTPUTS_DIR, or the cluster's directory outside Bazel).
 class WebTest : public ::testing::Test {
  protected:
-  WebTest(const std::string& name, int agent_slots);
+  WebTest(const std::string& name, int agent_slots, const std::string& agent_yaml = "");
   void SetUp() override;
   // outputs_ + "/" + file.
   std::string Out(const std::string& file) const { return outputs_ + "/" + file; }
@@ -86,12 +87,16 @@ class WebTest : public ::testing::Test {
 
  private:
   int agent_slots_;
+  std::string agent_yaml_;
 };
 
 // The chart titled `title` of `dom`: from its <div class="chart..."> to its </svg>, or "".
 std::string ChartHtml(const std::string& dom, const std::string& title);
 // The data-box of the (first) <svg> in `chart_html`.
 std::optional<Box> ChartBox(const std::string& chart_html);
+// The start tag of the first <path> of line-chart series `series` (its data-series) in
+// `html`, or "".
+std::string SeriesPath(const std::string& html, const std::string& series);
 // The value of attribute `name` of the first element of `html` that has it, or "".
 std::string Attr(const std::string& html, const std::string& name);
 // Every element `<tag ...>` (its start tag) of `html`.

@@ -59,13 +59,6 @@ class WebUi : public WebTest {
   }
 };
 
-// The `name="value"` attributes of the first SVG path of series `series` in `dom`.
-std::string SeriesPath(const std::string& dom, const std::string& series) {
-  std::regex path_re("<path class=\"series[^\"]*\" [^>]*data-series=\"" + series + "\"[^>]*>");
-  std::smatch m;
-  return std::regex_search(dom, m, path_re) ? m.str() : "";
-}
-
 // What a person reads of `dom`: the text outside tags, without scripts, logs (the
 // program's own text) and <code> (ids, paths).
 std::string VisibleText(const std::string& dom) {
