@@ -100,12 +100,18 @@ void ReadModel::Publish() {
   uint64_t version;
   {
     absl::MutexLock lock(&mu_);
-    version = ++ended_;
-    if (sources_.empty()) return;  // Nothing read lately: the next reader refreshes.
+    version = ended_ + 1;
+    if (sources_.empty()) {  // Nothing read lately: the next reader refreshes.
+      ended_ = version;
+      return;
+    }
     previous = snapshot_;
   }
+  // While this turn's pieces are built, readers are answered from the previous turn's
+  // (this turn's acknowledgements wait for the swap below): no reader waits for the loop.
   std::shared_ptr<const Snapshot> next = Rebuild(*previous, version, /*all=*/true);
   absl::MutexLock lock(&mu_);
+  ended_ = version;
   snapshot_ = std::move(next);
   ++refreshes_;
 }

@@ -9,7 +9,9 @@
 // waiting), and those readers are answered on the loop.
 //
 // Consistency: a write is acknowledged after its turn ends (Turns), and the turn's end
-// publishes first, so a read begun after the acknowledgement sees the write.
+// publishes first, so a read begun after the acknowledgement sees the write. While a turn's
+// end builds its snapshot, readers are answered from the previous one (the turn's writes are
+// not acknowledged yet): a publication never makes readers wait for the loop.
 //
 // Thread: Read from any thread; Publish, Refresh and Invalidate on the loop only.
 #ifndef DET_MASTER_LOOP_READ_MODEL_H_
@@ -65,7 +67,8 @@ class ReadModel {
             bool stable = false);
 
   // On the loop, at the end of every turn (Turns::SetPublish): rebuilds the pieces read
-  // lately and publishes them as the snapshot of this turn's end.
+  // lately and publishes them as the snapshot of this turn's end (the turn counts as ended
+  // for readers once it is published).
   void Publish();
   // On the loop: the stable pieces whose key starts with `prefix` are rebuilt at the next
   // publication.

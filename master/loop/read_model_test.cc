@@ -181,6 +181,46 @@ TEST_F(ReadModelTest, AtMostMaxPiecesAreKept) {
   EXPECT_EQ(builds_, before + 3);
 }
 
+// A reader that comes while a turn's end builds its pieces (here one whose build is held)
+// is answered at once from the previous turn's, not sent to wait for the loop; once the
+// turn's write is acknowledged, readers see it.
+TEST_F(ReadModelTest, AReadDuringAPublicationIsAnsweredAtOnceFromThePreviousOne) {
+  EXPECT_EQ(Read("state").value, 0);
+  std::atomic<bool> hold{false};
+  absl::Notification building, let_go;
+  auto slow_answered = std::make_shared<absl::Notification>();
+  reads_.Read(
+      "slow", v1::GetMasterStatsResponse(),
+      [&](ReadModel::Message*) {
+        if (hold) {
+          building.Notify();
+          let_go.WaitForNotification();
+        }
+        return absl::OkStatus();
+      },
+      [slow_answered](const ReadModel::Piece&) { slow_answered->Notify(); });
+  ASSERT_TRUE(slow_answered->WaitForNotificationWithTimeout(kWait));
+  hold = true;
+  absl::Notification acked;
+  turns_.OnLoop([&](absl::Status) { acked.Notify(); },
+                [this] {
+                  state_ = 1;
+                  return absl::OkStatus();
+                });
+  ASSERT_TRUE(building.WaitForNotificationWithTimeout(kWait));  // The turn's end is publishing.
+  Seen during = Read("state");
+  EXPECT_TRUE(during.at_once) << "answered on the reader's thread, not by the loop";
+  EXPECT_EQ(during.value, 0) << "the write is not acknowledged yet";
+  EXPECT_EQ(reads_.waiting_readers(), 0u);
+  EXPECT_FALSE(acked.HasBeenNotified());
+  hold = false;
+  let_go.Notify();
+  ASSERT_TRUE(acked.WaitForNotificationWithTimeout(kWait));
+  Seen after = Read("state");
+  EXPECT_TRUE(after.at_once);
+  EXPECT_EQ(after.value, 1);
+}
+
 TEST_F(ReadModelTest, AnAcknowledgementInsideATurnWaitsForItsPublication) {
   Read("state");
   absl::Notification acked;

@@ -221,6 +221,11 @@ side_by_side() {
   echo "| rows/s | ${rate[$1]} | ${rate[$2]} ($ratio) |"
   echo "| rows lost | ${lost[$1]} | ${lost[$2]} |"
   echo "| experiment list | ${list[$1]} | ${list[$2]} |"
+  local p99s=()
+  for name in "$1" "$2"; do
+    p99s+=("$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"${list[$name]}" | awk '{ print ($1 != "" && $1 < 50) ? "yes" : "NO" }')")
+  done
+  echo "| experiment list p99 under 50 ms (issue 27) | ${p99s[0]} | ${p99s[1]} |"
   echo "| master CPU | ${cpu[$1]} | ${cpu[$2]} |"
   echo "| det-load CPU | ${load_cpu[$1]} | ${load_cpu[$2]} |"
   echo "| before the run | ${load_avg[$1]} | ${load_avg[$2]} |"
