@@ -479,16 +479,19 @@ class InvalidFirstTrial(model_def.FashionTrial):
 
 // cifar10_pytorch's adaptive.yaml: adaptive_asha in the form before 0.38 (searcher.max_length
 // in epochs, records_per_epoch, a searched global_batch_size) over a PyTorchTrial, the lengths
-// shortened: 4 trials one at a time, rungs at 1 and 4 epochs. A trial that ranks behind an
-// earlier one at the first rung is asked to stop through should_preempt(), checkpoints where
-// it stopped, and ends COMPLETED short of max_length, its checkpoint listed.
+// shortened: 4 trials one at a time, rungs at 1 and 2 epochs (divisor 2: every epoch a
+// trial trains costs a validation of the example's 1,000 records). A trial that ranks behind
+// an earlier one at the first rung is asked to stop through should_preempt(), checkpoints
+// where it stopped, and ends COMPLETED short of max_length, its checkpoint listed.
 TEST_F(PyTorchTrialTest, DeterminedCifar10AdaptiveMaxLengthFormStopsTrialsAtRungs) {
+  constexpr int kEpochs = 2;
   const std::string dir = "common/worker/python/examples/determined/cifar10_pytorch";
   std::string context = CopyContext("cifar10", dir, {"model_def.py", "data.py"});
   // 160 records an epoch: 2 to 10 batches, as the searched batch size (16-64) has it.
   int64_t id = CreateFrom(Runfiles() + dir + "/adaptive.yaml", context,
-                          {"records_per_epoch=160", "searcher.max_length={epochs: 4}",
-                           "searcher.max_trials=4", "searcher.max_rungs=2", "searcher.divisor=4",
+                          {"records_per_epoch=160",
+                           absl::StrCat("searcher.max_length={epochs: ", kEpochs, "}"),
+                           "searcher.max_trials=4", "searcher.max_rungs=2", "searcher.divisor=2",
                            "searcher.mode=aggressive", "searcher.max_concurrent_trials=1",
                            "reproducibility={experiment_seed: 17}"});
   ASSERT_EQ(id, 1);
@@ -506,10 +509,10 @@ TEST_F(PyTorchTrialTest, DeterminedCifar10AdaptiveMaxLengthFormStopsTrialsAtRung
     if (early) {
       ++stopped;
       EXPECT_GE(Int(t["total_batches"]), batches_per_epoch);
-      EXPECT_LT(Int(t["total_batches"]), 4 * batches_per_epoch);
+      EXPECT_LT(Int(t["total_batches"]), kEpochs * batches_per_epoch);
       EXPECT_THAT(Logs(trial), HasSubstr("through should_preempt()"));
     } else {
-      EXPECT_EQ(Int(t["total_batches"]), 4 * batches_per_epoch);
+      EXPECT_EQ(Int(t["total_batches"]), kEpochs * batches_per_epoch);
     }
     // Stopped or not, the trial's last step has its checkpoint.
     bool found = false;
