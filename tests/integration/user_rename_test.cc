@@ -1,8 +1,8 @@
 // det user rename (issue 28; Determined's `det user rename TARGET NEW`) with the real master
 // and the real det CLI: an admin renames a user, whose existing session keeps working under
 // the new name (sessions belong to the user, as in Determined), who logs in with the new
-// name only, and whose experiments and models follow the new name (they may still change
-// them; a new user given the old name may not). A taken name, a bad name, an unknown user
+// name only, and whose experiments, models and templates follow the new name (they may still
+// change them; a new user given the old name may not). A taken name, a bad name, an unknown user
 // and a non-admin caller get clear errors; the rename survives a restart of the master.
 #include <signal.h>
 #include <sys/stat.h>
@@ -69,16 +69,33 @@ TEST_F(UserRename, RenamedUserKeepsSessionAndWhatTheyOwn) {
       cluster_.WriteFile("grid.yaml", GridYaml("bobs-exp", 5, cluster_.dir() + "/checkpoints"));
   CommandResult exp = Bob({"experiment", "create", config});
   ASSERT_TRUE(exp.exit.ok()) << exp.err;
+  const std::string tpl = cluster_.WriteFile("tpl.yaml", "description: bobs\n");
+  CommandResult tpl_created = Bob({"template", "create", "bobs-template", tpl});
+  ASSERT_TRUE(tpl_created.exit.ok()) << tpl_created.err;
 
   CommandResult renamed = cluster_.Det({"user", "rename", "bob", "robert"});
   ASSERT_TRUE(renamed.exit.ok()) << renamed.err;
-  EXPECT_THAT(renamed.out, HasSubstr("Renamed user bob to robert"));
+  EXPECT_THAT(renamed.out, HasSubstr("Renamed user bob to robert: their sessions, experiments, "
+                                         "models and templates carry over"));
 
   // The session bob had is robert's now.
   CommandResult who = Bob({"user", "whoami"});
   ASSERT_TRUE(who.exit.ok()) << who.err;
   EXPECT_THAT(who.out, HasSubstr("robert"));
   EXPECT_THAT(who.out, Not(HasSubstr("bob")));
+  // Its CLI session is kept under the old name: -u with the new one logs in (the password
+  // from DET_PASSWORD here, else the terminal), as Determined's CLI does.
+  CommandResult as_new = Bob({"-u", "robert", "user", "whoami"});
+  EXPECT_EQ(as_new.exit.exit_code, 1);
+  EXPECT_THAT(as_new.err, HasSubstr("DET_PASSWORD"));
+  as_new = RunCommand({TestCluster::BinDir() + "/det", "-m", cluster_.address(), "-u", "robert",
+                       "user", "whoami"},
+                      absl::Seconds(60),
+                      {{"HOME", absl::StrCat(cluster_.dir(), "/bob")},
+                       {"DET_USER_TOKEN", ""},
+                       {"DET_PASSWORD", "bobs-password"}});
+  ASSERT_TRUE(as_new.exit.ok()) << as_new.err;
+  EXPECT_THAT(as_new.out, HasSubstr("robert"));
   // What bob owned is robert's.
   nlohmann::json exps = cluster_.DetJson({"experiment", "list"});
   ASSERT_TRUE(exps.is_object()) << exps.dump();
@@ -88,6 +105,10 @@ TEST_F(UserRename, RenamedUserKeepsSessionAndWhatTheyOwn) {
   ASSERT_TRUE(models.is_object()) << models.dump();
   ASSERT_EQ(models["models"].size(), 1u) << models.dump();
   EXPECT_EQ(models["models"][0].value("username", ""), "robert");
+  nlohmann::json templates = cluster_.DetJson({"template", "list"});
+  ASSERT_TRUE(templates.is_object()) << templates.dump();
+  ASSERT_EQ(templates["templates"].size(), 1u) << templates.dump();
+  EXPECT_EQ(templates["templates"][0].value("owner", ""), "robert");
   CommandResult owned = Bob({"experiment", "list", "--user", "robert"});
   ASSERT_TRUE(owned.exit.ok()) << owned.err;
   EXPECT_THAT(owned.out, HasSubstr("bobs-exp"));
@@ -106,6 +127,9 @@ TEST_F(UserRename, RenamedUserKeepsSessionAndWhatTheyOwn) {
   CommandResult refused = As("new-bob", {"model", "delete", "bobs-model", "--yes"});
   EXPECT_EQ(refused.exit.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("only the model's owner (robert) or an admin"));
+  CommandResult replaced = As("new-bob", {"template", "update-config", "bobs-template", tpl});
+  EXPECT_EQ(replaced.exit.exit_code, 1);
+  EXPECT_THAT(replaced.err, HasSubstr("only the template's owner (robert) or an admin"));
   CommandResult killed = As("new-bob", {"experiment", "kill", "1"});
   EXPECT_EQ(killed.exit.exit_code, 1) << killed.out;
   EXPECT_THAT(killed.err, HasSubstr("robert")) << killed.err;
@@ -116,11 +140,16 @@ TEST_F(UserRename, RenamedUserKeepsSessionAndWhatTheyOwn) {
   exps = cluster_.DetJson({"experiment", "list"});
   ASSERT_TRUE(exps.is_object()) << exps.dump();
   EXPECT_EQ(exps["experiments"][0].value("owner", ""), "robert");
+  templates = cluster_.DetJson({"template", "list"});
+  ASSERT_TRUE(templates.is_object()) << templates.dump();
+  EXPECT_EQ(templates["templates"][0].value("owner", ""), "robert");
   who = Bob({"user", "whoami"});
   EXPECT_THAT(who.out, HasSubstr("robert"));
   // robert (the session of the login under the new name) still changes what is theirs.
   CommandResult deleted = As("new", {"model", "delete", "bobs-model", "--yes"});
   EXPECT_TRUE(deleted.exit.ok()) << deleted.err;
+  CommandResult updated = As("new", {"template", "update-config", "bobs-template", tpl});
+  EXPECT_TRUE(updated.exit.ok()) << updated.err;
 }
 
 TEST_F(UserRename, ClearErrors) {
