@@ -36,7 +36,7 @@ struct Param {
 
 // One-dimensional arrays bound as one parameter in binary format (no quoting, nothing for
 // the server to parse): the statement names the type, `$n::bigint[]`, `$n::text[]` (the
-// elements UTF-8, without NUL bytes) or `$n::bytea[]`.
+// elements UTF-8, each cut at its first NUL byte) or `$n::bytea[]`.
 Param Int64Array(const std::vector<int64_t>& values);
 Param TextArray(const std::vector<std::string_view>& values);
 Param ByteaArray(const std::vector<std::string_view>& values);

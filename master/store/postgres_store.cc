@@ -10,7 +10,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -30,52 +29,6 @@ using postgres_internal::ParseRow;
 using postgres_internal::ReserveIds;
 using postgres_internal::Result;
 using postgres_internal::Transaction;
-
-// Array literals (PostgreSQL's text format) that bind a batch of rows as one parameter per
-// column, so that a flush is one statement and one round trip whatever its size.
-
-// {e1,e2,...}: `append` writes the element of each row.
-template <typename T, typename A>
-std::string ArrayOf(const std::vector<T>& rows, A append) {
-  std::string out = "{";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i > 0) out += ',';
-    append(rows[i], &out);
-  }
-  out += '}';
-  return out;
-}
-
-// {1,2,3}: integers need no quoting.
-template <typename T, typename F>
-std::string IntArray(const std::vector<T>& rows, F field) {
-  return ArrayOf(rows, [&](const T& row, std::string* out) {
-    absl::StrAppend(out, static_cast<int64_t>(field(row)));
-  });
-}
-
-// {"a","b\"c"}: every element quoted (so none reads as NULL), its quotes and backslashes
-// escaped, and cut at a NUL as a text parameter of its own would be.
-template <typename T, typename F>
-std::string TextArray(const std::vector<T>& rows, F field) {
-  return ArrayOf(rows, [&](const T& row, std::string* out) {
-    *out += '"';
-    for (char c : field(row)) {
-      if (c == '\0') break;
-      if (c == '"' || c == '\\') *out += '\\';
-      *out += c;
-    }
-    *out += '"';
-  });
-}
-
-// Bytes as hex text elements, decoded to BYTEA by the statement (decode(x, 'hex')).
-template <typename T, typename F>
-std::string HexArray(const std::vector<T>& rows, F field) {
-  return ArrayOf(rows, [&](const T& row, std::string* out) {
-    absl::StrAppend(out, "\"", absl::BytesToHexString(field(row)), "\"");
-  });
-}
 
 // The metric rows of `trial_id` (of `group` unless empty) on `conn`, in report order.
 absl::StatusOr<std::vector<v1::Metrics>> ReadMetrics(Connection* conn, int64_t trial_id,
@@ -566,30 +519,39 @@ absl::StatusOr<int64_t> PostgresStore::SupersedeMetrics(v1::Trial* trial, int32_
 
 absl::Status PostgresStore::AddLogs(std::vector<v1::LogLine>* lines) {
   if (lines->empty()) return absl::OkStatus();
-  Transaction tx(conn_.get());
-  RETURN_IF_ERROR(tx.status());
-  ASSIGN_OR_RETURN(int64_t first, ReserveIds(conn_.get(), "logs", lines->size()));
-  // One INSERT for the batch; the n-th line takes the n-th reserved id.
-  using L = v1::LogLine;
-  const std::vector<L>& ls = *lines;
-  RETURN_IF_ERROR(
-      conn_
-          ->Exec("INSERT INTO logs (id, trial_id, allocation_id, agent_id, rank, stream, time_ms, "
-                 "message) SELECT $1::bigint + u.n - 1, u.trial_id, u.allocation_id, u.agent_id, "
-                 "u.rank, u.stream, u.time_ms, decode(u.message, 'hex') FROM unnest("
-                 "$2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], "
-                 "$8::text[]) WITH ORDINALITY AS u(trial_id, allocation_id, agent_id, rank, "
-                 "stream, time_ms, message, n)",
-                 {first, IntArray(ls, [](const L& l) { return l.trial_id(); }),
-                  TextArray(ls, [](const L& l) -> const std::string& { return l.allocation_id(); }),
-                  TextArray(ls, [](const L& l) -> const std::string& { return l.agent_id(); }),
-                  IntArray(ls, [](const L& l) { return l.rank(); }),
-                  TextArray(ls, [](const L& l) -> const std::string& { return l.stream(); }),
-                  IntArray(ls, [](const L& l) { return l.time_ms(); }),
-                  HexArray(ls, [](const L& l) -> const std::string& { return l.message(); })})
-          .status());
-  RETURN_IF_ERROR(tx.Commit());
-  for (auto& l : *lines) l.set_id(first++);
+  std::vector<int64_t> trial_ids, ranks, times;
+  std::vector<std::string_view> allocations, agents, streams, messages;
+  for (const v1::LogLine& l : *lines) {
+    trial_ids.push_back(l.trial_id());
+    allocations.push_back(l.allocation_id());
+    agents.push_back(l.agent_id());
+    ranks.push_back(l.rank());
+    streams.push_back(l.stream());
+    times.push_back(l.time_ms());
+    messages.push_back(l.message());
+  }
+  // One statement (one round trip, its own transaction): the n-th line takes the n-th
+  // reserved id.
+  ASSIGN_OR_RETURN(
+      Result r,
+      conn_->Exec("WITH reserved AS ("
+                  " INSERT INTO id_sequences (name, last) VALUES ('logs', $1::bigint)"
+                  " ON CONFLICT (name) DO UPDATE SET last = id_sequences.last + EXCLUDED.last"
+                  " RETURNING last - $1::bigint AS base),"
+                  " stored AS ("
+                  " INSERT INTO logs (id, trial_id, allocation_id, agent_id, rank, stream, time_ms,"
+                  " message) SELECT reserved.base + u.k, u.trial_id, u.allocation_id, u.agent_id,"
+                  " u.rank, u.stream, u.time_ms, u.message FROM reserved, unnest($2::bigint[],"
+                  " $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::bytea[])"
+                  " WITH ORDINALITY AS u(trial_id, allocation_id, agent_id, rank, stream, time_ms,"
+                  " message, k))"
+                  " SELECT base FROM reserved",
+                  {static_cast<int64_t>(lines->size()), postgres_internal::Int64Array(trial_ids),
+                   postgres_internal::TextArray(allocations), postgres_internal::TextArray(agents),
+                   postgres_internal::Int64Array(ranks), postgres_internal::TextArray(streams),
+                   postgres_internal::Int64Array(times), postgres_internal::ByteaArray(messages)}));
+  int64_t id = r.Int(0, 0);
+  for (auto& l : *lines) l.set_id(++id);
   return absl::OkStatus();
 }
 
