@@ -14,6 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace det::testing {
@@ -150,13 +152,21 @@ std::string Browser::Run(const std::string& fragment, const std::string& mode, b
     absl::StrAppend(&url, fragment.find('?') == std::string::npos ? "?" : "&",
                     "token=", cluster_.token());
   }
+  const absl::Duration limit = absl::Seconds(90);
+  const absl::Time start = absl::Now();
   CommandResult r = RunCommand(
       {Path(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
        "--no-first-run", "--disable-background-networking", "--disable-component-update",
        "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
        "--force-device-scale-factor=1", "--user-data-dir=" + profile,
        "--window-size=" + window, "--virtual-time-budget=5000", mode, url},
-      absl::Seconds(90));
+      limit);
+  if (absl::Now() - start >= limit) {
+    // Virtual time stands still while a request is pending: a page that long-polls
+    // (followed logs) never spends its budget, and the stopped browser prints nothing.
+    ADD_FAILURE() << "chromium ran past " << limit << " on " << fragment
+                  << ": does the page keep a request pending (a long poll)?";
+  }
   if (!r.exit.ok()) {
     ADD_FAILURE() << "chromium failed (" << r.exit.ToString() << "):\n" << r.err;
   }
