@@ -103,13 +103,15 @@ absl::Status FollowExperiment(CliContext& ctx, ApiClient& api, int64_t id, bool 
 }
 
 // Creates the experiment `request` describes and says so ("Created experiment N`what`"),
-// following it with options.follow.
+// following it with options.follow. `created`, when given, receives its id once created.
 absl::Status Submit(CliContext& ctx, const v1::CreateExperimentRequest& request,
-                    const CreateOptions& options, const std::string& what) {
+                    const CreateOptions& options, const std::string& what,
+                    int64_t* created = nullptr) {
   ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
   ASSIGN_OR_RETURN(v1::CreateExperimentResponse response, api->CreateExperimentStream(request));
-  if (ctx.json) return WriteJson(response, ctx.out);
   const int64_t id = response.experiment().id();
+  if (created != nullptr) *created = id;
+  if (ctx.json) return WriteJson(response, ctx.out);
   ctx.out << "Created experiment " << id << what << '\n';
   if (options.paused) ctx.out << "It is paused: det e activate " << id << " starts it\n";
   PrintWarnings(ctx, response.warnings());
@@ -154,9 +156,23 @@ absl::Status Create(CliContext& ctx, const CreateOptions& given) {
     for (v1::ContextFile& file : files) *request.add_context() = std::move(file);
   }
   if (!options.test_mode) return Submit(ctx, request, options, "");
-  RETURN_IF_ERROR(Submit(ctx, request, options, " (test mode: one trial, " +
-                                                    std::to_string(kTestModeBatches) +
-                                                    " batches)"));
+  int64_t id = 0;
+  const absl::Status run =
+      Submit(ctx, request, options,
+             " (test mode: one trial, " + std::to_string(kTestModeBatches) + " batches)", &id);
+  // As Determined's test mode, the test experiment is archived (det e list --all shows it)
+  // once it has ended; with --json it is not followed, so it stays as created.
+  if (id != 0 && !ctx.json) {
+    ASSIGN_OR_RETURN(ApiClient * api, ctx.Api());
+    const absl::Status archived = api->ArchiveExperiment(id);
+    if (archived.ok()) {
+      ctx.out << "Archived test experiment " << id << " (det e list --all shows it)\n";
+    } else {
+      ctx.err << "det: test experiment " << id << " was not archived: " << archived.message()
+              << '\n';
+    }
+  }
+  RETURN_IF_ERROR(run);
   if (!ctx.json) ctx.out << "Model definition test succeeded\n";
   return absl::OkStatus();
 }

@@ -361,6 +361,11 @@ TEST_F(DeterminedCli, CreateTestModeAndDescribeMetrics) {
   ASSERT_TRUE(test.exit.ok()) << test.out << test.err;
   EXPECT_THAT(test.out, StartsWith("Created experiment 1 (test mode: one trial, 10 batches)\n"));
   EXPECT_THAT(test.out, HasSubstr("Model definition test succeeded\n"));
+  // As Determined's, the test experiment is archived: listed only with --all.
+  EXPECT_THAT(test.out, HasSubstr("Archived test experiment 1 (det e list --all shows it)\n"));
+  EXPECT_THAT(cluster_.Det({"e", "list"}).out, Not(ContainsRegex("(^|\n) *1 *\\|")));
+  EXPECT_THAT(cluster_.Det({"e", "list", "--all"}).out,
+              ContainsRegex("(^|\n) *1 *\\|[^\n]*\\| yes(\n|$)"));
   nlohmann::json d = cluster_.DetJson({"e", "describe", "1"});
   ASSERT_EQ(d["trials"].size(), 1u) << d.dump(2);
   EXPECT_EQ(Int(d["trials"][0]["total_batches"]), 10);
