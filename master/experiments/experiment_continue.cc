@@ -124,9 +124,9 @@ absl::Status ExperimentManager::Continue(const v1::ContinueExperimentRequest& re
     RETURN_IF_ERROR(trial_manager_.Revive(t, single ? target : t.trial.target_batches(),
                                           single ? hparams : t.trial.hparams_json()));
     const int64_t goal = t.trial.target_batches();
-    std::string from = t.trial.latest_checkpoint().empty()
-                           ? std::string("from batch 0 (it has no checkpoint)")
-                           : absl::StrCat("from its latest checkpoint");
+    const char* from = t.trial.latest_checkpoint().empty()
+                           ? "from batch 0 (it has no checkpoint)"
+                           : "from its latest checkpoint";
     TrialEvent(tid, absl::StrCat("experiment continued: trial queued again; it resumes ", from,
                                  goal > 0 ? absl::StrCat(" toward ", goal, " batches") : ""));
     if (goal > 0 && batches >= goal) {
